@@ -1,0 +1,96 @@
+//! A tool call as every transport hands it to the broker and the policy.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::tools::BuiltinTool;
+
+/// Milliseconds since the Unix epoch. The core never reads a clock; callers pass
+/// the time in.
+pub type UnixMillis = u64;
+
+/// Who is asking: the human user the agent acts for, and the agent itself.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Principal {
+    /// The user id the call is made for (spec 001's requesting user).
+    pub user: Option<String>,
+    /// The agent's name (for example the MCP client's name).
+    pub agent: Option<String>,
+}
+
+/// MCP tool annotations, as an upstream server declares them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolAnnotations {
+    pub read_only_hint: Option<bool>,
+    pub destructive_hint: Option<bool>,
+    pub idempotent_hint: Option<bool>,
+    pub open_world_hint: Option<bool>,
+}
+
+/// Where a tool comes from, which decides its default risk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolOrigin {
+    /// One of airlock's own tools.
+    Builtin(BuiltinTool),
+    /// A tool of a configured upstream MCP server.
+    Upstream {
+        /// The upstream's configured name.
+        upstream: Arc<str>,
+        /// What the upstream says about the tool; trusted only where configured.
+        annotations: Option<ToolAnnotations>,
+    },
+    /// Anything else: high risk.
+    Unknown,
+}
+
+/// One call of one tool, with everything the policy may look at.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    /// The tool's name as the agent called it.
+    pub tool: String,
+    /// The arguments, a JSON object.
+    pub args: Value,
+    pub origin: ToolOrigin,
+    pub principal: Principal,
+    pub session: Option<String>,
+    /// The profile bound to the endpoint the call came through, if any.
+    pub profile: Option<String>,
+    pub tool_call_id: Option<String>,
+    /// When the call arrived; grants that expired before it do not apply.
+    pub received_at: UnixMillis,
+}
+
+impl ToolCall {
+    /// A call with no principal, session or profile, received at `received_at`.
+    pub fn new(
+        tool: impl Into<String>,
+        args: Value,
+        origin: ToolOrigin,
+        received_at: UnixMillis,
+    ) -> ToolCall {
+        ToolCall {
+            tool: tool.into(),
+            args,
+            origin,
+            principal: Principal::default(),
+            session: None,
+            profile: None,
+            tool_call_id: None,
+            received_at,
+        }
+    }
+
+    /// The argument at a dotted path (`a.b.0.c`; numbers index arrays).
+    pub fn arg(&self, dotted: &str) -> Option<&Value> {
+        dotted
+            .split('.')
+            .try_fold(&self.args, |value, segment| match value {
+                Value::Object(map) => map.get(segment),
+                Value::Array(items) => segment.parse::<usize>().ok().and_then(|i| items.get(i)),
+                _ => None,
+            })
+    }
+}

@@ -1,0 +1,480 @@
+//! Configuration: the model of `airlock.yaml`, its loading and validation, the
+//! commented template `airlock init` writes, and the JSON Schema.
+//!
+//! ```
+//! let loaded = airlock_core::config::load("security:\n  hitl:\n    default_timeout: 30\n", "airlock.yaml")
+//!     .expect("valid");
+//! assert_eq!(loaded.config.security.hitl.default_timeout, 30);
+//! let error = airlock_core::config::load("securty: {}\n", "airlock.yaml").unwrap_err();
+//! assert!(error.to_string().starts_with("airlock.yaml:1: securty: unknown field"));
+//! ```
+
+mod model;
+mod template;
+
+use std::fmt;
+
+use serde_json::Value;
+
+pub use model::*;
+pub use template::TEMPLATE;
+
+use crate::policy::{Policy, Risk};
+use crate::yaml;
+
+/// A configuration that parsed, validated and compiled.
+#[derive(Debug, Clone)]
+pub struct LoadedConfig {
+    pub config: Config,
+    /// The policy compiled from `config`; bind it to a workspace before use.
+    pub policy: Policy,
+}
+
+/// One problem in a configuration, with the key path it is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigIssue {
+    /// Key path such as `security.hitl.rules[1].conditions[0].matches`; empty for
+    /// the whole file.
+    pub path: String,
+    /// 1-based line in the file, when the file has the key.
+    pub line: Option<usize>,
+    /// Lowercase, no trailing period.
+    pub message: String,
+}
+
+impl ConfigIssue {
+    pub(crate) fn new(path: impl Into<String>, message: impl Into<String>) -> ConfigIssue {
+        ConfigIssue {
+            path: path.into(),
+            line: None,
+            message: message.into(),
+        }
+    }
+}
+
+/// Every problem found in one configuration file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// How the file is named in messages (usually its path).
+    pub source_name: String,
+    pub issues: Vec<ConfigIssue>,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, issue) in self.issues.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            f.write_str(&self.source_name)?;
+            if let Some(line) = issue.line {
+                write!(f, ":{line}")?;
+            }
+            if issue.path.is_empty() {
+                write!(f, ": {}", issue.message)?;
+            } else {
+                write!(f, ": {}: {}", issue.path, issue.message)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// Parses, validates and compiles a configuration file's text. An empty file (or
+/// one holding only comments) is the built-in defaults.
+pub fn load(text: &str, source_name: &str) -> Result<LoadedConfig, ConfigError> {
+    let fail = |issues: Vec<ConfigIssue>| ConfigError {
+        source_name: source_name.to_owned(),
+        issues,
+    };
+    let document = yaml::parse(text).map_err(|error| {
+        fail(vec![ConfigIssue {
+            path: error.path,
+            line: Some(error.line),
+            message: error.message,
+        }])
+    })?;
+    let lines = &document.lines;
+    let with_lines = |issues: Vec<ConfigIssue>| {
+        fail(
+            issues
+                .into_iter()
+                .map(|issue| ConfigIssue {
+                    line: issue.line.or_else(|| lines.line_of(&issue.path)),
+                    ..issue
+                })
+                .collect(),
+        )
+    };
+    let value = match document.value {
+        Value::Null => Value::Object(serde_json::Map::new()),
+        value @ Value::Object(_) => value,
+        _ => {
+            return Err(with_lines(vec![ConfigIssue::new(
+                "",
+                "the file must be a mapping of keys to values",
+            )]));
+        }
+    };
+    let config: Config = serde_path_to_error::deserialize(value.clone()).map_err(|error| {
+        with_lines(vec![ConfigIssue::new(
+            render_path(error.path()),
+            error.inner().to_string(),
+        )])
+    })?;
+    let mut issues = validate(&config);
+    match Policy::compile(&config) {
+        Ok(policy) if issues.is_empty() => Ok(LoadedConfig { config, policy }),
+        Ok(_) => Err(with_lines(issues)),
+        Err(policy_issues) => {
+            issues.extend(policy_issues);
+            Err(with_lines(issues))
+        }
+    }
+}
+
+/// The built-in defaults, compiled (what an absent file means).
+pub fn defaults() -> Result<LoadedConfig, ConfigError> {
+    load("", "built-in defaults")
+}
+
+/// The JSON Schema of the configuration file, generated from the model.
+pub fn json_schema() -> Value {
+    serde_json::to_value(schemars::schema_for!(Config)).unwrap_or(Value::Null)
+}
+
+/// Renders a serde path like the rest of airlock does: `a.b[0].c`.
+fn render_path(path: &serde_path_to_error::Path) -> String {
+    use serde_path_to_error::Segment;
+    let mut out = String::new();
+    for segment in path.iter() {
+        match segment {
+            Segment::Seq { index } => out.push_str(&format!("[{index}]")),
+            Segment::Map { key } | Segment::Enum { variant: key } => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(key);
+            }
+            Segment::Unknown => {}
+        }
+    }
+    out
+}
+
+/// Semantic checks that serde cannot express. Patterns (globs, regexes) are checked
+/// by compiling the policy.
+fn validate(config: &Config) -> Vec<ConfigIssue> {
+    let mut issues = Vec::new();
+    let mut check = |ok: bool, path: &str, message: &str| {
+        if !ok {
+            issues.push(ConfigIssue::new(path, message));
+        }
+    };
+
+    let workspace = &config.workspace;
+    check(
+        !workspace.root.is_empty(),
+        "workspace.root",
+        "must not be empty",
+    );
+    check(
+        !workspace.root.contains('\0'),
+        "workspace.root",
+        "must not contain a nul byte",
+    );
+    check(
+        !crate::policy::normalize_relative(&workspace.state_dir).is_some_and(|p| p.is_empty()),
+        "workspace.state_dir",
+        "must be a directory below the workspace root, not the root itself",
+    );
+    check(
+        !workspace.state_dir.is_empty() && !workspace.state_dir.contains('\0'),
+        "workspace.state_dir",
+        "must be a non-empty path without nul bytes",
+    );
+
+    let broker = &config.file_broker;
+    for (name, value) in [
+        ("hitl_ttl_seconds", broker.hitl_ttl_seconds),
+        ("max_read_bytes_default", broker.max_read_bytes_default),
+        ("max_read_bytes_hard", broker.max_read_bytes_hard),
+        ("max_write_bytes_hard", broker.max_write_bytes_hard),
+        ("max_inline_bytes", broker.max_inline_bytes),
+        ("diff_preview_max_chars", broker.diff_preview_max_chars),
+        ("max_grep_results", broker.max_grep_results),
+        ("max_glob_results", broker.max_glob_results),
+    ] {
+        check(
+            value > 0,
+            &format!("file_broker.{name}"),
+            "must be positive",
+        );
+    }
+    check(
+        broker.max_read_bytes_default <= broker.max_read_bytes_hard,
+        "file_broker.max_read_bytes_default",
+        &format!(
+            "must not exceed file_broker.max_read_bytes_hard ({})",
+            broker.max_read_bytes_hard
+        ),
+    );
+    for (i, dir) in broker.allowlisted_create_dirs.iter().enumerate() {
+        let path = format!("file_broker.allowlisted_create_dirs[{i}]");
+        let relative = !dir.starts_with('/') && crate::policy::normalize_relative(dir).is_some();
+        check(
+            relative && !dir.contains('\0'),
+            &path,
+            "must be a relative directory inside the workspace",
+        );
+    }
+
+    let hitl = &config.security.hitl;
+    check(
+        hitl.default_timeout > 0,
+        "security.hitl.default_timeout",
+        "must be positive",
+    );
+    check(
+        hitl.max_pending > 0,
+        "security.hitl.max_pending",
+        "must be positive",
+    );
+    check(
+        hitl.max_pending_per_session > 0,
+        "security.hitl.max_pending_per_session",
+        "must be positive",
+    );
+    check(
+        hitl.max_pending_per_session <= hitl.max_pending,
+        "security.hitl.max_pending_per_session",
+        &format!(
+            "must not exceed security.hitl.max_pending ({})",
+            hitl.max_pending
+        ),
+    );
+    for (i, rule) in hitl.rules.iter().enumerate() {
+        let base = format!("security.hitl.rules[{i}]");
+        check(
+            !rule.tools.is_empty(),
+            &format!("{base}.tools"),
+            "must name at least one tool",
+        );
+        check(
+            rule.timeout != Some(0),
+            &format!("{base}.timeout"),
+            "must be positive",
+        );
+        for (j, condition) in rule.conditions.iter().enumerate() {
+            let path = format!("{base}.conditions[{j}]");
+            check(
+                !condition.param.is_empty(),
+                &format!("{path}.param"),
+                "must not be empty",
+            );
+            let operators = [
+                condition.equals.is_some(),
+                condition.matches.is_some(),
+                condition.glob.is_some(),
+                condition.in_.is_some(),
+            ];
+            check(
+                operators.iter().filter(|set| **set).count() == 1,
+                &path,
+                "needs exactly one of equals, matches, glob, in",
+            );
+            check(
+                condition
+                    .in_
+                    .as_ref()
+                    .is_none_or(|values| !values.is_empty()),
+                &format!("{path}.in"),
+                "must list at least one value",
+            );
+        }
+    }
+    for risk in Risk::ALL {
+        let policy = hitl.policies.get(risk);
+        let base = format!("security.hitl.policies.{risk}");
+        check(
+            policy.timeout != Some(0),
+            &format!("{base}.timeout"),
+            "must be positive",
+        );
+        for (i, approver) in policy.approvers.iter().flatten().enumerate() {
+            check(
+                !approver.trim().is_empty(),
+                &format!("{base}.approvers[{i}]"),
+                "must not be empty",
+            );
+        }
+    }
+    if let Some(users) = &config.security.write_tool_allowlist {
+        for (i, user) in users.iter().enumerate() {
+            check(
+                !user.is_empty(),
+                &format!("security.write_tool_allowlist[{i}]"),
+                "must not be empty",
+            );
+        }
+    }
+
+    for name in config.profiles.keys() {
+        check(
+            is_profile_name(name),
+            &format!("profiles.{name}"),
+            "profile names must match ^[A-Za-z0-9_]{1,32}$",
+        );
+    }
+    if let Some(name) = &config.default_profile {
+        check(
+            config.profiles.contains_key(name),
+            "default_profile",
+            &format!("names no profile in `profiles` ({name})"),
+        );
+    }
+
+    for (i, upstream) in config.upstreams.iter().enumerate() {
+        let base = format!("upstreams[{i}]");
+        check(
+            is_upstream_name(&upstream.name),
+            &format!("{base}.name"),
+            "must match ^[A-Za-z0-9_-]{1,32}$ and not contain `__`",
+        );
+        check(
+            !config.upstreams[..i]
+                .iter()
+                .any(|other| other.name == upstream.name),
+            &format!("{base}.name"),
+            &format!("duplicate upstream name {}", upstream.name),
+        );
+        match (&upstream.command, &upstream.url) {
+            (Some(command), None) => {
+                check(
+                    !command.is_empty(),
+                    &format!("{base}.command"),
+                    "must not be empty",
+                );
+                check(
+                    upstream.headers.is_empty(),
+                    &format!("{base}.headers"),
+                    "only applies to url upstreams",
+                );
+            }
+            (None, Some(url)) => {
+                check(
+                    is_http_url(url),
+                    &format!("{base}.url"),
+                    "must be an http:// or https:// url",
+                );
+                for (key, what) in [
+                    ("args", upstream.args.is_empty()),
+                    ("env", upstream.env.is_empty()),
+                    ("cwd", upstream.cwd.is_none()),
+                ] {
+                    check(
+                        what,
+                        &format!("{base}.{key}"),
+                        "only applies to command upstreams",
+                    );
+                }
+            }
+            _ => check(false, &base, "needs exactly one of command, url"),
+        }
+    }
+
+    for (i, token) in config.auth.tokens.iter().enumerate() {
+        let base = format!("auth.tokens[{i}]");
+        check(
+            !token.name.is_empty(),
+            &format!("{base}.name"),
+            "must not be empty",
+        );
+        check(
+            !config.auth.tokens[..i]
+                .iter()
+                .any(|other| other.name == token.name),
+            &format!("{base}.name"),
+            &format!("duplicate token name {}", token.name),
+        );
+        let hex = token
+            .sha256
+            .strip_prefix("sha256:")
+            .unwrap_or(&token.sha256);
+        check(
+            hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()),
+            &format!("{base}.sha256"),
+            "must be 64 hex digits (the sha256 of the token)",
+        );
+        check(
+            !token.roles.is_empty(),
+            &format!("{base}.roles"),
+            "must name at least one role",
+        );
+    }
+
+    check(
+        !config.audit.path.is_empty(),
+        "audit.path",
+        "must not be empty",
+    );
+    if let Some(name) = &config.audit.hmac_key_env {
+        let valid = name
+            .bytes()
+            .enumerate()
+            .all(|(i, b)| b == b'_' || b.is_ascii_alphabetic() || (i > 0 && b.is_ascii_digit()));
+        check(
+            !name.is_empty() && valid,
+            "audit.hmac_key_env",
+            "must be an environment variable name",
+        );
+    }
+
+    for (i, hook) in config.notify.webhooks.iter().enumerate() {
+        let base = format!("notify.webhooks[{i}]");
+        check(
+            is_http_url(&hook.url),
+            &format!("{base}.url"),
+            "must be an http:// or https:// url",
+        );
+        check(
+            !hook.events.is_empty(),
+            &format!("{base}.events"),
+            "must name at least one event",
+        );
+    }
+    issues
+}
+
+/// `^[A-Za-z0-9_]{1,32}$` (spec 004).
+pub fn is_profile_name(name: &str) -> bool {
+    (1..=32).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+fn is_upstream_name(name: &str) -> bool {
+    (1..=32).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        && !name.contains("__")
+}
+
+fn is_http_url(url: &str) -> bool {
+    ["http://", "https://"].iter().any(|scheme| {
+        url.strip_prefix(scheme)
+            .is_some_and(|rest| !rest.is_empty())
+    }) && !url.chars().any(char::is_whitespace)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_compile() {
+        assert!(Policy::compile(&Config::default()).is_ok());
+        assert!(validate(&Config::default()).is_empty());
+    }
+}

@@ -1,0 +1,479 @@
+//! The typed model of `airlock.yaml` (DESIGN §3).
+//!
+//! Every struct denies unknown keys and fills missing ones from its `Default`,
+//! which holds the seed values of DESIGN §3. The JSON Schema printed by
+//! `airlock config schema` is derived from these types, so their doc comments are
+//! the schema's descriptions.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::policy::Risk;
+
+/// The whole configuration file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+#[schemars(title = "airlock.yaml")]
+pub struct Config {
+    pub workspace: WorkspaceConfig,
+    pub file_broker: FileBrokerConfig,
+    pub security: SecurityConfig,
+    /// Profile applied to endpoints that bind none; unset means no profile.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub default_profile: Option<String>,
+    /// Named tool profiles (spec 004). Names match `^[A-Za-z0-9_]{1,32}$`.
+    pub profiles: BTreeMap<String, ProfileConfig>,
+    /// MCP servers whose tools airlock gates, listed as `<name>__<tool>`.
+    pub upstreams: Vec<UpstreamConfig>,
+    pub auth: AuthConfig,
+    pub audit: AuditConfig,
+    pub notify: NotifyConfig,
+}
+
+/// Where the sandbox is and where airlock keeps its own state.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkspaceConfig {
+    /// Sandbox root, relative to the `--workspace` directory; canonicalized at start.
+    pub root: String,
+    /// Approvals database, audit log, blobs and snapshots; relative to `root`.
+    /// Never readable or writable through airlock's tools.
+    pub state_dir: String,
+}
+
+/// Limits of the file tools (specs 000 and 003).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct FileBrokerConfig {
+    /// How long a proposal may wait for a decision, in seconds.
+    pub hitl_ttl_seconds: u64,
+    /// Bytes `read_file` returns when the call names no `max_bytes`.
+    pub max_read_bytes_default: u64,
+    /// Bytes `read_file` never exceeds, whatever the call asks.
+    pub max_read_bytes_hard: u64,
+    /// Largest content a write may produce.
+    pub max_write_bytes_hard: u64,
+    /// Output larger than this becomes a blob under `output_mode: auto`.
+    pub max_inline_bytes: u64,
+    /// Diff previews are cut at this many characters.
+    pub diff_preview_max_chars: u64,
+    pub absolute_paths: AbsolutePaths,
+    pub follow_symlinks: FollowSymlinks,
+    /// New files may be created only in these directories or at the root level.
+    pub allowlisted_create_dirs: Vec<String>,
+    /// Paths matching these globs are never read or written.
+    pub deny_path_globs: Vec<String>,
+    pub max_grep_results: u64,
+    pub max_glob_results: u64,
+    pub audit_log_enabled: bool,
+}
+
+/// What to do with an absolute path argument.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AbsolutePaths {
+    /// Every absolute path is refused.
+    Reject,
+    /// Absolute paths inside the workspace root are accepted.
+    WithinRoot,
+}
+
+/// How symbolic links inside the workspace are treated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum FollowSymlinks {
+    /// A path through any symlink is refused.
+    Deny,
+    /// Symlinks are followed while they stay inside the root.
+    WithinRootOnly,
+    /// Symlinks are followed anywhere.
+    Allow,
+}
+
+/// Who may use write tools and how approvals work.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct SecurityConfig {
+    /// `null`: no user restriction; `[]`: write tools disabled; a list: only these users.
+    pub write_tool_allowlist: Option<Vec<String>>,
+    /// `false` lets write-class calls from allowed users through without asking.
+    pub write_tool_confirmation: bool,
+    pub hitl: HitlConfig,
+}
+
+/// Human-in-the-loop gates (spec 002).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct HitlConfig {
+    /// `false` lets every call that would ask through (still audited).
+    pub enabled: bool,
+    /// Seconds to wait for a decision when neither rule nor risk policy says.
+    pub default_timeout: u64,
+    pub approval_mode: ApprovalMode,
+    /// What to do when an MCP client cannot be asked.
+    pub elicitation_fallback: ElicitationFallback,
+    /// Pending approvals allowed in the workspace; more are `rate_limited`.
+    pub max_pending: u64,
+    /// Pending approvals allowed per session.
+    pub max_pending_per_session: u64,
+    /// Evaluated in order; the first rule whose tools and conditions all match wins.
+    pub rules: Vec<RuleConfig>,
+    pub policies: RiskPolicies,
+}
+
+/// Whether a call that needs approval waits for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalMode {
+    /// The call blocks until a decision or the timeout.
+    Wait,
+    /// The call returns `hitl_required` at once.
+    Defer,
+}
+
+/// What happens to a call needing approval when the MCP client cannot be asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ElicitationFallback {
+    Deny,
+    Allow,
+    Defer,
+    Wait,
+}
+
+/// One HITL rule (spec 002).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RuleConfig {
+    /// Tool names or globs (`*`, `?`, `[...]`, `{a,b}`).
+    pub tools: Vec<String>,
+    /// All must match; a missing parameter does not match.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<ConditionConfig>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub risk: Option<Risk>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub require_approval: Option<bool>,
+    /// Seconds to wait for a decision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<u64>,
+    /// `deny` refuses matching calls outright.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<RuleDecision>,
+}
+
+/// The verdict a rule may impose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RuleDecision {
+    Deny,
+}
+
+/// A condition on one parameter; exactly one of `equals`, `matches`, `glob`, `in`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConditionConfig {
+    /// Dotted path into the arguments (`options.mode`, `paths.0`).
+    pub param: String,
+    /// The parameter equals this JSON value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub equals: Option<Value>,
+    /// The parameter is a string matching this regex at its start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matches: Option<String>,
+    /// The parameter is a string matching this path glob.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub glob: Option<String>,
+    /// The parameter equals one of these JSON values.
+    #[serde(default, rename = "in", skip_serializing_if = "Option::is_none")]
+    pub in_: Option<Vec<Value>>,
+}
+
+/// The policy for each risk level.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RiskPolicies {
+    pub low: RiskPolicyConfig,
+    pub medium: RiskPolicyConfig,
+    pub high: RiskPolicyConfig,
+    pub critical: RiskPolicyConfig,
+}
+
+/// How calls of one risk level are handled. A key left out takes that level's
+/// built-in default.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RiskPolicyConfig {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub require_approval: Option<bool>,
+    /// Seconds to wait for a decision.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<u64>,
+    /// Whether an approver may choose "always allow".
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allow_skip: Option<bool>,
+    /// Whether a decision must carry a reason.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub require_reason: Option<bool>,
+    /// Roles or user ids that may decide; empty means any approver.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approvers: Option<Vec<String>>,
+}
+
+/// A named profile (spec 004): precedence deny > ask > allow.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProfileConfig {
+    /// When present, tools matching none of these globs are denied.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allowlist: Option<Vec<String>>,
+    /// Tools matching these globs are denied.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub denylist: Vec<String>,
+    /// Tools matching these globs need approval.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub asklist: Vec<String>,
+    /// Overrides `security.hitl.elicitation_fallback` for this profile.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub elicitation_fallback: Option<ElicitationFallback>,
+}
+
+/// An MCP server airlock starts (stdio) or connects to (streamable HTTP).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamConfig {
+    /// Prefix of its tools (`<name>__<tool>`); `^[A-Za-z0-9_-]{1,32}$`, no `__`.
+    pub name: String,
+    /// Program to start for a stdio server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Extra environment variables for the stdio server.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Working directory of the stdio server, relative to the workspace root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// URL of a streamable-HTTP server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Extra HTTP headers for the streamable-HTTP server.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    /// Whether the server's tool annotations may lower a tool's default risk.
+    #[serde(default)]
+    pub trusted_annotations: bool,
+}
+
+/// Bearer tokens for the HTTP API.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    pub tokens: Vec<TokenConfig>,
+}
+
+/// One bearer token, stored as the SHA-256 of the token.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TokenConfig {
+    pub name: String,
+    /// Hex SHA-256 of the token (64 hex digits, optionally prefixed `sha256:`).
+    pub sha256: String,
+    pub roles: Vec<Role>,
+    /// The user the token belongs to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+}
+
+/// What a token may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Submit calls and read their own results.
+    Agent,
+    /// Decide approvals the policy lets it decide.
+    Approver,
+    /// Everything, including the audit log.
+    Admin,
+}
+
+/// The audit log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuditConfig {
+    /// JSONL file, relative to the workspace root. Never readable or writable
+    /// through airlock's tools.
+    pub path: String,
+    /// Environment variable holding an HMAC key; when set, the chain is keyed.
+    pub hmac_key_env: Option<String>,
+}
+
+/// Notifications of new approvals.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct NotifyConfig {
+    pub webhooks: Vec<WebhookConfig>,
+}
+
+/// A URL that receives a JSON POST for each approval event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookConfig {
+    pub url: String,
+    #[serde(default = "default_webhook_events")]
+    pub events: Vec<WebhookEvent>,
+}
+
+/// Approval events a webhook may receive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum WebhookEvent {
+    Created,
+    Decided,
+    Expired,
+}
+
+fn default_webhook_events() -> Vec<WebhookEvent> {
+    vec![WebhookEvent::Created]
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            workspace: WorkspaceConfig::default(),
+            file_broker: FileBrokerConfig::default(),
+            security: SecurityConfig::default(),
+            default_profile: None,
+            profiles: BTreeMap::new(),
+            upstreams: Vec::new(),
+            auth: AuthConfig::default(),
+            audit: AuditConfig::default(),
+            notify: NotifyConfig::default(),
+        }
+    }
+}
+
+impl Default for WorkspaceConfig {
+    fn default() -> WorkspaceConfig {
+        WorkspaceConfig {
+            root: ".".to_owned(),
+            state_dir: ".airlock".to_owned(),
+        }
+    }
+}
+
+impl Default for FileBrokerConfig {
+    fn default() -> FileBrokerConfig {
+        FileBrokerConfig {
+            hitl_ttl_seconds: 120,
+            max_read_bytes_default: 32_000,
+            max_read_bytes_hard: 131_072,
+            max_write_bytes_hard: 524_288,
+            max_inline_bytes: 16_384,
+            diff_preview_max_chars: 8_000,
+            absolute_paths: AbsolutePaths::Reject,
+            follow_symlinks: FollowSymlinks::WithinRootOnly,
+            allowlisted_create_dirs: ["src/", "lib/", "tests/", "docs/", "scripts/"]
+                .map(String::from)
+                .to_vec(),
+            deny_path_globs: ["**/.env", "**/*.pem", "**/*id_rsa*", "**/secrets/**"]
+                .map(String::from)
+                .to_vec(),
+            max_grep_results: 100,
+            max_glob_results: 1_000,
+            audit_log_enabled: true,
+        }
+    }
+}
+
+impl Default for SecurityConfig {
+    fn default() -> SecurityConfig {
+        SecurityConfig {
+            write_tool_allowlist: None,
+            write_tool_confirmation: true,
+            hitl: HitlConfig::default(),
+        }
+    }
+}
+
+impl Default for HitlConfig {
+    fn default() -> HitlConfig {
+        HitlConfig {
+            enabled: true,
+            default_timeout: 60,
+            approval_mode: ApprovalMode::Wait,
+            elicitation_fallback: ElicitationFallback::Deny,
+            max_pending: 100,
+            max_pending_per_session: 10,
+            rules: Vec::new(),
+            policies: RiskPolicies::default(),
+        }
+    }
+}
+
+impl Default for RiskPolicies {
+    fn default() -> RiskPolicies {
+        RiskPolicies {
+            low: RiskPolicyConfig::builtin(Risk::Low),
+            medium: RiskPolicyConfig::builtin(Risk::Medium),
+            high: RiskPolicyConfig::builtin(Risk::High),
+            critical: RiskPolicyConfig::builtin(Risk::Critical),
+        }
+    }
+}
+
+impl RiskPolicyConfig {
+    /// The built-in policy of a risk level, as DESIGN §3 writes it.
+    pub fn builtin(risk: Risk) -> RiskPolicyConfig {
+        match risk {
+            Risk::Low => RiskPolicyConfig {
+                require_approval: Some(false),
+                ..RiskPolicyConfig::default()
+            },
+            Risk::Medium => RiskPolicyConfig {
+                require_approval: Some(true),
+                timeout: Some(120),
+                allow_skip: Some(true),
+                ..RiskPolicyConfig::default()
+            },
+            Risk::High => RiskPolicyConfig {
+                require_approval: Some(true),
+                timeout: Some(60),
+                allow_skip: Some(false),
+                ..RiskPolicyConfig::default()
+            },
+            Risk::Critical => RiskPolicyConfig {
+                require_approval: Some(true),
+                timeout: Some(30),
+                allow_skip: Some(false),
+                require_reason: Some(true),
+                approvers: Some(vec!["admin".to_owned()]),
+            },
+        }
+    }
+}
+
+impl RiskPolicies {
+    /// The configured policy of one level.
+    pub fn get(&self, risk: Risk) -> &RiskPolicyConfig {
+        match risk {
+            Risk::Low => &self.low,
+            Risk::Medium => &self.medium,
+            Risk::High => &self.high,
+            Risk::Critical => &self.critical,
+        }
+    }
+}
+
+impl Default for AuditConfig {
+    fn default() -> AuditConfig {
+        AuditConfig {
+            path: ".airlock/audit.jsonl".to_owned(),
+            hmac_key_env: Some("AIRLOCK_AUDIT_KEY".to_owned()),
+        }
+    }
+}

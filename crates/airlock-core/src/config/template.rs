@@ -1,0 +1,90 @@
+//! The file `airlock init` writes: every default, with comments.
+
+/// A commented `airlock.yaml` holding every default value. Tests hold it equal,
+/// key for key, to `Config::default()`.
+pub const TEMPLATE: &str = r#"# airlock.yaml: configuration of the airlock gateway.
+#
+# Every value below is the built-in default; delete a key to keep its default.
+# Unknown keys are errors. `airlock config check` validates this file and
+# `airlock config schema` prints its JSON Schema.
+
+workspace:
+  root: .                    # sandbox root, relative to the --workspace dir; canonicalized at start
+  state_dir: .airlock        # approvals db, audit log, blobs, snapshots; relative to root
+
+file_broker:                 # limits of the file tools
+  hitl_ttl_seconds: 120      # how long a proposal waits for a decision
+  max_read_bytes_default: 32000
+  max_read_bytes_hard: 131072
+  max_write_bytes_hard: 524288
+  max_inline_bytes: 16384    # larger output becomes a blob (output_mode: auto)
+  diff_preview_max_chars: 8000
+  absolute_paths: reject     # reject | within_root
+  follow_symlinks: within_root_only   # deny | within_root_only | allow
+  allowlisted_create_dirs: [src/, lib/, tests/, docs/, scripts/]   # root-level files always allowed
+  deny_path_globs: ["**/.env", "**/*.pem", "**/*id_rsa*", "**/secrets/**"]
+  max_grep_results: 100
+  max_glob_results: 1000
+  audit_log_enabled: true
+
+security:
+  write_tool_allowlist: null # null = no user restriction; [] = write tools disabled; [ids] = only these users
+  write_tool_confirmation: true   # false: write calls of allowed users are not asked
+  hitl:
+    enabled: true            # false: calls that would ask are allowed (still audited)
+    default_timeout: 60      # seconds, when neither a rule nor a risk policy says
+    approval_mode: wait      # wait | defer
+    elicitation_fallback: deny   # when an MCP client cannot be asked: deny | allow | defer | wait
+    max_pending: 100         # per workspace; more are rejected with rate_limited
+    max_pending_per_session: 10
+    rules: []                # first match wins; for example:
+    # rules:
+    #   - tools: [delete_file, "*__delete_*"]
+    #     risk: high
+    #     require_approval: true
+    #     timeout: 60
+    #   - tools: [write_file]
+    #     conditions: [{param: path, matches: "^(/etc|/sys|/root)/"}]   # also equals, glob, in
+    #     risk: critical
+    #   - tools: ["*__drop_*"]
+    #     decision: deny
+    policies:                # per risk level: require_approval, timeout, allow_skip, require_reason, approvers
+      low:      {require_approval: false}
+      medium:   {require_approval: true, timeout: 120, allow_skip: true}
+      high:     {require_approval: true, timeout: 60,  allow_skip: false}
+      critical: {require_approval: true, timeout: 30,  allow_skip: false, require_reason: true, approvers: [admin]}
+
+# default_profile: supervised  # profile for endpoints that name none; omit = no profile
+profiles: {}                 # names match ^[A-Za-z0-9_]{1,32}$; precedence deny > ask > allow; for example:
+# profiles:
+#   safe:
+#     allowlist: ["read_file", "grep", "glob", "list_dir", "stat", "exists"]
+#   supervised:
+#     denylist: ["*__delete_*"]
+#     asklist: ["write_file", "edit_file", "apply_patch", "*__*"]
+#     elicitation_fallback: deny   # deny | allow | defer | wait
+
+upstreams: []                # MCP servers whose tools airlock gates as <name>__<tool>; for example:
+# upstreams:
+#   - name: fs
+#     command: npx
+#     args: ["@modelcontextprotocol/server-filesystem", "."]
+#     trusted_annotations: false
+#   - name: remote
+#     url: http://127.0.0.1:3011/mcp
+
+auth:                        # HTTP only; tokens stored as sha256
+  tokens: []
+  # tokens:
+  #   - {name: claude, sha256: "<64 hex digits>", roles: [agent], user: user-1}
+  #   - {name: user-1-phone, sha256: "<64 hex digits>", roles: [approver], user: user-1}
+
+audit:
+  path: .airlock/audit.jsonl
+  hmac_key_env: AIRLOCK_AUDIT_KEY   # when this variable is set, the chain is keyed (HMAC-SHA256)
+
+notify:
+  webhooks: []               # POST each new approval, with signed approve/deny links; for example:
+  # webhooks:
+  #   - {url: "http://127.0.0.1:9000/hook", events: [created]}
+"#;

@@ -1,0 +1,83 @@
+//! The machine-readable error codes of the envelope (DESIGN §5).
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// `error.code` of an envelope whose status is `denied` or `error`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    PathForbidden,
+    PathDenied,
+    CreateNotAllowed,
+    NotFound,
+    IsDirectory,
+    NotADirectory,
+    FileExists,
+    ParentNotFound,
+    Conflict,
+    Stale,
+    Ambiguous,
+    EditTargetNotFound,
+    InvalidInput,
+    InvalidInputEmptyOldString,
+    InvalidUtf8,
+    TooLarge,
+    InlineRequiredTooLarge,
+    ParseError,
+    HunkRejected,
+    InvalidRegex,
+    InvalidPattern,
+    UnknownTool,
+    UpstreamError,
+    RateLimited,
+    Expired,
+    AlreadyDecided,
+    NotInAllowlist,
+    IoError,
+    /// A profile or rule refused the call.
+    PolicyDenied,
+}
+
+impl ErrorCode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::PathForbidden => "path_forbidden",
+            ErrorCode::PathDenied => "path_denied",
+            ErrorCode::CreateNotAllowed => "create_not_allowed",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::IsDirectory => "is_directory",
+            ErrorCode::NotADirectory => "not_a_directory",
+            ErrorCode::FileExists => "file_exists",
+            ErrorCode::ParentNotFound => "parent_not_found",
+            ErrorCode::Conflict => "conflict",
+            ErrorCode::Stale => "stale",
+            ErrorCode::Ambiguous => "ambiguous",
+            ErrorCode::EditTargetNotFound => "edit_target_not_found",
+            ErrorCode::InvalidInput => "invalid_input",
+            ErrorCode::InvalidInputEmptyOldString => "invalid_input_empty_old_string",
+            ErrorCode::InvalidUtf8 => "invalid_utf8",
+            ErrorCode::TooLarge => "too_large",
+            ErrorCode::InlineRequiredTooLarge => "inline_required_too_large",
+            ErrorCode::ParseError => "parse_error",
+            ErrorCode::HunkRejected => "hunk_rejected",
+            ErrorCode::InvalidRegex => "invalid_regex",
+            ErrorCode::InvalidPattern => "invalid_pattern",
+            ErrorCode::UnknownTool => "unknown_tool",
+            ErrorCode::UpstreamError => "upstream_error",
+            ErrorCode::RateLimited => "rate_limited",
+            ErrorCode::Expired => "expired",
+            ErrorCode::AlreadyDecided => "already_decided",
+            ErrorCode::NotInAllowlist => "not_in_allowlist",
+            ErrorCode::IoError => "io_error",
+            ErrorCode::PolicyDenied => "policy_denied",
+        }
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

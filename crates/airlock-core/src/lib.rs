@@ -1,0 +1,34 @@
+//! airlock-core: the sans-IO heart of airlock.
+//!
+//! It holds the domain types every transport shares ([`ToolCall`], [`Principal`],
+//! [`Decision`], [`Risk`], [`ErrorCode`]), the configuration model with its loader
+//! and JSON Schema ([`config`]), and policy evaluation ([`policy::evaluate`]). It
+//! does no IO: no files, no sockets, no clock, no async runtime. Callers pass in
+//! text, data and the time.
+//!
+//! ```
+//! use airlock_core::{config, policy, Disposition, ToolCall};
+//!
+//! let loaded = config::load("profiles:\n  safe:\n    allowlist: [read_file]\n", "airlock.yaml")?;
+//! let mut call = ToolCall::new(
+//!     "write_file",
+//!     serde_json::json!({"path": "src/main.rs", "content": "fn main() {}"}),
+//!     loaded.policy.origin_of("write_file", None),
+//!     0,
+//! );
+//! assert_eq!(policy::evaluate(&loaded.policy, &call, &[]).disposition, Disposition::Ask);
+//! call.profile = Some("safe".into());
+//! assert_eq!(policy::evaluate(&loaded.policy, &call, &[]).disposition, Disposition::Deny);
+//! # Ok::<(), airlock_core::config::ConfigError>(())
+//! ```
+
+pub mod call;
+pub mod config;
+pub mod error_code;
+pub mod policy;
+pub mod tools;
+pub mod yaml;
+
+pub use call::{Principal, ToolAnnotations, ToolCall, ToolOrigin, UnixMillis};
+pub use error_code::ErrorCode;
+pub use policy::{Decision, Disposition, Grant, GrantScope, Justification, Layer, Policy, Risk};

@@ -1,0 +1,307 @@
+//! The evaluation of one call, layer by layer (DESIGN §4).
+
+use serde_json::Value;
+
+use super::compile::{CompiledRule, Policy};
+use super::decision::{Decision, Disposition, Justification, Reason, Risk, ToolClass};
+use super::grant::Grant;
+use super::paths::Scope;
+use crate::call::{ToolCall, ToolOrigin};
+use crate::error_code::ErrorCode;
+use crate::tools::{BuiltinTool, FOREIGN_PATH_PARAMS, patch_paths};
+
+/// Collects the layers' votes; the strictest wins.
+struct Tally {
+    disposition: Disposition,
+    deny_code: Option<ErrorCode>,
+    justification: Vec<Justification>,
+}
+
+impl Tally {
+    fn say(&mut self, effect: Option<Disposition>, reason: Reason) {
+        if let Some(effect) = effect {
+            self.disposition = self.disposition.max(effect);
+        }
+        self.justification.push(Justification { effect, reason });
+    }
+
+    fn deny(&mut self, reason: Reason, code: ErrorCode) {
+        if self.deny_code.is_none() {
+            self.deny_code = Some(code);
+        }
+        self.say(Some(Disposition::Deny), reason);
+    }
+}
+
+impl Policy {
+    pub(crate) fn evaluate(&self, call: &ToolCall, grants: &[Grant]) -> Decision {
+        let mut tally = Tally {
+            disposition: Disposition::Allow,
+            deny_code: None,
+            justification: Vec::with_capacity(6),
+        };
+
+        // Layers 4 and 5 come first in time: risk decides what is write-class.
+        let rule = self.rules.first_match(&call.tool, &call.args);
+        let (class, default_risk) = self.default_risk(&call.origin);
+        let risk = rule.and_then(|(_, rule)| rule.risk).unwrap_or(default_risk);
+        let write_class = match &call.origin {
+            ToolOrigin::Builtin(tool) => tool.is_write(),
+            ToolOrigin::Upstream { .. } | ToolOrigin::Unknown => risk != Risk::Low,
+        };
+
+        // Layer 1: the sandbox, on every path-like argument.
+        for_each_path(call, |param, path, scope| {
+            match self.paths.check(param, path, scope, write_class) {
+                Some((reason, code)) => {
+                    tally.deny(reason, code);
+                    false
+                }
+                None => true,
+            }
+        });
+
+        // Layer 2: the write-tool user allowlist (spec 001).
+        if write_class && let Some(users) = &self.write_allowlist {
+            let user = call.principal.user.as_deref();
+            if users.is_empty() {
+                tally.deny(Reason::WriteToolsDisabled, ErrorCode::NotInAllowlist);
+            } else if user.is_some_and(|user| users.iter().any(|allowed| allowed == user)) {
+                tally.say(Some(Disposition::Allow), Reason::UserAllowed);
+            } else {
+                let user = user.map(str::to_owned);
+                tally.deny(Reason::UserNotAllowed { user }, ErrorCode::NotInAllowlist);
+            }
+        }
+
+        // Layer 3: the profile (spec 004), strictest list wins.
+        let mut elicitation_fallback = self.elicitation_fallback;
+        let mut applied_profile = None;
+        if let Some(name) = call.profile.as_deref().or(self.default_profile.as_deref()) {
+            match self.profiles.get(name) {
+                None => tally.deny(
+                    Reason::UnknownProfile {
+                        profile: name.to_owned(),
+                    },
+                    ErrorCode::PolicyDenied,
+                ),
+                Some(profile) => {
+                    applied_profile = Some(profile.name.clone());
+                    if let Some(fallback) = profile.elicitation_fallback {
+                        elicitation_fallback = fallback;
+                    }
+                    let tool = call.tool.as_str();
+                    let profile_name = || profile.name.clone();
+                    let allowed_by = profile
+                        .allowlist
+                        .as_ref()
+                        .map(|list| list.first_match(tool));
+                    if let Some(pattern) = profile.denylist.first_match(tool) {
+                        let reason = Reason::ProfileDenylist {
+                            profile: profile_name(),
+                            pattern: pattern.clone(),
+                        };
+                        tally.deny(reason, ErrorCode::PolicyDenied);
+                    } else if let Some(None) = allowed_by {
+                        let reason = Reason::ProfileAllowlistMiss {
+                            profile: profile_name(),
+                        };
+                        tally.deny(reason, ErrorCode::PolicyDenied);
+                    } else if let Some(pattern) = profile.asklist.first_match(tool) {
+                        let reason = Reason::ProfileAsklist {
+                            profile: profile_name(),
+                            pattern: pattern.clone(),
+                        };
+                        tally.say(Some(Disposition::Ask), reason);
+                    } else if let Some(Some(pattern)) = allowed_by {
+                        let reason = Reason::ProfileAllowlist {
+                            profile: profile_name(),
+                            pattern: pattern.clone(),
+                        };
+                        tally.say(Some(Disposition::Allow), reason);
+                    }
+                }
+            }
+        }
+
+        // Layer 4: the first matching rule (spec 002).
+        let risk_policy = self.risk_policy(risk);
+        let mut require_approval = risk_policy.require_approval;
+        let mut timeout_seconds = risk_policy.timeout;
+        if let Some((index, rule)) = rule {
+            let CompiledRule {
+                risk,
+                require_approval: rule_requires,
+                timeout,
+                deny,
+                ..
+            } = *rule;
+            let reason = Reason::Rule {
+                index,
+                risk,
+                require_approval: rule_requires,
+                deny,
+            };
+            if deny {
+                tally.deny(reason, ErrorCode::PolicyDenied);
+            } else {
+                let effect = rule_requires.map(|ask| {
+                    if ask {
+                        Disposition::Ask
+                    } else {
+                        Disposition::Allow
+                    }
+                });
+                tally.say(effect, reason);
+            }
+            if let Some(requires) = rule_requires {
+                require_approval = requires;
+            }
+            if let Some(timeout) = timeout {
+                timeout_seconds = timeout;
+            }
+        }
+
+        // Layer 5: the default risk, when no rule set one.
+        if rule.is_none_or(|(_, rule)| rule.risk.is_none()) {
+            tally.say(None, Reason::DefaultRisk { class, risk });
+        }
+
+        // Layer 6: the risk policy, unless the rule already said whether to ask.
+        if rule.is_none_or(|(_, rule)| rule.require_approval.is_none()) {
+            let effect = if require_approval {
+                Disposition::Ask
+            } else {
+                Disposition::Allow
+            };
+            tally.say(
+                Some(effect),
+                Reason::RiskPolicy {
+                    risk,
+                    require_approval,
+                },
+            );
+        }
+
+        // Layer 7: grants turn ask into allow, only where the policy allows skipping.
+        if tally.disposition == Disposition::Ask && risk_policy.allow_skip && !grants.is_empty() {
+            let mut paths = Vec::new();
+            for_each_path(call, |_, path, _| {
+                paths.push(path);
+                true
+            });
+            if let Some(grant) = grants.iter().find(|grant| grant.covers(call, &paths)) {
+                tally.justification.push(Justification {
+                    effect: Some(Disposition::Allow),
+                    reason: Reason::Grant {
+                        id: grant.id.clone(),
+                    },
+                });
+                tally.disposition = Disposition::Allow;
+            }
+        }
+
+        // Layer 8: a disabled gate lets what would ask through, still on record.
+        if tally.disposition == Disposition::Ask {
+            let reason = if !self.hitl_enabled {
+                Some(Reason::HitlDisabled)
+            } else if write_class && !self.write_tool_confirmation {
+                Some(Reason::ConfirmationDisabled)
+            } else {
+                None
+            };
+            if let Some(reason) = reason {
+                tally.justification.push(Justification {
+                    effect: Some(Disposition::Allow),
+                    reason,
+                });
+                tally.disposition = Disposition::Allow;
+            }
+        }
+
+        Decision {
+            disposition: tally.disposition,
+            risk,
+            timeout_seconds,
+            allow_skip: risk_policy.allow_skip,
+            require_reason: risk_policy.require_reason,
+            approvers: risk_policy.approvers.clone(),
+            write_class,
+            profile: applied_profile,
+            elicitation_fallback,
+            deny_code: match tally.disposition {
+                Disposition::Deny => tally.deny_code,
+                Disposition::Allow | Disposition::Ask => None,
+            },
+            justification: tally.justification,
+        }
+    }
+
+    fn default_risk(&self, origin: &ToolOrigin) -> (ToolClass, Risk) {
+        match origin {
+            ToolOrigin::Builtin(tool) => {
+                let class = tool.class();
+                (ToolClass::Builtin(class), class.default_risk())
+            }
+            ToolOrigin::Upstream {
+                upstream,
+                annotations,
+            } => {
+                if !self.trusts(upstream) {
+                    return (ToolClass::UntrustedUpstream, Risk::High);
+                }
+                let risk = match annotations {
+                    Some(annotations) if annotations.read_only_hint == Some(true) => Risk::Low,
+                    Some(annotations) if annotations.destructive_hint == Some(false) => {
+                        Risk::Medium
+                    }
+                    Some(_) | None => Risk::High,
+                };
+                (ToolClass::TrustedUpstream, risk)
+            }
+            ToolOrigin::Unknown => (ToolClass::Unknown, Risk::High),
+        }
+    }
+}
+
+/// Calls `visit(param, path, scope)` for every path-like argument of `call` until
+/// it returns `false`.
+fn for_each_path<'c>(call: &'c ToolCall, mut visit: impl FnMut(&str, &'c str, Scope) -> bool) {
+    match &call.origin {
+        ToolOrigin::Builtin(BuiltinTool::ApplyPatch) => {
+            if let Some(patch) = call.args.get("patch").and_then(Value::as_str) {
+                for path in patch_paths(patch) {
+                    if !visit("patch", path, Scope::Workspace) {
+                        return;
+                    }
+                }
+            }
+        }
+        ToolOrigin::Builtin(tool) => {
+            for param in tool.path_params() {
+                if let Some(path) = call.args.get(*param).and_then(Value::as_str)
+                    && !visit(param, path, Scope::Workspace)
+                {
+                    return;
+                }
+            }
+        }
+        ToolOrigin::Upstream { .. } | ToolOrigin::Unknown => {
+            let Some(args) = call.args.as_object() else {
+                return;
+            };
+            for param in FOREIGN_PATH_PARAMS {
+                let paths: &mut dyn Iterator<Item = &Value> = match args.get(*param) {
+                    Some(Value::Array(items)) => &mut items.iter(),
+                    Some(value) => &mut std::iter::once(value),
+                    None => continue,
+                };
+                for path in paths.filter_map(Value::as_str) {
+                    if !visit(param, path, Scope::Foreign) {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}

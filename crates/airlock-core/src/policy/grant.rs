@@ -1,0 +1,89 @@
+//! Grants: a human's "always allow" for a tool (and optionally a path glob), in
+//! one session or persistently, until an optional expiry.
+
+use std::sync::Arc;
+
+use globset::GlobMatcher;
+
+use crate::call::{ToolCall, UnixMillis};
+
+/// Where a grant applies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GrantScope {
+    /// Only calls of this session.
+    Session(String),
+    /// Every session.
+    Persistent,
+}
+
+/// An "always allow" decision. It turns an ask into an allow, never a deny, and
+/// only where the risk policy has `allow_skip`.
+#[derive(Debug, Clone)]
+pub struct Grant {
+    pub id: Arc<str>,
+    /// The exact tool name the grant covers.
+    pub tool: String,
+    path_glob: Option<(String, GlobMatcher)>,
+    pub scope: GrantScope,
+    /// The grant no longer applies to calls received at or after this time.
+    pub expires_at: Option<UnixMillis>,
+}
+
+impl Grant {
+    /// A grant; `path_glob` limits it to calls whose every path argument matches.
+    pub fn new(
+        id: impl Into<Arc<str>>,
+        tool: impl Into<String>,
+        path_glob: Option<&str>,
+        scope: GrantScope,
+        expires_at: Option<UnixMillis>,
+    ) -> Result<Grant, globset::Error> {
+        let path_glob = match path_glob {
+            Some(pattern) => Some((
+                pattern.to_owned(),
+                super::paths::path_glob(pattern)?.compile_matcher(),
+            )),
+            None => None,
+        };
+        Ok(Grant {
+            id: id.into(),
+            tool: tool.into(),
+            path_glob,
+            scope,
+            expires_at,
+        })
+    }
+
+    /// The path glob as written.
+    pub fn path_glob(&self) -> Option<&str> {
+        self.path_glob.as_ref().map(|(pattern, _)| pattern.as_str())
+    }
+
+    /// Whether the grant covers `call`, whose path arguments are `paths`.
+    pub(crate) fn covers(&self, call: &ToolCall, paths: &[&str]) -> bool {
+        if self.tool != call.tool {
+            return false;
+        }
+        if self
+            .expires_at
+            .is_some_and(|expiry| call.received_at >= expiry)
+        {
+            return false;
+        }
+        if let GrantScope::Session(session) = &self.scope
+            && call.session.as_deref() != Some(session.as_str())
+        {
+            return false;
+        }
+        match &self.path_glob {
+            None => true,
+            Some((_, matcher)) => {
+                !paths.is_empty()
+                    && paths.iter().all(|path| {
+                        super::normalize_relative(path)
+                            .is_some_and(|normalized| matcher.is_match(normalized))
+                    })
+            }
+        }
+    }
+}

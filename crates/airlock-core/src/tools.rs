@@ -1,0 +1,225 @@
+//! The catalogue of airlock's built-in tools: their names, their fixed risk class
+//! and which of their parameters name workspace paths.
+
+use serde::Serialize;
+
+use crate::policy::Risk;
+
+/// A tool that airlock implements itself (DESIGN §5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BuiltinTool {
+    ReadFile,
+    WriteFile,
+    EditFile,
+    ApplyPatch,
+    DeleteFile,
+    MoveFile,
+    Grep,
+    Glob,
+    Stat,
+    Exists,
+    ListDir,
+    ProposalStatus,
+}
+
+/// How much a built-in tool can change, which fixes its default risk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BuiltinClass {
+    /// Reads only: low risk.
+    ReadOnly,
+    /// Writes or edits file contents: medium risk.
+    Write,
+    /// Deletes or moves files: high risk.
+    Destructive,
+}
+
+impl BuiltinTool {
+    /// Every built-in tool, in the order `tools/list` shows them.
+    pub const ALL: [BuiltinTool; 12] = [
+        BuiltinTool::ReadFile,
+        BuiltinTool::WriteFile,
+        BuiltinTool::EditFile,
+        BuiltinTool::ApplyPatch,
+        BuiltinTool::DeleteFile,
+        BuiltinTool::MoveFile,
+        BuiltinTool::Grep,
+        BuiltinTool::Glob,
+        BuiltinTool::Stat,
+        BuiltinTool::Exists,
+        BuiltinTool::ListDir,
+        BuiltinTool::ProposalStatus,
+    ];
+
+    /// The tool's name as agents call it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            BuiltinTool::ReadFile => "read_file",
+            BuiltinTool::WriteFile => "write_file",
+            BuiltinTool::EditFile => "edit_file",
+            BuiltinTool::ApplyPatch => "apply_patch",
+            BuiltinTool::DeleteFile => "delete_file",
+            BuiltinTool::MoveFile => "move_file",
+            BuiltinTool::Grep => "grep",
+            BuiltinTool::Glob => "glob",
+            BuiltinTool::Stat => "stat",
+            BuiltinTool::Exists => "exists",
+            BuiltinTool::ListDir => "list_dir",
+            BuiltinTool::ProposalStatus => "proposal_status",
+        }
+    }
+
+    /// The built-in tool called `name`, if there is one.
+    pub fn from_name(name: &str) -> Option<BuiltinTool> {
+        BuiltinTool::ALL
+            .into_iter()
+            .find(|tool| tool.name() == name)
+    }
+
+    /// The tool's fixed class.
+    pub const fn class(self) -> BuiltinClass {
+        match self {
+            BuiltinTool::ReadFile
+            | BuiltinTool::Grep
+            | BuiltinTool::Glob
+            | BuiltinTool::Stat
+            | BuiltinTool::Exists
+            | BuiltinTool::ListDir
+            | BuiltinTool::ProposalStatus => BuiltinClass::ReadOnly,
+            BuiltinTool::WriteFile | BuiltinTool::EditFile | BuiltinTool::ApplyPatch => {
+                BuiltinClass::Write
+            }
+            BuiltinTool::DeleteFile | BuiltinTool::MoveFile => BuiltinClass::Destructive,
+        }
+    }
+
+    /// Whether the tool can change the workspace (a built-in write tool).
+    pub const fn is_write(self) -> bool {
+        !matches!(self.class(), BuiltinClass::ReadOnly)
+    }
+
+    /// The parameters that hold one workspace-relative path each.
+    pub const fn path_params(self) -> &'static [&'static str] {
+        match self {
+            BuiltinTool::ReadFile
+            | BuiltinTool::WriteFile
+            | BuiltinTool::EditFile
+            | BuiltinTool::DeleteFile
+            | BuiltinTool::Grep
+            | BuiltinTool::Glob
+            | BuiltinTool::Stat
+            | BuiltinTool::Exists
+            | BuiltinTool::ListDir => &["path"],
+            BuiltinTool::MoveFile => &["from", "to"],
+            // apply_patch names its paths inside the patch text; see `patch_paths`.
+            BuiltinTool::ApplyPatch | BuiltinTool::ProposalStatus => &[],
+        }
+    }
+}
+
+impl BuiltinClass {
+    /// The default risk of a tool of this class (DESIGN §4, layer 5).
+    pub const fn default_risk(self) -> Risk {
+        match self {
+            BuiltinClass::ReadOnly => Risk::Low,
+            BuiltinClass::Write => Risk::Medium,
+            BuiltinClass::Destructive => Risk::High,
+        }
+    }
+}
+
+/// Argument names that, on tools airlock does not implement, are taken to hold
+/// paths, so that deny globs and protected paths also guard upstream servers.
+pub const FOREIGN_PATH_PARAMS: &[&str] = &[
+    "path",
+    "paths",
+    "file",
+    "files",
+    "file_path",
+    "filepath",
+    "filename",
+    "directory",
+    "dir",
+    "source",
+    "destination",
+    "src",
+    "dst",
+    "from",
+    "to",
+    "target",
+    "old_path",
+    "new_path",
+];
+
+/// The paths an `apply_patch` patch text touches, read from its file headers
+/// (V4A `*** Add/Delete/Update File:` and `*** Move to:`, unified `---`/`+++`).
+///
+/// This is a textual scan for the policy's path checks; the patch parser of the
+/// file tools is what applies a patch, and it checks every path again through the
+/// sandbox.
+pub fn patch_paths(patch: &str) -> Vec<&str> {
+    const V4A_HEADERS: [&str; 4] = [
+        "*** Add File:",
+        "*** Delete File:",
+        "*** Update File:",
+        "*** Move to:",
+    ];
+    let mut paths = Vec::new();
+    for line in patch.lines() {
+        let line = line.trim();
+        if let Some(rest) = V4A_HEADERS
+            .iter()
+            .find_map(|header| line.strip_prefix(header))
+        {
+            paths.push(rest.trim());
+        } else if let Some(rest) = line
+            .strip_prefix("--- ")
+            .or_else(|| line.strip_prefix("+++ "))
+        {
+            // `--- a/src/x.rs\t2024-01-01` style: the path ends at a tab.
+            let path = rest.split('\t').next().unwrap_or(rest).trim();
+            if path == "/dev/null" {
+                continue;
+            }
+            let path = path
+                .strip_prefix("a/")
+                .or_else(|| path.strip_prefix("b/"))
+                .unwrap_or(path);
+            paths.push(path);
+        }
+    }
+    paths
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patch_paths_reads_v4a_and_unified_headers() {
+        let patch = "*** Begin Patch\n*** Update File: src/a.rs\n*** Move to: src/b.rs\n@@\n-x\n+y\n\
+                     *** Add File: docs/new.md\n+hi\n*** Delete File: old.txt\n*** End Patch\n\
+                     --- a/lib/x.rs\t2024\n+++ b/lib/x.rs\n--- /dev/null\n+++ b/.env\n";
+        assert_eq!(
+            patch_paths(patch),
+            [
+                "src/a.rs",
+                "src/b.rs",
+                "docs/new.md",
+                "old.txt",
+                "lib/x.rs",
+                "lib/x.rs",
+                ".env"
+            ]
+        );
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for tool in BuiltinTool::ALL {
+            assert_eq!(BuiltinTool::from_name(tool.name()), Some(tool));
+        }
+        assert_eq!(BuiltinTool::from_name("rm"), None);
+    }
+}
