@@ -1,1 +1,127 @@
-fn main() {}
+//! `airlock`: the command-line face of the airlock gateway.
+//!
+//! It wires the crates together: it finds the workspace and its configuration,
+//! refuses to run on an invalid one (exit 2), and runs the subcommand. Exit codes
+//! follow DESIGN §11: 0 success, 1 internal error, 2 usage or configuration error.
+
+mod check;
+mod workspace;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::workspace::Workspace;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "airlock",
+    version,
+    about = "A human-in-the-loop gateway for AI agent tool calls",
+    propagate_version = true
+)]
+struct Cli {
+    #[command(flatten)]
+    global: GlobalArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Flags every subcommand accepts.
+#[derive(Debug, Args)]
+pub(crate) struct GlobalArgs {
+    /// The workspace directory [default: the current directory].
+    #[arg(long, global = true, value_name = "DIR")]
+    workspace: Option<PathBuf>,
+    /// The configuration file [default: <workspace>/airlock.yaml; built-in defaults
+    /// when absent].
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Write airlock.yaml with every default and create the state dir.
+    Init {
+        /// Overwrite an existing configuration file.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Validate the configuration or print its JSON Schema.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// Explain the policy decision for a tool call, without side effects.
+    Check(check::CheckArgs),
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigCommand {
+    /// Validate the configuration file; errors name the key path and line.
+    Check,
+    /// Print the JSON Schema of the configuration file.
+    Schema,
+}
+
+/// A failure with the exit code it maps to.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub code: u8,
+    pub error: anyhow::Error,
+}
+
+impl Failure {
+    /// Exit 2: bad usage or configuration.
+    pub fn usage(error: impl Into<anyhow::Error>) -> Failure {
+        Failure {
+            code: 2,
+            error: error.into(),
+        }
+    }
+
+    /// Exit 1: something failed that is not the user's input.
+    pub fn internal(error: impl Into<anyhow::Error>) -> Failure {
+        Failure {
+            code: 1,
+            error: error.into(),
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            let _ = writeln!(std::io::stderr(), "error: {:#}", failure.error);
+            ExitCode::from(failure.code)
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<(), Failure> {
+    // Every command first loads the configuration: an invalid one stops them all.
+    let workspace = Workspace::load(&cli.global)?;
+    match cli.command {
+        Command::Init { force } => workspace.init(force),
+        Command::Config(ConfigCommand::Check) => {
+            print(&workspace.describe());
+            Ok(())
+        }
+        Command::Config(ConfigCommand::Schema) => {
+            let schema = airlock_core::config::json_schema();
+            let text = serde_json::to_string_pretty(&schema).map_err(Failure::internal)?;
+            print(&text);
+            Ok(())
+        }
+        Command::Check(args) => check::run(&workspace, &args),
+    }
+}
+
+/// Prints `text` and a newline on stdout; a closed stdout is not an error worth a
+/// panic.
+pub(crate) fn print(text: &str) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{text}");
+}

@@ -14,7 +14,7 @@ use serde_json::Value;
 use crate::policy::Risk;
 
 /// The whole configuration file.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 #[schemars(title = "airlock.yaml")]
 pub struct Config {
@@ -339,22 +339,6 @@ pub enum WebhookEvent {
 
 fn default_webhook_events() -> Vec<WebhookEvent> {
     vec![WebhookEvent::Created]
-}
-
-impl Default for Config {
-    fn default() -> Config {
-        Config {
-            workspace: WorkspaceConfig::default(),
-            file_broker: FileBrokerConfig::default(),
-            security: SecurityConfig::default(),
-            default_profile: None,
-            profiles: BTreeMap::new(),
-            upstreams: Vec::new(),
-            auth: AuthConfig::default(),
-            audit: AuditConfig::default(),
-            notify: NotifyConfig::default(),
-        }
-    }
 }
 
 impl Default for WorkspaceConfig {

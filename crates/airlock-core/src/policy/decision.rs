@@ -258,7 +258,12 @@ pub enum Reason {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ToolClass {
-    Builtin(BuiltinClass),
+    /// A built-in read-only tool.
+    BuiltinReadOnly,
+    /// A built-in write/edit/patch tool.
+    BuiltinWrite,
+    /// A built-in delete/move tool.
+    BuiltinDestructive,
     /// An upstream tool whose annotations are trusted.
     TrustedUpstream,
     /// An upstream tool whose annotations are not trusted (or absent).
@@ -274,6 +279,17 @@ pub struct Justification {
     /// have none.
     pub effect: Option<Disposition>,
     pub reason: Reason,
+}
+
+impl ToolClass {
+    /// The class of a built-in tool.
+    pub const fn of_builtin(class: BuiltinClass) -> ToolClass {
+        match class {
+            BuiltinClass::ReadOnly => ToolClass::BuiltinReadOnly,
+            BuiltinClass::Write => ToolClass::BuiltinWrite,
+            BuiltinClass::Destructive => ToolClass::BuiltinDestructive,
+        }
+    }
 }
 
 impl Justification {
@@ -388,9 +404,9 @@ impl fmt::Display for Justification {
             }
             Reason::DefaultRisk { class, risk } => {
                 let what = match class {
-                    ToolClass::Builtin(BuiltinClass::ReadOnly) => "built-in read-only tool",
-                    ToolClass::Builtin(BuiltinClass::Write) => "built-in write tool",
-                    ToolClass::Builtin(BuiltinClass::Destructive) => "built-in delete/move tool",
+                    ToolClass::BuiltinReadOnly => "built-in read-only tool",
+                    ToolClass::BuiltinWrite => "built-in write tool",
+                    ToolClass::BuiltinDestructive => "built-in delete/move tool",
                     ToolClass::TrustedUpstream => "upstream tool with trusted annotations",
                     ToolClass::UntrustedUpstream => "upstream tool, annotations not trusted",
                     ToolClass::Unknown => "unknown tool",

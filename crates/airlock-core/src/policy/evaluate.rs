@@ -241,7 +241,7 @@ impl Policy {
         match origin {
             ToolOrigin::Builtin(tool) => {
                 let class = tool.class();
-                (ToolClass::Builtin(class), class.default_risk())
+                (ToolClass::of_builtin(class), class.default_risk())
             }
             ToolOrigin::Upstream {
                 upstream,
