@@ -98,15 +98,15 @@ pub fn load(text: &str, source_name: &str) -> Result<LoadedConfig, ConfigError> 
     })?;
     let lines = &document.lines;
     let with_lines = |issues: Vec<ConfigIssue>| {
-        fail(
-            issues
-                .into_iter()
-                .map(|issue| ConfigIssue {
-                    line: issue.line.or_else(|| lines.line_of(&issue.path)),
-                    ..issue
-                })
-                .collect(),
-        )
+        let mut issues: Vec<ConfigIssue> = issues
+            .into_iter()
+            .map(|issue| ConfigIssue {
+                line: issue.line.or_else(|| lines.line_of(&issue.path)),
+                ..issue
+            })
+            .collect();
+        issues.sort_by_key(|issue| issue.line);
+        fail(issues)
     };
     let value = match document.value {
         Value::Null => Value::Object(serde_json::Map::new()),

@@ -302,7 +302,8 @@ fn compile_rules(config: &Config, issues: &mut Vec<ConfigIssue>) -> Option<RuleS
         for (j, condition) in rule.conditions.iter().enumerate() {
             let path = format!("{base}.conditions[{j}]");
             let test = if let Some(pattern) = &condition.matches {
-                match Regex::new(&format!("^(?:{pattern})")) {
+                // Compile the pattern as written first, so an error quotes it.
+                match Regex::new(pattern).and_then(|_| Regex::new(&format!("^(?:{pattern})"))) {
                     Ok(regex) => ConditionTest::Matches(regex),
                     Err(error) => {
                         ok = false;

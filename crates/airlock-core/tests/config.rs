@@ -1,0 +1,264 @@
+//! Configuration tests: the defaults are DESIGN §3's values, the `airlock init`
+//! template holds every one of them, and every invalid file is refused with the key
+//! path and the line. Error cases are files in `tests/fixtures/config_errors/`:
+//! `<case>.yaml` and the exact message in `<case>.expected` (regenerate with
+//! `UPDATE_EXPECT=1 cargo test -p airlock-core --test config`, then read the diff).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+
+use airlock_core::config::{self, Config, TEMPLATE};
+use airlock_core::{Disposition, Risk, ToolCall, policy};
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+
+/// DESIGN §3, written out by hand so that the code is checked against the spec.
+fn design_defaults() -> Value {
+    json!({
+        "workspace": {"root": ".", "state_dir": ".airlock"},
+        "file_broker": {
+            "hitl_ttl_seconds": 120,
+            "max_read_bytes_default": 32000,
+            "max_read_bytes_hard": 131072,
+            "max_write_bytes_hard": 524288,
+            "max_inline_bytes": 16384,
+            "diff_preview_max_chars": 8000,
+            "absolute_paths": "reject",
+            "follow_symlinks": "within_root_only",
+            "allowlisted_create_dirs": ["src/", "lib/", "tests/", "docs/", "scripts/"],
+            "deny_path_globs": ["**/.env", "**/*.pem", "**/*id_rsa*", "**/secrets/**"],
+            "max_grep_results": 100,
+            "max_glob_results": 1000,
+            "audit_log_enabled": true
+        },
+        "security": {
+            "write_tool_allowlist": null,
+            "write_tool_confirmation": true,
+            "hitl": {
+                "enabled": true,
+                "default_timeout": 60,
+                "approval_mode": "wait",
+                "elicitation_fallback": "deny",
+                "max_pending": 100,
+                "max_pending_per_session": 10,
+                "rules": [],
+                "policies": {
+                    "low": {"require_approval": false},
+                    "medium": {"require_approval": true, "timeout": 120, "allow_skip": true},
+                    "high": {"require_approval": true, "timeout": 60, "allow_skip": false},
+                    "critical": {"require_approval": true, "timeout": 30, "allow_skip": false,
+                                 "require_reason": true, "approvers": ["admin"]}
+                }
+            }
+        },
+        "profiles": {},
+        "upstreams": [],
+        "auth": {"tokens": []},
+        "audit": {"path": ".airlock/audit.jsonl", "hmac_key_env": "AIRLOCK_AUDIT_KEY"},
+        "notify": {"webhooks": []}
+    })
+}
+
+#[test]
+fn every_default_is_the_design_value() {
+    assert_eq!(
+        serde_json::to_value(Config::default()).unwrap(),
+        design_defaults()
+    );
+}
+
+#[test]
+fn no_file_empty_file_and_comments_only_are_the_defaults() {
+    for text in ["", "\n", "# nothing here\n\n# at all\n", "---\n", "~\n"] {
+        let loaded = config::load(text, "airlock.yaml").unwrap();
+        assert_eq!(loaded.config, Config::default(), "{text:?}");
+    }
+    assert_eq!(config::defaults().unwrap().config, Config::default());
+}
+
+#[test]
+fn init_template_writes_out_every_default() {
+    // Every key is present (not just defaulted) and holds the default value.
+    let written = airlock_core::yaml::parse(TEMPLATE).unwrap().value;
+    assert_eq!(written, design_defaults());
+    assert_eq!(
+        config::load(TEMPLATE, "airlock.yaml").unwrap().config,
+        Config::default()
+    );
+}
+
+#[test]
+fn the_commented_examples_in_the_template_are_valid() {
+    // The commented examples are what users copy: uncommented, each must load.
+    let examples = [
+        ("# rules:", "security:\n  hitl:\n"),
+        ("# profiles:", "default_profile: supervised\n"),
+        ("# upstreams:", ""),
+        ("# tokens:", "auth:\n"),
+        ("# webhooks:", "notify:\n"),
+    ];
+    for (marker, prefix) in examples {
+        let block = commented_block(TEMPLATE, marker);
+        let text = format!("{prefix}{block}").replace("<64 hex digits>", &"0".repeat(64));
+        let loaded = config::load(&text, marker)
+            .unwrap_or_else(|error| panic!("example {marker}:\n{text}\n{error}"));
+        assert_ne!(
+            loaded.config,
+            Config::default(),
+            "example {marker} is empty:\n{text}"
+        );
+    }
+}
+
+/// The run of comment lines starting at `marker`, with their first `# ` removed.
+fn commented_block(template: &str, marker: &str) -> String {
+    let lines: Vec<&str> = template.lines().collect();
+    let start = lines
+        .iter()
+        .position(|line| line.trim_start() == marker)
+        .unwrap_or_else(|| panic!("no example {marker}"));
+    lines[start..]
+        .iter()
+        .take_while(|line| line.trim_start().starts_with('#'))
+        .map(|line| format!("{}\n", line.replacen("# ", "", 1)))
+        .collect()
+}
+
+#[test]
+fn invalid_files_are_refused_with_key_path_and_line() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/config_errors");
+    let update = std::env::var_os("UPDATE_EXPECT").is_some();
+    let mut cases: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "yaml"))
+        .collect();
+    cases.sort();
+    assert!(cases.len() >= 25, "only {} cases", cases.len());
+    let mut mismatches = Vec::new();
+    for case in cases {
+        let text = std::fs::read_to_string(&case).unwrap();
+        let error = match config::load(&text, "airlock.yaml") {
+            Ok(_) => panic!("{} loaded without error", case.display()),
+            Err(error) => error,
+        };
+        for issue in &error.issues {
+            assert!(
+                issue.line.is_some(),
+                "{}: no line in {issue:?}",
+                case.display()
+            );
+        }
+        let actual = format!("{error}\n");
+        let expected_path = case.with_extension("expected");
+        if update {
+            std::fs::write(&expected_path, &actual).unwrap();
+            continue;
+        }
+        let expected = std::fs::read_to_string(&expected_path).unwrap_or_default();
+        if actual != expected {
+            mismatches.push(format!(
+                "{}:\n  expected: {expected}  actual:   {actual}",
+                case.display()
+            ));
+        }
+    }
+    assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
+}
+
+#[test]
+fn a_partial_risk_policy_keeps_that_levels_other_defaults() {
+    let loaded = config::load(
+        "security:\n  hitl:\n    policies:\n      medium: {timeout: 5}\n",
+        "airlock.yaml",
+    )
+    .unwrap();
+    let call = ToolCall::new(
+        "write_file",
+        json!({"path": "a.txt", "content": "x"}),
+        loaded.policy.origin_of("write_file", None),
+        0,
+    );
+    let decision = policy::evaluate(&loaded.policy, &call, &[]);
+    assert_eq!(
+        (
+            decision.disposition,
+            decision.risk,
+            decision.timeout_seconds,
+            decision.allow_skip
+        ),
+        (Disposition::Ask, Risk::Medium, 5, true)
+    );
+}
+
+#[test]
+fn the_schema_is_generated_from_the_model_and_closed() {
+    let schema = config::json_schema();
+    assert_eq!(
+        schema["$schema"],
+        "https://json-schema.org/draft/2020-12/schema"
+    );
+    assert_eq!(schema["additionalProperties"], false);
+    let top: Vec<&str> = schema["properties"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    let model: Vec<String> = design_defaults()
+        .as_object()
+        .unwrap()
+        .keys()
+        .cloned()
+        .collect();
+    for key in &model {
+        assert!(top.contains(&key.as_str()), "schema lacks {key}");
+    }
+    assert!(top.contains(&"default_profile"));
+    // Every object type in the schema refuses unknown keys, like the loader.
+    let mut open = Vec::new();
+    walk(&schema, "", &mut open);
+    assert!(
+        open.is_empty(),
+        "objects without additionalProperties: false: {open:?}"
+    );
+    // Enumerations carry the valid names.
+    let risk = &schema["$defs"]["Risk"];
+    let names: Vec<&str> = risk["oneOf"]
+        .as_array()
+        .map(|variants| {
+            variants
+                .iter()
+                .filter_map(|v| v["const"].as_str())
+                .collect()
+        })
+        .or_else(|| {
+            risk["enum"]
+                .as_array()
+                .map(|v| v.iter().filter_map(Value::as_str).collect())
+        })
+        .unwrap();
+    assert_eq!(names, ["low", "medium", "high", "critical"]);
+}
+
+fn walk(schema: &Value, at: &str, open: &mut Vec<String>) {
+    match schema {
+        Value::Object(map) => {
+            let is_struct =
+                map.get("type") == Some(&json!("object")) && map.contains_key("properties");
+            if is_struct && map.get("additionalProperties") != Some(&json!(false)) {
+                open.push(at.to_owned());
+            }
+            for (key, value) in map {
+                walk(value, &format!("{at}/{key}"), open);
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                walk(item, &format!("{at}/{i}"), open);
+            }
+        }
+        _ => {}
+    }
+}
