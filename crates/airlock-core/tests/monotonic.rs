@@ -1,0 +1,230 @@
+//! Property: tightening a profile never loosens a decision. Adding an entry to a
+//! denylist or an asklist (or a deny path glob) leaves every decision at least as
+//! strict (`Allow < Ask < Deny`), whatever the rest of the configuration, the call
+//! and the grants.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use airlock_core::config::{Config, ProfileConfig, RuleConfig, UpstreamConfig};
+use airlock_core::{Grant, GrantScope, Policy, Principal, Risk, ToolAnnotations, ToolCall, policy};
+use proptest::prelude::*;
+use serde_json::json;
+
+const TOOLS: &[&str] = &[
+    "read_file",
+    "write_file",
+    "edit_file",
+    "apply_patch",
+    "delete_file",
+    "move_file",
+    "grep",
+    "fs__read",
+    "fs__delete_x",
+    "fs__write",
+    "db__drop",
+    "time__now",
+    "other",
+];
+const GLOBS: &[&str] = &[
+    "*",
+    "fs__*",
+    "*__delete_*",
+    "read_file",
+    "write_file",
+    "*_file",
+    "db__*",
+    "time__*",
+    "other",
+    "?s__*",
+    "{grep,glob}",
+    "[a-f]*",
+];
+const PATHS: &[&str] = &[
+    "src/a.rs",
+    ".env",
+    "../x",
+    "docs/y.md",
+    ".git/config",
+    "airlock.yaml",
+    "/tmp/z",
+];
+const USERS: &[&str] = &["user-1", "user-2"];
+
+fn pick<T: Clone + std::fmt::Debug + 'static>(pool: &'static [T]) -> impl Strategy<Value = T> {
+    prop::sample::select(pool)
+}
+
+fn globs() -> impl Strategy<Value = Vec<String>> {
+    prop::collection::vec(pick(GLOBS).prop_map(String::from), 0..4)
+}
+
+fn profile() -> impl Strategy<Value = ProfileConfig> {
+    (prop::option::of(globs()), globs(), globs()).prop_map(|(allowlist, denylist, asklist)| {
+        ProfileConfig {
+            allowlist,
+            denylist,
+            asklist,
+            elicitation_fallback: None,
+        }
+    })
+}
+
+fn rule() -> impl Strategy<Value = RuleConfig> {
+    (
+        globs(),
+        prop::option::of(pick(&Risk::ALL)),
+        prop::option::of(any::<bool>()),
+        any::<bool>(),
+    )
+        .prop_map(|(mut tools, risk, require_approval, deny)| {
+            if tools.is_empty() {
+                tools.push("*".to_owned());
+            }
+            RuleConfig {
+                tools,
+                conditions: Vec::new(),
+                risk,
+                require_approval,
+                timeout: None,
+                decision: deny.then_some(airlock_core::config::RuleDecision::Deny),
+            }
+        })
+}
+
+#[derive(Debug, Clone)]
+struct Case {
+    config: Config,
+    tool: &'static str,
+    path: &'static str,
+    user: Option<&'static str>,
+    read_only: bool,
+    grant: Option<&'static str>,
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    (
+        profile(),
+        prop::collection::vec(rule(), 0..3),
+        (
+            any::<bool>(),
+            any::<bool>(),
+            prop::option::of(prop::collection::vec(
+                pick(USERS).prop_map(String::from),
+                0..2,
+            )),
+        ),
+        any::<bool>(),
+        (
+            pick(TOOLS),
+            pick(PATHS),
+            prop::option::of(pick(USERS)),
+            any::<bool>(),
+            prop::option::of(pick(TOOLS)),
+        ),
+    )
+        .prop_map(
+            |(
+                profile,
+                rules,
+                (hitl, confirm, allowlist),
+                trusted,
+                (tool, path, user, read_only, grant),
+            )| {
+                let mut config = Config::default();
+                config.profiles.insert("p".to_owned(), profile);
+                config.security.hitl.rules = rules;
+                config.security.hitl.enabled = hitl;
+                config.security.write_tool_confirmation = confirm;
+                config.security.write_tool_allowlist = allowlist;
+                config.upstreams = ["fs", "db", "time"]
+                    .map(|name| UpstreamConfig {
+                        name: name.to_owned(),
+                        command: Some("x".to_owned()),
+                        args: Vec::new(),
+                        env: Default::default(),
+                        cwd: None,
+                        url: None,
+                        headers: Default::default(),
+                        trusted_annotations: trusted,
+                    })
+                    .to_vec();
+                Case {
+                    config,
+                    tool,
+                    path,
+                    user,
+                    read_only,
+                    grant,
+                }
+            },
+        )
+}
+
+fn decide(config: &Config, case: &Case) -> airlock_core::Decision {
+    let mut policy = Policy::compile(config).unwrap();
+    policy.bind_workspace("/work/repo", None);
+    let annotations = ToolAnnotations {
+        read_only_hint: Some(case.read_only),
+        ..ToolAnnotations::default()
+    };
+    let mut call = ToolCall::new(
+        case.tool,
+        json!({"path": case.path, "content": "x"}),
+        policy.origin_of(case.tool, Some(annotations)),
+        1000,
+    );
+    call.principal = Principal {
+        user: case.user.map(str::to_owned),
+        agent: None,
+    };
+    call.session = Some("s".to_owned());
+    call.profile = Some("p".to_owned());
+    let grants: Vec<Grant> = case
+        .grant
+        .map(|tool| Grant::new("g", tool, None, GrantScope::Persistent, None).unwrap())
+        .into_iter()
+        .collect();
+    policy::evaluate(&policy, &call, &grants)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    #[test]
+    fn adding_to_a_denylist_or_asklist_never_loosens(case in case(), glob in pick(GLOBS), to_denylist in any::<bool>()) {
+        let before = decide(&case.config, &case);
+        let mut tighter = case.config.clone();
+        let profile = tighter.profiles.get_mut("p").unwrap();
+        if to_denylist {
+            profile.denylist.push(glob.to_owned());
+        } else {
+            profile.asklist.push(glob.to_owned());
+        }
+        let after = decide(&tighter, &case);
+        prop_assert!(
+            after.disposition >= before.disposition,
+            "{} went from {} to {} after adding {glob} to the {}",
+            case.tool, before.disposition, after.disposition,
+            if to_denylist { "denylist" } else { "asklist" }
+        );
+        if to_denylist && glob_matches(glob, case.tool) {
+            prop_assert_eq!(after.disposition, airlock_core::Disposition::Deny);
+        }
+    }
+
+    #[test]
+    fn adding_a_deny_path_glob_never_loosens(case in case(), glob in pick(&["**/*.rs", "src/**", "**/y.md", "**"])) {
+        let before = decide(&case.config, &case);
+        let mut tighter = case.config.clone();
+        tighter.file_broker.deny_path_globs.push(glob.to_owned());
+        let after = decide(&tighter, &case);
+        prop_assert!(after.disposition >= before.disposition);
+    }
+}
+
+fn glob_matches(glob: &str, tool: &str) -> bool {
+    globset::Glob::new(glob)
+        .unwrap()
+        .compile_matcher()
+        .is_match(tool)
+}
