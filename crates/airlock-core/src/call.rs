@@ -20,9 +20,10 @@ pub struct Principal {
     pub agent: Option<String>,
 }
 
-/// MCP tool annotations, as an upstream server declares them.
+/// MCP tool annotations that bear on risk, as an upstream server declares them.
+/// Unknown keys are refused so that a misspelt hint is not silently ignored.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ToolAnnotations {
     pub read_only_hint: Option<bool>,
     pub destructive_hint: Option<bool>,
