@@ -262,3 +262,25 @@ fn walk(schema: &Value, at: &str, open: &mut Vec<String>) {
         _ => {}
     }
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 3000, ..Default::default() })]
+
+    /// Hostile or garbled files are refused with an error, never a panic.
+    #[test]
+    fn loading_never_panics(text in "(?s).{0,200}") {
+        let _ = config::load(&text, "airlock.yaml");
+    }
+
+    /// Mutations of the real template are refused or accepted, never a panic, and
+    /// every refusal names a line.
+    #[test]
+    fn mutated_templates_fail_cleanly(cut in 0usize..TEMPLATE.len(), insert in "[ :\\-\\[\\]{}#'\"a-z0-9\n]{0,6}") {
+        let mut text = TEMPLATE.to_owned();
+        let at = (0..=cut).rev().find(|i| text.is_char_boundary(*i)).unwrap_or(0);
+        text.insert_str(at, &insert);
+        if let Err(error) = config::load(&text, "airlock.yaml") {
+            proptest::prop_assert!(error.issues.iter().all(|issue| issue.line.is_some()), "{}", error);
+        }
+    }
+}
