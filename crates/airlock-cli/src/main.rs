@@ -102,7 +102,8 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<(), Failure> {
     // Every command first loads the configuration: an invalid one stops them all.
-    let workspace = Workspace::load(&cli.global)?;
+    let creating = matches!(cli.command, Command::Init { .. });
+    let workspace = Workspace::load(&cli.global, creating)?;
     match cli.command {
         Command::Init { force } => workspace.init(force),
         Command::Config(ConfigCommand::Check) => {

@@ -22,7 +22,10 @@ pub(crate) struct Workspace {
 impl Workspace {
     /// Finds the workspace and loads its configuration. Any problem is a usage
     /// failure (exit 2): airlock does not run on a configuration it cannot trust.
-    pub fn load(global: &GlobalArgs) -> Result<Workspace, Failure> {
+    ///
+    /// `creating` is for `airlock init`, which may name a `--config` file that does
+    /// not exist yet.
+    pub fn load(global: &GlobalArgs, creating: bool) -> Result<Workspace, Failure> {
         let base = match &global.workspace {
             Some(dir) => dir.clone(),
             None => std::env::current_dir()
@@ -43,14 +46,25 @@ impl Workspace {
             Some(path) => path.clone(),
             None => base.join("airlock.yaml"),
         };
-        let config_exists = config_path.exists();
+        // Only a file that is truly absent means "defaults": one that exists but
+        // cannot be read (a dangling link, no permission) stops airlock.
+        let config_exists = match fs::symlink_metadata(&config_path) {
+            Ok(_) => true,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => false,
+            Err(error) => {
+                return Err(Failure::usage(anyhow!(
+                    "cannot read {}: {error}",
+                    config_path.display()
+                )));
+            }
+        };
         let loaded = if config_exists {
             let text = fs::read_to_string(&config_path)
                 .with_context(|| format!("cannot read {}", config_path.display()))
                 .map_err(Failure::usage)?;
             config::load(&text, &config_path.display().to_string())
                 .map_err(|error| Failure::usage(anyhow!("invalid configuration\n{error}")))?
-        } else if global.config.is_some() {
+        } else if global.config.is_some() && !creating {
             return Err(Failure::usage(anyhow!(
                 "configuration file {} does not exist",
                 config_path.display()

@@ -163,23 +163,61 @@ fn without_a_file_the_defaults_apply() {
 }
 
 #[test]
+fn a_config_file_that_exists_but_cannot_be_read_is_not_the_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink("missing-target.yaml", dir.path().join("airlock.yaml")).unwrap();
+    let run = airlock(dir.path(), &["config", "check"]);
+    assert_eq!(run.code, 2);
+    assert!(
+        run.stderr
+            .starts_with("error: cannot read $WS/airlock.yaml"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn init_creates_the_file_named_by_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = airlock(dir.path(), &["--config", "conf/airlock.yaml", "init"]);
+    assert_eq!(
+        run.code, 1,
+        "the directory conf/ does not exist: {}",
+        run.stderr
+    );
+    std::fs::create_dir(dir.path().join("conf")).unwrap();
+    let run = airlock(dir.path(), &["--config", "conf/airlock.yaml", "init"]);
+    assert_eq!((run.code, run.stderr.as_str()), (0, ""));
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("conf/airlock.yaml")).unwrap(),
+        airlock_core::config::TEMPLATE
+    );
+    let check = airlock(
+        dir.path(),
+        &["--config", "conf/airlock.yaml", "config", "check"],
+    );
+    assert_eq!(check.code, 0);
+    assert!(
+        check.stdout.starts_with("conf/airlock.yaml: ok\n"),
+        "{}",
+        check.stdout
+    );
+}
+
+#[test]
 fn config_schema_prints_the_generated_json_schema() {
     let dir = tempfile::tempdir().unwrap();
     let run = airlock(dir.path(), &["config", "schema"]);
     assert_eq!(run.code, 0);
+    // The schema is a wire format: any change to it shows up in this golden file.
+    expect_file!["golden/config.schema.json"].assert_eq(&run.stdout);
     let schema: Value = serde_json::from_str(&run.stdout).unwrap();
-    assert_eq!(schema, airlock_schema());
     assert_eq!(schema["title"], "airlock.yaml");
     assert_eq!(schema["additionalProperties"], false);
     assert_eq!(
         schema["$defs"]["HitlConfig"]["properties"]["default_timeout"]["default"],
         json!(60)
     );
-}
-
-fn airlock_schema() -> Value {
-    // The CLI prints exactly what the core generates.
-    airlock_core::config::json_schema()
 }
 
 const SPEC_004: &str = "upstreams:\n  - {name: filesystem, command: npx}\nprofiles:\n  supervised:\n    denylist: [\"filesystem__delete_*\"]\n    asklist: [\"filesystem__*\"]\n";

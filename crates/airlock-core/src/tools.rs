@@ -152,44 +152,101 @@ pub const FOREIGN_PATH_PARAMS: &[&str] = &[
     "new_path",
 ];
 
-/// The paths an `apply_patch` patch text touches, read from its file headers
-/// (V4A `*** Add/Delete/Update File:` and `*** Move to:`, unified `---`/`+++`).
+/// The paths an `apply_patch` patch text touches, read from its file headers:
+/// V4A `*** Add/Delete/Update File:` and `*** Move to:`; unified `---`/`+++`
+/// pairs; git's `diff --git`, `rename`/`copy from`/`to` lines.
 ///
 /// This is a textual scan for the policy's path checks; the patch parser of the
 /// file tools is what applies a patch, and it checks every path again through the
-/// sandbox.
-pub fn patch_paths(patch: &str) -> Vec<&str> {
+/// sandbox. Where a header is ambiguous (a path followed by a space and more text)
+/// both readings are returned: an extra candidate can only make the check stricter.
+pub fn patch_paths(patch: &str) -> Vec<String> {
     const V4A_HEADERS: [&str; 4] = [
         "*** Add File:",
         "*** Delete File:",
         "*** Update File:",
         "*** Move to:",
     ];
+    const GIT_HEADERS: [&str; 4] = ["rename from ", "rename to ", "copy from ", "copy to "];
+    let lines: Vec<&str> = patch.lines().collect();
     let mut paths = Vec::new();
-    for line in patch.lines() {
-        let line = line.trim();
+    for (i, line) in lines.iter().enumerate() {
+        let trimmed = line.trim();
         if let Some(rest) = V4A_HEADERS
+            .iter()
+            .find_map(|header| trimmed.strip_prefix(header))
+        {
+            paths.push(rest.trim().to_owned());
+        } else if let Some(rest) = GIT_HEADERS
             .iter()
             .find_map(|header| line.strip_prefix(header))
         {
-            paths.push(rest.trim());
-        } else if let Some(rest) = line
-            .strip_prefix("--- ")
-            .or_else(|| line.strip_prefix("+++ "))
-        {
-            // `--- a/src/x.rs\t2024-01-01` style: the path ends at a tab.
-            let path = rest.split('\t').next().unwrap_or(rest).trim();
-            if path == "/dev/null" {
+            paths.push(unquote(rest.trim()));
+        } else if let Some(rest) = line.strip_prefix("diff --git ") {
+            paths.extend(
+                rest.split_whitespace()
+                    .map(|part| strip_side(&unquote(part))),
+            );
+        } else if let Some(rest) = line.strip_prefix("--- ") {
+            // A `---` line is a header only when a `+++` line follows it; inside a
+            // hunk it is a removed line starting with `--`.
+            let Some(next) = lines.get(i + 1).and_then(|next| next.strip_prefix("+++ ")) else {
                 continue;
+            };
+            for header in [rest, next] {
+                push_unified_path(header, &mut paths);
             }
-            let path = path
-                .strip_prefix("a/")
-                .or_else(|| path.strip_prefix("b/"))
-                .unwrap_or(path);
-            paths.push(path);
         }
     }
     paths
+}
+
+fn push_unified_path(header: &str, paths: &mut Vec<String>) {
+    // `a/src/x.rs\t2024-01-01 10:00`: the path ends at a tab.
+    let header = header.split('\t').next().unwrap_or(header).trim();
+    let path = unquote(header);
+    if path == "/dev/null" {
+        return;
+    }
+    let path = strip_side(&path);
+    // `x.rs 2024-01-01`: a space may end the path too; keep both readings.
+    if let Some((first, _)) = path.split_once(' ') {
+        paths.push(first.to_owned());
+    }
+    paths.push(path);
+}
+
+/// Drops git's `a/` or `b/` prefix.
+fn strip_side(path: &str) -> String {
+    path.strip_prefix("a/")
+        .or_else(|| path.strip_prefix("b/"))
+        .unwrap_or(path)
+        .to_owned()
+}
+
+/// Undoes git's C-style quoting of a path (`"a/x\ty"`), for the escapes git uses.
+fn unquote(text: &str) -> String {
+    let Some(inner) = text
+        .strip_prefix('"')
+        .and_then(|rest| rest.strip_suffix('"'))
+    else {
+        return text.to_owned();
+    };
+    let mut out = String::new();
+    let mut chars = inner.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('n') => out.push('\n'),
+            Some('t') => out.push('\t'),
+            Some(other) => out.push(other),
+            None => {}
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -200,7 +257,8 @@ mod tests {
     fn patch_paths_reads_v4a_and_unified_headers() {
         let patch = "*** Begin Patch\n*** Update File: src/a.rs\n*** Move to: src/b.rs\n@@\n-x\n+y\n\
                      *** Add File: docs/new.md\n+hi\n*** Delete File: old.txt\n*** End Patch\n\
-                     --- a/lib/x.rs\t2024\n+++ b/lib/x.rs\n--- /dev/null\n+++ b/.env\n";
+                     --- a/lib/x.rs\t2024\n+++ b/lib/x.rs\n@@ -1 +1 @@\n--- not a header\n+new\n\
+                     --- /dev/null\n+++ b/.env\n";
         assert_eq!(
             patch_paths(patch),
             [
@@ -211,6 +269,28 @@ mod tests {
                 "lib/x.rs",
                 "lib/x.rs",
                 ".env"
+            ]
+        );
+    }
+
+    #[test]
+    fn patch_paths_reads_git_headers_quotes_and_timestamps() {
+        let patch = "diff --git a/x.txt b/secrets/y.txt\nrename from x.txt\nrename to secrets/y.txt\n\
+                     --- \"a/odd\\tname\"\n+++ \"b/odd\\tname\"\n\
+                     --- .env 2024-01-01 10:00\n+++ .env 2024-01-02 10:00\n";
+        assert_eq!(
+            patch_paths(patch),
+            [
+                "x.txt",
+                "secrets/y.txt",
+                "x.txt",
+                "secrets/y.txt",
+                "odd\tname",
+                "odd\tname",
+                ".env",
+                ".env 2024-01-01 10:00",
+                ".env",
+                ".env 2024-01-02 10:00",
             ]
         );
     }

@@ -234,16 +234,33 @@ fn reject_collection_tag(
 }
 
 /// Resolves a scalar by the YAML 1.2 core schema. Quoted and block scalars are
-/// always strings; a `!!str` tag forces a string.
+/// strings unless a core tag (`!!int "5"`) says otherwise; a tagged scalar must
+/// hold a value of its tag's type.
 fn scalar(text: &str, style: ScalarStyle, tag_suffix: Option<&str>) -> Result<Value, String> {
-    match tag_suffix {
+    let expected = match tag_suffix {
+        None if !matches!(style, ScalarStyle::Plain) => {
+            return Ok(Value::String(text.to_owned()));
+        }
+        None => return resolve_plain(text),
         Some("str") => return Ok(Value::String(text.to_owned())),
-        Some("null" | "bool" | "int" | "float") | None => {}
+        Some(expected @ ("null" | "bool" | "int" | "float")) => expected,
         Some(other) => return Err(format!("tag !!{other} is not supported here")),
+    };
+    let value = resolve_plain(text)?;
+    let fits = match expected {
+        "null" => value.is_null(),
+        "bool" => value.is_boolean(),
+        "int" => value.is_i64() || value.is_u64(),
+        _ => value.is_number(),
+    };
+    if fits {
+        Ok(value)
+    } else {
+        Err(format!("`{text}` is not a valid !!{expected}"))
     }
-    if !matches!(style, ScalarStyle::Plain) {
-        return Ok(Value::String(text.to_owned()));
-    }
+}
+
+fn resolve_plain(text: &str) -> Result<Value, String> {
     match text {
         "" | "~" | "null" | "Null" | "NULL" => return Ok(Value::Null),
         "true" | "True" | "TRUE" => return Ok(Value::Bool(true)),
@@ -349,6 +366,10 @@ mod tests {
             ),
             json!({"a": 1, "b": -2, "c": 31, "d": 1.5, "e": true, "f": null, "g": "yes",
                    "h": "1", "i": 1000.0, "j": 0.5, "k": 15, "l": null})
+        );
+        assert_eq!(
+            value("a: !!int \"5\"\nb: !!str 5\nc: !!float 2\nd: !!bool 'true'"),
+            json!({"a": 5, "b": "5", "c": 2, "d": true})
         );
     }
 

@@ -195,6 +195,23 @@ fn validate(config: &Config) -> Vec<ConfigIssue> {
         "workspace.state_dir",
         "must be a non-empty path without nul bytes",
     );
+    // Relative locations that climb out of the root would escape the protection
+    // of airlock's own files.
+    for (path, value) in [
+        ("workspace.state_dir", &workspace.state_dir),
+        ("audit.path", &config.audit.path),
+    ] {
+        check(
+            value.starts_with('/') || crate::policy::normalize_relative(value).is_some(),
+            path,
+            "must stay inside the workspace root (or be an absolute path)",
+        );
+    }
+    check(
+        crate::policy::normalize_relative(&config.audit.path).is_none_or(|p| !p.is_empty()),
+        "audit.path",
+        "must name a file, not the workspace root",
+    );
 
     let broker = &config.file_broker;
     for (name, value) in [

@@ -232,7 +232,15 @@ impl Policy {
 impl RuleSet {
     /// The first rule (by index) whose tool globs match `tool` and whose conditions
     /// all hold for `args`.
-    pub(crate) fn first_match(&self, tool: &str, args: &Value) -> Option<(usize, &CompiledRule)> {
+    ///
+    /// Conditions on a path parameter (`is_path_param` of its first segment) see the
+    /// path in lexical normal form, so `docs/../src/x` cannot pass for `docs/**`.
+    pub(crate) fn first_match(
+        &self,
+        tool: &str,
+        args: &Value,
+        is_path_param: &dyn Fn(&str) -> bool,
+    ) -> Option<(usize, &CompiledRule)> {
         if self.rules.is_empty() {
             return None;
         }
@@ -249,24 +257,36 @@ impl RuleSet {
             let rule = self.rules.get(index)?;
             rule.conditions
                 .iter()
-                .all(|condition| condition.holds(args))
+                .all(|condition| condition.holds(args, is_path_param))
                 .then_some((index, rule))
         })
     }
 }
 
 impl Condition {
-    fn holds(&self, args: &Value) -> bool {
+    fn holds(&self, args: &Value, is_path_param: &dyn Fn(&str) -> bool) -> bool {
         let Some(value) = lookup(args, &self.param) else {
             return false;
         };
-        match &self.test {
-            ConditionTest::Equals(expected) => value == expected,
-            ConditionTest::In(options) => options.iter().any(|option| option == value),
-            ConditionTest::Matches(regex) => {
-                value.as_str().is_some_and(|text| regex.is_match(text))
+        let is_path = self.param.first().is_some_and(|first| is_path_param(first));
+        let text = value.as_str().map(|text| {
+            if is_path {
+                super::paths::normalize_lexically(text)
+            } else {
+                std::borrow::Cow::Borrowed(text)
             }
-            ConditionTest::Glob(glob) => value.as_str().is_some_and(|text| glob.is_match(text)),
+        });
+        match &self.test {
+            ConditionTest::Equals(expected) => match &text {
+                Some(text) => expected.as_str() == Some(text.as_ref()),
+                None => value == expected,
+            },
+            ConditionTest::In(options) => options.iter().any(|option| match &text {
+                Some(text) => option.as_str() == Some(text.as_ref()),
+                None => option == value,
+            }),
+            ConditionTest::Matches(regex) => text.is_some_and(|text| regex.is_match(&text)),
+            ConditionTest::Glob(glob) => text.is_some_and(|text| glob.is_match(text.as_ref())),
         }
     }
 }

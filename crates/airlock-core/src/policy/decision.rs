@@ -323,7 +323,21 @@ impl Justification {
             | Reason::ProfileDenylist { pattern, .. }
             | Reason::ProfileAsklist { pattern, .. }
             | Reason::ProfileAllowlist { pattern, .. } => Some(pattern),
-            _ => None,
+            Reason::NulByte { .. }
+            | Reason::AbsolutePath { .. }
+            | Reason::EscapesRoot { .. }
+            | Reason::Protected { .. }
+            | Reason::WriteToolsDisabled
+            | Reason::UserNotAllowed { .. }
+            | Reason::UserAllowed
+            | Reason::UnknownProfile { .. }
+            | Reason::ProfileAllowlistMiss { .. }
+            | Reason::Rule { .. }
+            | Reason::DefaultRisk { .. }
+            | Reason::RiskPolicy { .. }
+            | Reason::Grant { .. }
+            | Reason::HitlDisabled
+            | Reason::ConfirmationDisabled => None,
         }
     }
 }
@@ -464,17 +478,14 @@ impl Serialize for Justification {
             Reason::WriteToolsDisabled | Reason::UserAllowed => {}
             Reason::UserNotAllowed { user } => map.serialize_entry("user", user)?,
             Reason::UnknownProfile { profile } => map.serialize_entry("profile", profile)?,
-            Reason::ProfileDenylist { profile, pattern }
-            | Reason::ProfileAsklist { profile, pattern }
-            | Reason::ProfileAllowlist { profile, pattern } => {
-                let list = match &self.reason {
-                    Reason::ProfileDenylist { .. } => "denylist",
-                    Reason::ProfileAsklist { .. } => "asklist",
-                    _ => "allowlist",
-                };
-                map.serialize_entry("profile", profile)?;
-                map.serialize_entry("list", list)?;
-                map.serialize_entry("pattern", pattern)?;
+            Reason::ProfileDenylist { profile, pattern } => {
+                serialize_list_match(&mut map, profile, "denylist", pattern)?;
+            }
+            Reason::ProfileAsklist { profile, pattern } => {
+                serialize_list_match(&mut map, profile, "asklist", pattern)?;
+            }
+            Reason::ProfileAllowlist { profile, pattern } => {
+                serialize_list_match(&mut map, profile, "allowlist", pattern)?;
             }
             Reason::ProfileAllowlistMiss { profile } => {
                 map.serialize_entry("profile", profile)?;
@@ -511,4 +522,15 @@ impl Serialize for Justification {
         map.serialize_entry("message", &self.to_string())?;
         map.end()
     }
+}
+
+fn serialize_list_match<M: SerializeMap>(
+    map: &mut M,
+    profile: &str,
+    list: &str,
+    pattern: &str,
+) -> Result<(), M::Error> {
+    map.serialize_entry("profile", profile)?;
+    map.serialize_entry("list", list)?;
+    map.serialize_entry("pattern", pattern)
 }

@@ -42,7 +42,9 @@ impl Policy {
         };
 
         // Layers 4 and 5 come first in time: risk decides what is write-class.
-        let rule = self.rules.first_match(&call.tool, &call.args);
+        let rule = self.rules.first_match(&call.tool, &call.args, &|param| {
+            is_path_param(&call.origin, param)
+        });
         let (class, default_risk) = self.default_risk(&call.origin);
         let risk = rule.and_then(|(_, rule)| rule.risk).unwrap_or(default_risk);
         let write_class = match &call.origin {
@@ -185,9 +187,10 @@ impl Policy {
 
         // Layer 7: grants turn ask into allow, only where the policy allows skipping.
         if tally.disposition == Disposition::Ask && risk_policy.allow_skip && !grants.is_empty() {
+            // Grants see workspace-relative paths only; anything else covers nothing.
             let mut paths = Vec::new();
             for_each_path(call, |_, path, _| {
-                paths.push(path);
+                paths.push(self.paths.workspace_relative(path));
                 true
             });
             if let Some(grant) = grants.iter().find(|grant| grant.covers(call, &paths)) {
@@ -264,14 +267,22 @@ impl Policy {
     }
 }
 
+/// Whether `param` of a call from `origin` holds a path.
+fn is_path_param(origin: &ToolOrigin, param: &str) -> bool {
+    match origin {
+        ToolOrigin::Builtin(tool) => tool.path_params().contains(&param),
+        ToolOrigin::Upstream { .. } | ToolOrigin::Unknown => FOREIGN_PATH_PARAMS.contains(&param),
+    }
+}
+
 /// Calls `visit(param, path, scope)` for every path-like argument of `call` until
 /// it returns `false`.
-fn for_each_path<'c>(call: &'c ToolCall, mut visit: impl FnMut(&str, &'c str, Scope) -> bool) {
+fn for_each_path(call: &ToolCall, mut visit: impl FnMut(&str, &str, Scope) -> bool) {
     match &call.origin {
         ToolOrigin::Builtin(BuiltinTool::ApplyPatch) => {
             if let Some(patch) = call.args.get("patch").and_then(Value::as_str) {
                 for path in patch_paths(patch) {
-                    if !visit("patch", path, Scope::Workspace) {
+                    if !visit("patch", &path, Scope::Workspace) {
                         return;
                     }
                 }

@@ -59,8 +59,9 @@ impl Grant {
         self.path_glob.as_ref().map(|(pattern, _)| pattern.as_str())
     }
 
-    /// Whether the grant covers `call`, whose path arguments are `paths`.
-    pub(crate) fn covers(&self, call: &ToolCall, paths: &[&str]) -> bool {
+    /// Whether the grant covers `call`, whose path arguments are `paths` in
+    /// workspace-relative form (`None` for a path outside the workspace).
+    pub(crate) fn covers(&self, call: &ToolCall, paths: &[Option<String>]) -> bool {
         if self.tool != call.tool {
             return false;
         }
@@ -79,10 +80,9 @@ impl Grant {
             None => true,
             Some((_, matcher)) => {
                 !paths.is_empty()
-                    && paths.iter().all(|path| {
-                        super::normalize_relative(path)
-                            .is_some_and(|normalized| matcher.is_match(normalized))
-                    })
+                    && paths
+                        .iter()
+                        .all(|path| path.as_ref().is_some_and(|path| matcher.is_match(path)))
             }
         }
     }

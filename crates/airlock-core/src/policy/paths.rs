@@ -14,8 +14,12 @@ use crate::config::AbsolutePaths;
 use crate::error_code::ErrorCode;
 
 /// Lexically normalizes a relative path: drops empty and `.` segments and resolves
-/// `..`. The workspace root is `""`. `None` when `..` climbs above the start.
+/// `..`. The workspace root is `""`. `None` for an absolute path, or when `..`
+/// climbs above the start.
 pub fn normalize_relative(path: &str) -> Option<String> {
+    if path.starts_with('/') {
+        return None;
+    }
     let mut parts: Vec<&str> = Vec::new();
     for part in path.split('/') {
         match part {
@@ -45,6 +49,21 @@ fn normalize_absolute(path: &str) -> String {
     format!("/{}", parts.join("/"))
 }
 
+/// The lexical normal form of a path argument, as rule conditions see it:
+/// `./a/../b` is `b`, `/x/./y` is `/x/y`; a relative path climbing above its start
+/// is left as written.
+pub(crate) fn normalize_lexically(raw: &str) -> std::borrow::Cow<'_, str> {
+    if raw.starts_with('/') {
+        std::borrow::Cow::Owned(normalize_absolute(raw))
+    } else {
+        match normalize_relative(raw) {
+            Some(normalized) if normalized == raw => std::borrow::Cow::Borrowed(raw),
+            Some(normalized) => std::borrow::Cow::Owned(normalized),
+            None => std::borrow::Cow::Borrowed(raw),
+        }
+    }
+}
+
 /// Whether the argument belongs to a built-in tool (a workspace path) or to
 /// another server (whose paths may lie anywhere).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,7 +79,9 @@ enum Location {
     Inside(String),
     /// Outside the root, as a normalized absolute path.
     Outside(String),
-    /// A relative path whose `..` climbs above the root.
+    /// An absolute path while no root is bound: it cannot be placed.
+    Unplaced(String),
+    /// A relative path whose `..` climbs above an unbound root.
     Escapes,
 }
 
@@ -107,7 +128,7 @@ impl PathGuard {
                 _ => vec![pattern.as_str()],
             };
             for variant in variants {
-                let glob = path_glob(variant).map_err(|error| (i, glob_message(&error)))?;
+                let glob = deny_glob(variant).map_err(|error| (i, glob_message(&error)))?;
                 deny_matchers.push(glob.compile_matcher());
                 builder.add(glob);
                 deny_patterns.push(shared.clone());
@@ -147,9 +168,11 @@ impl PathGuard {
             (&self.config_file, Protected::ConfigFile),
         ] {
             match self.locate(path) {
-                Location::Inside(rel) => protected.push((rel, what)),
-                Location::Outside(abs) => protected.push((abs, what)),
-                // Validation refuses such paths; nothing inside the root to guard.
+                Location::Inside(rel) => protected.push((rel.to_lowercase(), what)),
+                Location::Outside(abs) | Location::Unplaced(abs) => {
+                    protected.push((abs.to_lowercase(), what));
+                }
+                // Validation refuses relative paths that climb out of the root.
                 Location::Escapes => {}
             }
         }
@@ -158,26 +181,42 @@ impl PathGuard {
 
     fn locate(&self, raw: &str) -> Location {
         if raw.starts_with('/') {
-            let absolute = normalize_absolute(raw);
-            if let Some(root) = &self.root {
-                if absolute == *root {
-                    return Location::Inside(String::new());
-                }
-                if let Some(rest) = absolute.strip_prefix(root.as_str())
-                    && let Some(rest) = rest.strip_prefix('/')
-                {
-                    return Location::Inside(rest.to_owned());
-                }
-                if root == "/" {
-                    return Location::Inside(absolute[1..].to_owned());
-                }
-            }
-            Location::Outside(absolute)
-        } else {
-            match normalize_relative(raw) {
-                Some(relative) => Location::Inside(relative),
+            return self.place_absolute(normalize_absolute(raw));
+        }
+        match normalize_relative(raw) {
+            Some(relative) => Location::Inside(relative),
+            // Climbing above the root: once bound, see where it lands.
+            None => match &self.root {
+                Some(root) => self.place_absolute(normalize_absolute(&format!("{root}/{raw}"))),
                 None => Location::Escapes,
-            }
+            },
+        }
+    }
+
+    fn place_absolute(&self, absolute: String) -> Location {
+        let Some(root) = &self.root else {
+            return Location::Unplaced(absolute);
+        };
+        if absolute == *root {
+            return Location::Inside(String::new());
+        }
+        if root == "/" {
+            return Location::Inside(absolute[1..].to_owned());
+        }
+        match absolute
+            .strip_prefix(root.as_str())
+            .and_then(|rest| rest.strip_prefix('/'))
+        {
+            Some(rest) => Location::Inside(rest.to_owned()),
+            None => Location::Outside(absolute),
+        }
+    }
+
+    /// The workspace-relative form of `raw`, if it lies inside the root.
+    pub(crate) fn workspace_relative(&self, raw: &str) -> Option<String> {
+        match self.locate(raw) {
+            Location::Inside(relative) => Some(relative),
+            Location::Outside(_) | Location::Unplaced(_) | Location::Escapes => None,
         }
     }
 
@@ -195,25 +234,28 @@ impl PathGuard {
                 param: param.to_owned(),
             });
         }
-        let location = self.locate(raw);
-        if scope == Scope::Workspace {
-            if raw.starts_with('/') && self.absolute_paths == AbsolutePaths::Reject {
-                return forbidden(Reason::AbsolutePath {
-                    param: param.to_owned(),
-                    path: raw.to_owned(),
-                });
-            }
-            if matches!(location, Location::Outside(_) | Location::Escapes) {
-                return forbidden(Reason::EscapesRoot {
-                    param: param.to_owned(),
-                    path: raw.to_owned(),
-                });
-            }
+        if scope == Scope::Workspace
+            && raw.starts_with('/')
+            && self.absolute_paths == AbsolutePaths::Reject
+        {
+            return forbidden(Reason::AbsolutePath {
+                param: param.to_owned(),
+                path: raw.to_owned(),
+            });
         }
+        let location = self.locate(raw);
+        let escapes = || {
+            forbidden(Reason::EscapesRoot {
+                param: param.to_owned(),
+                path: raw.to_owned(),
+            })
+        };
         let candidate = match &location {
-            Location::Inside(path) | Location::Outside(path) => path.as_str(),
-            // A foreign relative path above its server's directory: judge the text.
-            Location::Escapes => raw,
+            Location::Inside(path) => path.as_str(),
+            Location::Outside(path) if scope == Scope::Foreign => path.as_str(),
+            // Without a bound root nothing can be placed: refuse rather than guess.
+            Location::Unplaced(_) | Location::Escapes => return escapes(),
+            Location::Outside(_) => return escapes(),
         };
         if let Some(pattern) = self.denied_by(candidate) {
             return Some((
@@ -225,9 +267,6 @@ impl PathGuard {
                 ErrorCode::PathDenied,
             ));
         }
-        if matches!(location, Location::Escapes) {
-            return None;
-        }
         let protected = |what, ancestor| {
             forbidden(Reason::Protected {
                 param: param.to_owned(),
@@ -236,22 +275,24 @@ impl PathGuard {
                 ancestor,
             })
         };
+        // Case-insensitive, so `.GIT` or `AIRLOCK.YAML` on a case-insensitive file
+        // system are still caught.
+        let folded = candidate.to_lowercase();
         for (location, what) in &self.protected {
-            let inside = is_within(candidate, location);
+            let inside = is_within(&folded, location);
             let always = matches!(what, Protected::StateDir | Protected::AuditLog);
             if inside && (always || write) {
                 return protected(*what, false);
             }
-            if write && is_within(location, candidate) {
+            if write && is_within(location, &folded) {
                 return protected(*what, true);
             }
         }
         if write {
-            let relative = matches!(location, Location::Inside(_));
-            if candidate.split('/').any(|part| part == ".git") {
+            if folded.split('/').any(|part| part == ".git") {
                 return protected(Protected::Git, false);
             }
-            if relative && candidate.is_empty() {
+            if matches!(location, Location::Inside(_)) && folded.is_empty() {
                 return protected(Protected::Git, true);
             }
         }
@@ -299,6 +340,16 @@ pub(crate) fn path_glob(pattern: &str) -> Result<globset::Glob, globset::Error> 
         .build()
 }
 
+/// A deny glob: like `path_glob`, but case-insensitive, so that a case-insensitive
+/// file system cannot be used to slip past it.
+fn deny_glob(pattern: &str) -> Result<globset::Glob, globset::Error> {
+    GlobBuilder::new(pattern)
+        .literal_separator(true)
+        .backslash_escape(true)
+        .case_insensitive(true)
+        .build()
+}
+
 /// An error message for a glob that does not compile.
 pub(crate) fn glob_message(error: &globset::Error) -> String {
     format!("invalid glob: {}", error.kind())
@@ -332,6 +383,7 @@ mod tests {
         assert_eq!(normalize_relative("./a//b/../c/").as_deref(), Some("a/c"));
         assert_eq!(normalize_relative("a/../..").as_deref(), None);
         assert_eq!(normalize_relative(".").as_deref(), Some(""));
+        assert_eq!(normalize_relative("/src/x").as_deref(), None);
         assert_eq!(normalize_absolute("/a/../../b/./c"), "/b/c");
     }
 
@@ -382,5 +434,52 @@ mod tests {
         assert_eq!(code("/work/repo", F, true), Some("path_forbidden"));
         assert_eq!(code("../../x/.env", F, false), Some("path_denied"));
         assert_eq!(code("user@example.com", F, true), None);
+        // Relative paths climbing out of the root are placed against it.
+        assert_eq!(
+            code("../repo/.airlock/approvals.db", F, false),
+            Some("path_forbidden")
+        );
+        assert_eq!(
+            code("../repo/.git/hooks/pre-commit", F, true),
+            Some("path_forbidden")
+        );
+        assert_eq!(code("../other/notes.txt", F, true), None);
+        // Case does not help.
+        assert_eq!(
+            code("/work/repo/.AIRLOCK/key", F, false),
+            Some("path_forbidden")
+        );
+        assert_eq!(
+            code("/work/repo/.GIT/config", F, true),
+            Some("path_forbidden")
+        );
+        assert_eq!(code("/home/u/.ENV", F, false), Some("path_denied"));
+    }
+
+    #[test]
+    fn an_unbound_guard_refuses_what_it_cannot_place() {
+        let globs = ["**/.env"].map(String::from);
+        let guard = PathGuard::new(PathGuardConfig {
+            absolute_paths: AbsolutePaths::WithinRoot,
+            deny_globs: &globs,
+            state_dir: ".airlock",
+            audit_log: ".airlock/audit.jsonl",
+        })
+        .unwrap();
+        let code = |raw: &str, scope| {
+            guard
+                .check("path", raw, scope, false)
+                .map(|(_, code)| code.as_str())
+        };
+        assert_eq!(
+            code("/anything/.airlock/x", Scope::Foreign),
+            Some("path_forbidden")
+        );
+        assert_eq!(code("../x", Scope::Foreign), Some("path_forbidden"));
+        assert_eq!(
+            code("/work/repo/a.txt", Scope::Workspace),
+            Some("path_forbidden")
+        );
+        assert_eq!(code("src/a.rs", Scope::Workspace), None);
     }
 }
