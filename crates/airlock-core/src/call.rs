@@ -83,15 +83,4 @@ impl ToolCall {
             received_at,
         }
     }
-
-    /// The argument at a dotted path (`a.b.0.c`; numbers index arrays).
-    pub fn arg(&self, dotted: &str) -> Option<&Value> {
-        dotted
-            .split('.')
-            .try_fold(&self.args, |value, segment| match value {
-                Value::Object(map) => map.get(segment),
-                Value::Array(items) => segment.parse::<usize>().ok().and_then(|i| items.get(i)),
-                _ => None,
-            })
-    }
 }

@@ -8,7 +8,7 @@ use globset::{GlobBuilder, GlobMatcher, GlobSet, GlobSetBuilder};
 use regex::Regex;
 use serde_json::Value;
 
-use super::paths::{PathGuard, PathGuardConfig};
+use super::paths::{PathGuard, PathGuardConfig, PatternList};
 use crate::call::{ToolAnnotations, ToolOrigin};
 use crate::config::{Config, ConfigIssue, ElicitationFallback, RiskPolicyConfig};
 use crate::policy::Risk;
@@ -39,26 +39,6 @@ pub(crate) struct ResolvedRiskPolicy {
     pub allow_skip: bool,
     pub require_reason: bool,
     pub approvers: Arc<[String]>,
-}
-
-/// Globs in list order, with a set for the common "nothing matches" answer.
-#[derive(Debug, Clone)]
-pub(crate) struct PatternList {
-    set: GlobSet,
-    matchers: Vec<(GlobMatcher, Arc<str>)>,
-}
-
-impl PatternList {
-    /// The first pattern, in list order, that matches `name`.
-    pub(crate) fn first_match(&self, name: &str) -> Option<&Arc<str>> {
-        if !self.set.is_match(name) {
-            return None;
-        }
-        self.matchers
-            .iter()
-            .find(|(matcher, _)| matcher.is_match(name))
-            .map(|(_, pattern)| pattern)
-    }
 }
 
 #[derive(Debug, Clone)]
@@ -115,7 +95,7 @@ impl Policy {
         }) {
             Ok(guard) => Some(guard),
             Err((index, error)) => {
-                issues.push(glob_issue(
+                issues.push(ConfigIssue::new(
                     format!("file_broker.deny_path_globs[{index}]"),
                     error,
                 ));
@@ -314,7 +294,7 @@ fn compile_rules(config: &Config, issues: &mut Vec<ConfigIssue>) -> Option<RuleS
                 }
                 Err(message) => {
                     ok = false;
-                    issues.push(glob_issue(format!("{base}.tools[{j}]"), message));
+                    issues.push(ConfigIssue::new(format!("{base}.tools[{j}]"), message));
                 }
             }
         }
@@ -339,7 +319,7 @@ fn compile_rules(config: &Config, issues: &mut Vec<ConfigIssue>) -> Option<RuleS
                     Ok(glob) => ConditionTest::Glob(glob.compile_matcher()),
                     Err(error) => {
                         ok = false;
-                        issues.push(glob_issue(
+                        issues.push(ConfigIssue::new(
                             format!("{path}.glob"),
                             super::paths::glob_message(&error),
                         ));
@@ -371,7 +351,7 @@ fn compile_rules(config: &Config, issues: &mut Vec<ConfigIssue>) -> Option<RuleS
     let tool_globs = match builder.build() {
         Ok(set) => set,
         Err(error) => {
-            issues.push(glob_issue(
+            issues.push(ConfigIssue::new(
                 "security.hitl.rules".to_owned(),
                 super::paths::glob_message(&error),
             ));
@@ -390,29 +370,22 @@ fn pattern_list(
     base: &str,
     issues: &mut Vec<ConfigIssue>,
 ) -> Option<PatternList> {
-    let mut builder = GlobSetBuilder::new();
-    let mut matchers = Vec::new();
+    let mut globs = Vec::new();
     let mut ok = true;
     for (i, pattern) in patterns.iter().enumerate() {
         match tool_glob(pattern) {
-            Ok(glob) => {
-                matchers.push((glob.compile_matcher(), Arc::from(pattern.as_str())));
-                builder.add(glob);
-            }
+            Ok(glob) => globs.push((glob, Arc::from(pattern.as_str()))),
             Err(message) => {
                 ok = false;
-                issues.push(glob_issue(format!("{base}[{i}]"), message));
+                issues.push(ConfigIssue::new(format!("{base}[{i}]"), message));
             }
         }
     }
-    match builder.build() {
-        Ok(set) if ok => Some(PatternList { set, matchers }),
+    match PatternList::new(globs) {
+        Ok(list) if ok => Some(list),
         Ok(_) => None,
         Err(error) => {
-            issues.push(glob_issue(
-                base.to_owned(),
-                super::paths::glob_message(&error),
-            ));
+            issues.push(ConfigIssue::new(base, super::paths::glob_message(&error)));
             None
         }
     }
@@ -428,10 +401,6 @@ fn tool_glob(pattern: &str) -> Result<globset::Glob, String> {
         .backslash_escape(true)
         .build()
         .map_err(|error| format!("invalid glob: {}", error.kind()))
-}
-
-fn glob_issue(path: String, message: impl Into<String>) -> ConfigIssue {
-    ConfigIssue::new(path, message)
 }
 
 fn first_line(text: &str) -> String {

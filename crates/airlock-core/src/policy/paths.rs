@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use globset::{GlobBuilder, GlobMatcher, GlobSet, GlobSetBuilder};
+use globset::{Glob, GlobBuilder, GlobMatcher, GlobSet, GlobSetBuilder};
 
 use super::decision::{Protected, Reason};
 use crate::config::AbsolutePaths;
@@ -20,33 +20,32 @@ pub fn normalize_relative(path: &str) -> Option<String> {
     if path.starts_with('/') {
         return None;
     }
-    let mut parts: Vec<&str> = Vec::new();
-    for part in path.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                parts.pop()?;
-            }
-            part => parts.push(part),
-        }
-    }
-    Some(parts.join("/"))
+    normal_segments(path, false).map(|parts| parts.join("/"))
 }
 
 /// Normalizes an absolute path; `..` at the root stays at the root, as the kernel
 /// does.
 fn normalize_absolute(path: &str) -> String {
+    let parts = normal_segments(path, true).unwrap_or_default();
+    format!("/{}", parts.join("/"))
+}
+
+/// The segments of `path` without empty and `.` segments, `..` resolved. A `..`
+/// above the start is dropped when `clamp` (as at `/`), else fails.
+fn normal_segments(path: &str, clamp: bool) -> Option<Vec<&str>> {
     let mut parts: Vec<&str> = Vec::new();
     for part in path.split('/') {
         match part {
             "" | "." => {}
             ".." => {
-                parts.pop();
+                if parts.pop().is_none() && !clamp {
+                    return None;
+                }
             }
             part => parts.push(part),
         }
     }
-    format!("/{}", parts.join("/"))
+    Some(parts)
 }
 
 /// The lexical normal form of a path argument, as rule conditions see it:
@@ -61,6 +60,40 @@ pub(crate) fn normalize_lexically(raw: &str) -> std::borrow::Cow<'_, str> {
             Some(normalized) => std::borrow::Cow::Owned(normalized),
             None => std::borrow::Cow::Borrowed(raw),
         }
+    }
+}
+
+/// Globs in list order, with a set for the common "nothing matches" answer.
+#[derive(Debug, Clone)]
+pub(crate) struct PatternList {
+    set: GlobSet,
+    matchers: Vec<(GlobMatcher, Arc<str>)>,
+}
+
+impl PatternList {
+    /// Each glob with the pattern (as written) to report when it matches.
+    pub(crate) fn new(globs: Vec<(Glob, Arc<str>)>) -> Result<PatternList, globset::Error> {
+        let mut builder = GlobSetBuilder::new();
+        let mut matchers = Vec::with_capacity(globs.len());
+        for (glob, pattern) in globs {
+            matchers.push((glob.compile_matcher(), pattern));
+            builder.add(glob);
+        }
+        Ok(PatternList {
+            set: builder.build()?,
+            matchers,
+        })
+    }
+
+    /// The first pattern, in list order, that matches `name`.
+    pub(crate) fn first_match(&self, name: &str) -> Option<&Arc<str>> {
+        if !self.set.is_match(name) {
+            return None;
+        }
+        self.matchers
+            .iter()
+            .find(|(matcher, _)| matcher.is_match(name))
+            .map(|(_, pattern)| pattern)
     }
 }
 
@@ -91,10 +124,7 @@ pub(crate) struct PathGuard {
     /// Absolute, canonical workspace root once bound.
     root: Option<String>,
     absolute_paths: AbsolutePaths,
-    deny_set: GlobSet,
-    /// The pattern (as written) behind each glob of `deny_set`.
-    deny_patterns: Vec<Arc<str>>,
-    deny_matchers: Vec<GlobMatcher>,
+    deny: PatternList,
     /// Protected locations in the same form `locate` gives: relative when inside
     /// the root, absolute otherwise.
     protected: Vec<(String, Protected)>,
@@ -114,9 +144,7 @@ pub(crate) struct PathGuardConfig<'a> {
 impl PathGuard {
     /// Compiles the deny globs; an error names the index of the bad glob.
     pub(crate) fn new(config: PathGuardConfig<'_>) -> Result<PathGuard, (usize, String)> {
-        let mut builder = GlobSetBuilder::new();
-        let mut deny_patterns = Vec::new();
-        let mut deny_matchers = Vec::new();
+        let mut globs = Vec::new();
         for (i, pattern) in config.deny_globs.iter().enumerate() {
             if pattern.is_empty() {
                 return Err((i, "must not be empty".to_owned()));
@@ -128,19 +156,16 @@ impl PathGuard {
                 _ => vec![pattern.as_str()],
             };
             for variant in variants {
-                let glob = deny_glob(variant).map_err(|error| (i, glob_message(&error)))?;
-                deny_matchers.push(glob.compile_matcher());
-                builder.add(glob);
-                deny_patterns.push(shared.clone());
+                let glob =
+                    glob_for_paths(variant, true).map_err(|error| (i, glob_message(&error)))?;
+                globs.push((glob, shared.clone()));
             }
         }
-        let deny_set = builder.build().map_err(|error| (0, glob_message(&error)))?;
+        let deny = PatternList::new(globs).map_err(|error| (0, glob_message(&error)))?;
         let mut guard = PathGuard {
             root: None,
             absolute_paths: config.absolute_paths,
-            deny_set,
-            deny_patterns,
-            deny_matchers,
+            deny,
             protected: Vec::new(),
             state_dir: config.state_dir.to_owned(),
             audit_log: config.audit_log.to_owned(),
@@ -253,9 +278,11 @@ impl PathGuard {
         let candidate = match &location {
             Location::Inside(path) => path.as_str(),
             Location::Outside(path) if scope == Scope::Foreign => path.as_str(),
-            // Without a bound root nothing can be placed: refuse rather than guess.
-            Location::Unplaced(_) | Location::Escapes => return escapes(),
-            Location::Outside(_) => return escapes(),
+            // Outside the sandbox for a built-in tool; and without a bound root
+            // nothing can be placed: refuse rather than guess.
+            Location::Outside(_) | Location::Unplaced(_) | Location::Escapes => {
+                return escapes();
+            }
         };
         if let Some(pattern) = self.denied_by(candidate) {
             return Some((
@@ -301,22 +328,11 @@ impl PathGuard {
 
     /// The first deny glob matching `path` or one of its ancestors.
     fn denied_by(&self, path: &str) -> Option<Arc<str>> {
-        let mut end = 0;
-        loop {
-            let next = path[end..].find('/').map(|i| end + i);
-            let prefix = &path[..next.unwrap_or(path.len())];
-            if !prefix.is_empty() && self.deny_set.is_match(prefix) {
-                let index = self
-                    .deny_matchers
-                    .iter()
-                    .position(|matcher| matcher.is_match(prefix))?;
-                return self.deny_patterns.get(index).cloned();
-            }
-            match next {
-                Some(slash) => end = slash + 1,
-                None => return None,
-            }
-        }
+        let ancestors = path.match_indices('/').map(|(slash, _)| &path[..slash]);
+        ancestors
+            .chain(std::iter::once(path))
+            .filter(|prefix| !prefix.is_empty())
+            .find_map(|prefix| self.deny.first_match(prefix).cloned())
     }
 }
 
@@ -333,20 +349,17 @@ fn is_within(path: &str, location: &str) -> bool {
 }
 
 /// A glob over paths: `*` stays within one segment, `**` crosses them.
-pub(crate) fn path_glob(pattern: &str) -> Result<globset::Glob, globset::Error> {
-    GlobBuilder::new(pattern)
-        .literal_separator(true)
-        .backslash_escape(true)
-        .build()
+pub(crate) fn path_glob(pattern: &str) -> Result<Glob, globset::Error> {
+    glob_for_paths(pattern, false)
 }
 
-/// A deny glob: like `path_glob`, but case-insensitive, so that a case-insensitive
-/// file system cannot be used to slip past it.
-fn deny_glob(pattern: &str) -> Result<globset::Glob, globset::Error> {
+/// Deny globs are case-insensitive, so that a case-insensitive file system
+/// cannot be used to slip past them.
+fn glob_for_paths(pattern: &str, case_insensitive: bool) -> Result<Glob, globset::Error> {
     GlobBuilder::new(pattern)
         .literal_separator(true)
         .backslash_escape(true)
-        .case_insensitive(true)
+        .case_insensitive(case_insensitive)
         .build()
 }
 
