@@ -23,9 +23,12 @@
 //! ```
 
 pub mod call;
+pub mod canonical;
 pub mod config;
+pub mod envelope;
 pub mod error_code;
 pub mod policy;
+pub mod redact;
 pub mod tools;
 pub mod yaml;
 

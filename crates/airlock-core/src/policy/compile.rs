@@ -14,6 +14,13 @@ use crate::config::{Config, ConfigIssue, ElicitationFallback, RiskPolicyConfig};
 use crate::policy::Risk;
 use crate::tools::BuiltinTool;
 
+/// A path the sandbox refuses: the envelope's error code and a sentence.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PathRefusal {
+    pub code: crate::error_code::ErrorCode,
+    pub message: String,
+}
+
 /// A compiled policy. Build it with [`Policy::compile`] (or through
 /// [`config::load`](crate::config::load)), bind it to the workspace with
 /// [`Policy::bind_workspace`], then evaluate calls against it.
@@ -185,6 +192,23 @@ impl Policy {
             };
         }
         ToolOrigin::Unknown
+    }
+
+    /// Checks one workspace path as the sandbox layer checks a built-in tool's
+    /// path argument: escapes, deny globs, protected locations (`write` for calls
+    /// that can change things). The file tools call it again on the path they
+    /// actually resolved, so a symlink `ok.txt -> .env` is refused too.
+    pub fn check_workspace_path(&self, param: &str, path: &str, write: bool) -> Option<PathRefusal> {
+        self.paths
+            .check(param, path, super::paths::Scope::Workspace, write)
+            .map(|(reason, code)| PathRefusal {
+                code,
+                message: super::Justification {
+                    effect: Some(super::Disposition::Deny),
+                    reason,
+                }
+                .to_string(),
+            })
     }
 
     /// Names of the configured profiles.

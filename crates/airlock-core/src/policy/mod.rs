@@ -23,7 +23,7 @@ mod evaluate;
 mod grant;
 mod paths;
 
-pub use compile::Policy;
+pub use compile::{PathRefusal, Policy};
 pub use decision::{
     Decision, Disposition, Justification, Layer, Protected, Reason, Risk, ToolClass,
 };

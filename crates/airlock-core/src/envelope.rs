@@ -1,0 +1,1 @@
+//! The response envelope every tool result is wrapped in (DESIGN §6).
