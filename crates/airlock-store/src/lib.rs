@@ -1,0 +1,762 @@
+//! airlock-store: airlock's durable state in SQLite (bundled, WAL). It is the only
+//! crate that knows SQL.
+//!
+//! It keeps approvals (the state machine of DESIGN §7), grants ("always allow"),
+//! snapshots of before-content for undo, and the head of the audit chain. Every
+//! state transition is a compare-and-set (`UPDATE … WHERE status = 'pending'`), so
+//! two deciders never both win and an approval is never applied twice, across
+//! threads and processes.
+//!
+//! ```
+//! # let dir = tempfile::tempdir().unwrap();
+//! use airlock_store::{Store, NewApproval, Limits, Created};
+//! let store = Store::open(&dir.path().join("airlock.db")).unwrap();
+//! let new = NewApproval { id: "hitl-1".into(), tool: "write_file".into(), dedup_key: "k".into(),
+//!     created_ms: 0, expires_ms: 60_000, ..NewApproval::default() };
+//! let Created::New(approval) = store.create_approval(&new, Limits { max_pending: 10, max_pending_per_session: 10 }).unwrap()
+//!     else { panic!() };
+//! assert_eq!(approval.status, airlock_store::ApprovalStatus::Pending);
+//! ```
+
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
+use serde::{Deserialize, Serialize};
+
+/// Milliseconds since the Unix epoch.
+pub type Millis = u64;
+
+/// Errors of the store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("sqlite: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    #[error("cannot create {path}: {source}")]
+    Create {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("no approval {0}")]
+    NotFound(String),
+    #[error("approval {id} is already {status}")]
+    AlreadyDecided { id: String, status: ApprovalStatus },
+    #[error("approval {0} has expired")]
+    Expired(String),
+    #[error("too many pending approvals ({pending} of at most {limit}{scope})")]
+    RateLimited {
+        pending: u64,
+        limit: u64,
+        scope: &'static str,
+    },
+    #[error("the store lock is poisoned")]
+    Poisoned,
+    #[error("corrupt row: {0}")]
+    Corrupt(String),
+}
+
+/// The states of DESIGN §7.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalStatus {
+    Pending,
+    Approved,
+    /// Claimed by the process that applies it (between approved and applied).
+    Applying,
+    Applied,
+    Failed,
+    Denied,
+    Expired,
+    Cancelled,
+}
+
+impl ApprovalStatus {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ApprovalStatus::Pending => "pending",
+            ApprovalStatus::Approved => "approved",
+            ApprovalStatus::Applying => "applying",
+            ApprovalStatus::Applied => "applied",
+            ApprovalStatus::Failed => "failed",
+            ApprovalStatus::Denied => "denied",
+            ApprovalStatus::Expired => "expired",
+            ApprovalStatus::Cancelled => "cancelled",
+        }
+    }
+
+    fn parse(text: &str) -> Result<ApprovalStatus, StoreError> {
+        [
+            ApprovalStatus::Pending,
+            ApprovalStatus::Approved,
+            ApprovalStatus::Applying,
+            ApprovalStatus::Applied,
+            ApprovalStatus::Failed,
+            ApprovalStatus::Denied,
+            ApprovalStatus::Expired,
+            ApprovalStatus::Cancelled,
+        ]
+        .into_iter()
+        .find(|status| status.as_str() == text)
+        .ok_or_else(|| StoreError::Corrupt(format!("unknown status {text}")))
+    }
+
+    /// Whether no further decision can happen.
+    pub const fn is_final(self) -> bool {
+        matches!(
+            self,
+            ApprovalStatus::Applied
+                | ApprovalStatus::Failed
+                | ApprovalStatus::Denied
+                | ApprovalStatus::Expired
+                | ApprovalStatus::Cancelled
+        )
+    }
+}
+
+impl std::fmt::Display for ApprovalStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a new approval records. Text fields are opaque to the store.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NewApproval {
+    pub id: String,
+    pub tool: String,
+    /// The exact arguments (JSON), for apply.
+    pub args_json: String,
+    /// Redacted arguments (JSON), for display.
+    pub args_display: String,
+    /// Identical pending calls share this key (tool, args, session).
+    pub dedup_key: String,
+    pub user: Option<String>,
+    pub agent: Option<String>,
+    pub session: Option<String>,
+    pub tool_call_id: Option<String>,
+    pub risk: String,
+    /// The policy decision (JSON), with timeout, allow_skip, require_reason, approvers.
+    pub decision_json: String,
+    pub path: Option<String>,
+    pub summary: String,
+    pub diff: String,
+    /// The prepared plan (JSON), applied on approval.
+    pub plan_json: String,
+    pub created_ms: Millis,
+    pub expires_ms: Millis,
+}
+
+/// A stored approval.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Approval {
+    pub new: NewApproval,
+    /// Order of creation, for FIFO presentation.
+    pub seq: i64,
+    pub status: ApprovalStatus,
+    pub decided_by: Option<String>,
+    pub decided_user: Option<String>,
+    pub channel: Option<String>,
+    pub reason: Option<String>,
+    pub decided_ms: Option<Millis>,
+    /// The final envelope (JSON) once the call is settled.
+    pub result_json: Option<String>,
+}
+
+impl std::ops::Deref for Approval {
+    type Target = NewApproval;
+    fn deref(&self) -> &NewApproval {
+        &self.new
+    }
+}
+
+/// Limits on pending approvals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub max_pending: u64,
+    pub max_pending_per_session: u64,
+}
+
+/// The outcome of `create_approval`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Created {
+    New(Approval),
+    /// An identical call is already pending: this is it.
+    Existing(Approval),
+}
+
+/// A decision on a pending approval.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    pub approve: bool,
+    /// `human` or `timeout`.
+    pub by: String,
+    pub user: Option<String>,
+    pub channel: Option<String>,
+    pub reason: Option<String>,
+    pub at_ms: Millis,
+}
+
+/// An "always allow" grant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrantRow {
+    pub id: String,
+    pub tool: String,
+    pub path_glob: Option<String>,
+    /// `None` for a persistent grant.
+    pub session: Option<String>,
+    pub expires_ms: Option<Millis>,
+    pub created_ms: Millis,
+    pub created_by: Option<String>,
+    pub approval_id: Option<String>,
+}
+
+/// The before-content of an applied change, for undo.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    pub approval_id: String,
+    pub path: String,
+    /// `None` when the change created the file.
+    pub before: Option<Vec<u8>>,
+    pub before_hash: Option<String>,
+    pub after_hash: String,
+    pub undone: bool,
+}
+
+/// The durable store. One connection per process, shared by its threads.
+pub struct Store {
+    conn: Mutex<Connection>,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS approvals (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    tool TEXT NOT NULL,
+    args_json TEXT NOT NULL,
+    args_display TEXT NOT NULL,
+    dedup_key TEXT NOT NULL,
+    user TEXT, agent TEXT, session TEXT, tool_call_id TEXT,
+    risk TEXT NOT NULL,
+    decision_json TEXT NOT NULL,
+    path TEXT,
+    summary TEXT NOT NULL,
+    diff TEXT NOT NULL,
+    plan_json TEXT NOT NULL,
+    created_ms INTEGER NOT NULL,
+    expires_ms INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    decided_by TEXT, decided_user TEXT, channel TEXT, reason TEXT, decided_ms INTEGER,
+    result_json TEXT
+);
+CREATE INDEX IF NOT EXISTS approvals_pending ON approvals (status, dedup_key);
+CREATE TABLE IF NOT EXISTS grants (
+    id TEXT PRIMARY KEY,
+    tool TEXT NOT NULL,
+    path_glob TEXT,
+    session TEXT,
+    expires_ms INTEGER,
+    created_ms INTEGER NOT NULL,
+    created_by TEXT,
+    approval_id TEXT
+);
+CREATE TABLE IF NOT EXISTS snapshots (
+    approval_id TEXT PRIMARY KEY,
+    path TEXT NOT NULL,
+    before BLOB,
+    before_hash TEXT,
+    after_hash TEXT NOT NULL,
+    undone INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS audit_head (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    seq INTEGER NOT NULL,
+    hash TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS kv (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+";
+
+const APPROVAL_COLUMNS: &str = "seq, id, tool, args_json, args_display, dedup_key, user, agent, \
+     session, tool_call_id, risk, decision_json, path, summary, diff, plan_json, created_ms, \
+     expires_ms, status, decided_by, decided_user, channel, reason, decided_ms, result_json";
+
+impl Store {
+    /// Opens (creating if needed) the database at `path`, in WAL mode.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|source| StoreError::Create {
+                path: parent.display().to_string(),
+                source,
+            })?;
+        }
+        let conn = Connection::open(path)?;
+        conn.busy_timeout(Duration::from_secs(10))?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.execute_batch(SCHEMA)?;
+        Ok(Store {
+            conn: Mutex::new(conn),
+        })
+    }
+
+    fn with<T>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut conn = self.conn.lock().map_err(|_| StoreError::Poisoned)?;
+        f(&mut conn)
+    }
+
+    /// Records a new pending approval, unless an identical call is already
+    /// pending (then that one is returned), or the pending limits are reached.
+    pub fn create_approval(
+        &self,
+        new: &NewApproval,
+        limits: Limits,
+    ) -> Result<Created, StoreError> {
+        self.with(|conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let now = new.created_ms as i64;
+            let existing = tx
+                .query_row(
+                    &format!(
+                        "SELECT {APPROVAL_COLUMNS} FROM approvals \
+                         WHERE status = 'pending' AND expires_ms > ?1 AND dedup_key = ?2 \
+                         ORDER BY seq LIMIT 1"
+                    ),
+                    params![now, new.dedup_key],
+                    approval_from_row,
+                )
+                .optional()?;
+            if let Some(existing) = existing {
+                return Ok(Created::Existing(existing?));
+            }
+            let pending: i64 = tx.query_row(
+                "SELECT COUNT(*) FROM approvals WHERE status = 'pending' AND expires_ms > ?1",
+                params![now],
+                |row| row.get(0),
+            )?;
+            let pending = pending.max(0) as u64;
+            if pending >= limits.max_pending {
+                return Err(StoreError::RateLimited {
+                    pending,
+                    limit: limits.max_pending,
+                    scope: " in the workspace",
+                });
+            }
+            if let Some(session) = &new.session {
+                let in_session: i64 = tx.query_row(
+                    "SELECT COUNT(*) FROM approvals \
+                     WHERE status = 'pending' AND expires_ms > ?1 AND session = ?2",
+                    params![now, session],
+                    |row| row.get(0),
+                )?;
+                let in_session = in_session.max(0) as u64;
+                if in_session >= limits.max_pending_per_session {
+                    return Err(StoreError::RateLimited {
+                        pending: in_session,
+                        limit: limits.max_pending_per_session,
+                        scope: " in this session",
+                    });
+                }
+            }
+            tx.execute(
+                "INSERT INTO approvals (id, tool, args_json, args_display, dedup_key, user, agent, \
+                 session, tool_call_id, risk, decision_json, path, summary, diff, plan_json, \
+                 created_ms, expires_ms, status) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, 'pending')",
+                params![
+                    new.id,
+                    new.tool,
+                    new.args_json,
+                    new.args_display,
+                    new.dedup_key,
+                    new.user,
+                    new.agent,
+                    new.session,
+                    new.tool_call_id,
+                    new.risk,
+                    new.decision_json,
+                    new.path,
+                    new.summary,
+                    new.diff,
+                    new.plan_json,
+                    new.created_ms as i64,
+                    new.expires_ms as i64,
+                ],
+            )?;
+            let created = get_in(&tx, &new.id)?;
+            tx.commit()?;
+            Ok(Created::New(created))
+        })
+    }
+
+    /// One approval.
+    pub fn get(&self, id: &str) -> Result<Approval, StoreError> {
+        self.with(|conn| get_in(conn, id))
+    }
+
+    /// Pending approvals that have not expired, oldest first (per-session FIFO).
+    pub fn pending(&self, session: Option<&str>, now: Millis) -> Result<Vec<Approval>, StoreError> {
+        self.with(|conn| {
+            let mut statement = conn.prepare(&format!(
+                "SELECT {APPROVAL_COLUMNS} FROM approvals \
+                 WHERE status = 'pending' AND expires_ms > ?1 AND (?2 IS NULL OR session = ?2) \
+                 ORDER BY seq"
+            ))?;
+            let rows = statement.query_map(params![now as i64, session], approval_from_row)?;
+            let mut out = Vec::new();
+            for row in rows {
+                out.push(row??);
+            }
+            Ok(out)
+        })
+    }
+
+    /// Approvals still `pending` whose time is up, oldest first.
+    pub fn overdue(&self, now: Millis) -> Result<Vec<Approval>, StoreError> {
+        self.select_where("status = 'pending' AND expires_ms <= ?1", now)
+    }
+
+    /// Approvals left in `applying` (a crash between claim and finish).
+    pub fn applying(&self) -> Result<Vec<Approval>, StoreError> {
+        self.select_where("status = 'applying' AND ?1 >= 0", 0)
+    }
+
+    fn select_where(&self, condition: &str, now: Millis) -> Result<Vec<Approval>, StoreError> {
+        self.with(|conn| {
+            let mut statement = conn.prepare(&format!(
+                "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE {condition} ORDER BY seq"
+            ))?;
+            let rows = statement.query_map(params![now as i64], approval_from_row)?;
+            let mut out = Vec::new();
+            for row in rows {
+                out.push(row??);
+            }
+            Ok(out)
+        })
+    }
+
+    /// Decides a pending approval: the compare-and-set `pending -> approved|denied`.
+    /// Exactly one of several concurrent deciders wins; the others get
+    /// `AlreadyDecided`. An approval past its expiry cannot be decided: it becomes
+    /// `expired` and the decider gets `Expired`.
+    pub fn decide(&self, id: &str, verdict: &Verdict) -> Result<Approval, StoreError> {
+        let status = if verdict.approve {
+            "approved"
+        } else {
+            "denied"
+        };
+        self.with(|conn| {
+            let changed = conn.execute(
+                "UPDATE approvals SET status = ?2, decided_by = ?3, decided_user = ?4, \
+                 channel = ?5, reason = ?6, decided_ms = ?7 \
+                 WHERE id = ?1 AND status = 'pending' AND expires_ms > ?7",
+                params![
+                    id,
+                    status,
+                    verdict.by,
+                    verdict.user,
+                    verdict.channel,
+                    verdict.reason,
+                    verdict.at_ms as i64
+                ],
+            )?;
+            if changed == 1 {
+                return get_in(conn, id);
+            }
+            let current = get_in(conn, id)?;
+            if current.status == ApprovalStatus::Pending {
+                Err(StoreError::Expired(id.to_owned()))
+            } else {
+                Err(StoreError::AlreadyDecided {
+                    id: id.to_owned(),
+                    status: current.status,
+                })
+            }
+        })
+    }
+
+    /// `pending -> expired` (a timeout). `Ok(None)` when someone decided first.
+    pub fn expire(&self, id: &str, at_ms: Millis) -> Result<Option<Approval>, StoreError> {
+        self.cas(
+            id,
+            "pending",
+            "status = 'expired', decided_by = 'timeout', decided_ms = ?3",
+            Some(at_ms),
+        )
+    }
+
+    /// `pending -> cancelled` (the waiting call went away).
+    pub fn cancel(&self, id: &str, at_ms: Millis) -> Result<Option<Approval>, StoreError> {
+        self.cas(
+            id,
+            "pending",
+            "status = 'cancelled', decided_ms = ?3",
+            Some(at_ms),
+        )
+    }
+
+    /// `approved -> applying`: the caller that gets `Some` applies the plan; any
+    /// other gets `None`. This is what keeps an approval from applying twice.
+    pub fn claim_apply(&self, id: &str) -> Result<Option<Approval>, StoreError> {
+        self.cas(id, "approved", "status = 'applying'", None)
+    }
+
+    /// `UPDATE … SET {set} WHERE id = ?1 AND status = ?2`; `set` may use `?3` for
+    /// `at_ms`. `Ok(None)` when the approval was not in `from`.
+    fn cas(
+        &self,
+        id: &str,
+        from: &str,
+        set: &str,
+        at_ms: Option<Millis>,
+    ) -> Result<Option<Approval>, StoreError> {
+        self.with(|conn| {
+            let sql = format!("UPDATE approvals SET {set} WHERE id = ?1 AND status = ?2");
+            let changed = match at_ms {
+                Some(at_ms) => conn.execute(&sql, params![id, from, at_ms as i64])?,
+                None => conn.execute(&sql, params![id, from])?,
+            };
+            if changed == 1 {
+                get_in(conn, id).map(Some)
+            } else {
+                get_in(conn, id).map(|_| None)
+            }
+        })
+    }
+
+    /// Settles an approval with its final status and envelope. Only moves forward
+    /// from a state that allows it (`applying -> applied|failed`, or records the
+    /// envelope of a `denied`/`expired`/`cancelled` one).
+    pub fn finish(
+        &self,
+        id: &str,
+        status: ApprovalStatus,
+        result_json: &str,
+    ) -> Result<(), StoreError> {
+        let from: &[&str] = match status {
+            ApprovalStatus::Applied | ApprovalStatus::Failed => &["applying"],
+            ApprovalStatus::Denied => &["denied"],
+            ApprovalStatus::Expired => &["expired"],
+            ApprovalStatus::Cancelled => &["cancelled"],
+            ApprovalStatus::Pending | ApprovalStatus::Approved | ApprovalStatus::Applying => &[],
+        };
+        self.with(|conn| {
+            let changed = conn.execute(
+                "UPDATE approvals SET status = ?2, result_json = ?3 \
+                 WHERE id = ?1 AND (status = ?4 OR status = ?5)",
+                params![
+                    id,
+                    status.as_str(),
+                    result_json,
+                    from.first().copied().unwrap_or(""),
+                    from.get(1).copied().unwrap_or("")
+                ],
+            )?;
+            if changed == 1 {
+                Ok(())
+            } else {
+                let current = get_in(conn, id)?;
+                Err(StoreError::AlreadyDecided {
+                    id: id.to_owned(),
+                    status: current.status,
+                })
+            }
+        })
+    }
+
+    /// Stores an "always allow" grant.
+    pub fn insert_grant(&self, grant: &GrantRow) -> Result<(), StoreError> {
+        self.with(|conn| {
+            conn.execute(
+                "INSERT INTO grants (id, tool, path_glob, session, expires_ms, created_ms, created_by, approval_id) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                params![
+                    grant.id,
+                    grant.tool,
+                    grant.path_glob,
+                    grant.session,
+                    grant.expires_ms.map(|ms| ms as i64),
+                    grant.created_ms as i64,
+                    grant.created_by,
+                    grant.approval_id
+                ],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// Grants that have not expired at `now`.
+    pub fn grants(&self, now: Millis) -> Result<Vec<GrantRow>, StoreError> {
+        self.with(|conn| {
+            let mut statement = conn.prepare(
+                "SELECT id, tool, path_glob, session, expires_ms, created_ms, created_by, approval_id \
+                 FROM grants WHERE expires_ms IS NULL OR expires_ms > ?1 ORDER BY created_ms, id",
+            )?;
+            let rows = statement.query_map(params![now as i64], |row| {
+                Ok(GrantRow {
+                    id: row.get(0)?,
+                    tool: row.get(1)?,
+                    path_glob: row.get(2)?,
+                    session: row.get(3)?,
+                    expires_ms: row.get::<_, Option<i64>>(4)?.map(|ms| ms.max(0) as u64),
+                    created_ms: row.get::<_, i64>(5)?.max(0) as u64,
+                    created_by: row.get(6)?,
+                    approval_id: row.get(7)?,
+                })
+            })?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+    }
+
+    /// Keeps the before-content of an applied change.
+    pub fn insert_snapshot(&self, snapshot: &Snapshot) -> Result<(), StoreError> {
+        self.with(|conn| {
+            conn.execute(
+                "INSERT OR REPLACE INTO snapshots (approval_id, path, before, before_hash, after_hash, undone) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, 0)",
+                params![
+                    snapshot.approval_id,
+                    snapshot.path,
+                    snapshot.before,
+                    snapshot.before_hash,
+                    snapshot.after_hash
+                ],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// The snapshot of an applied approval.
+    pub fn snapshot(&self, approval_id: &str) -> Result<Snapshot, StoreError> {
+        self.with(|conn| {
+            conn.query_row(
+                "SELECT approval_id, path, before, before_hash, after_hash, undone FROM snapshots \
+                 WHERE approval_id = ?1",
+                params![approval_id],
+                |row| {
+                    Ok(Snapshot {
+                        approval_id: row.get(0)?,
+                        path: row.get(1)?,
+                        before: row.get(2)?,
+                        before_hash: row.get(3)?,
+                        after_hash: row.get(4)?,
+                        undone: row.get::<_, i64>(5)? != 0,
+                    })
+                },
+            )
+            .optional()?
+            .ok_or_else(|| StoreError::NotFound(approval_id.to_owned()))
+        })
+    }
+
+    /// Marks a snapshot undone: `Ok(false)` when it already was.
+    pub fn mark_undone(&self, approval_id: &str) -> Result<bool, StoreError> {
+        self.with(|conn| {
+            let changed = conn.execute(
+                "UPDATE snapshots SET undone = 1 WHERE approval_id = ?1 AND undone = 0",
+                params![approval_id],
+            )?;
+            Ok(changed == 1)
+        })
+    }
+
+    /// The audit chain's head as last saved: `(seq, event_hash)`.
+    pub fn audit_head(&self) -> Result<Option<(u64, String)>, StoreError> {
+        self.with(|conn| {
+            Ok(conn
+                .query_row("SELECT seq, hash FROM audit_head WHERE id = 1", [], |row| {
+                    Ok((row.get::<_, i64>(0)?.max(0) as u64, row.get(1)?))
+                })
+                .optional()?)
+        })
+    }
+
+    /// Saves the audit chain's head; it only moves forward.
+    pub fn save_audit_head(&self, seq: u64, hash: &str) -> Result<(), StoreError> {
+        self.with(|conn| {
+            conn.execute(
+                "INSERT INTO audit_head (id, seq, hash) VALUES (1, ?1, ?2) \
+                 ON CONFLICT(id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash \
+                 WHERE excluded.seq > audit_head.seq",
+                params![seq as i64, hash],
+            )?;
+            Ok(())
+        })
+    }
+
+    /// A small key-value setting.
+    pub fn get_kv(&self, key: &str) -> Result<Option<String>, StoreError> {
+        self.with(|conn| {
+            Ok(conn
+                .query_row("SELECT value FROM kv WHERE key = ?1", params![key], |row| {
+                    row.get(0)
+                })
+                .optional()?)
+        })
+    }
+
+    /// Sets a key-value setting.
+    pub fn set_kv(&self, key: &str, value: &str) -> Result<(), StoreError> {
+        self.with(|conn| {
+            conn.execute(
+                "INSERT INTO kv (key, value) VALUES (?1, ?2) \
+                 ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                params![key, value],
+            )?;
+            Ok(())
+        })
+    }
+}
+
+fn get_in(conn: &Connection, id: &str) -> Result<Approval, StoreError> {
+    conn.query_row(
+        &format!("SELECT {APPROVAL_COLUMNS} FROM approvals WHERE id = ?1"),
+        params![id],
+        approval_from_row,
+    )
+    .optional()?
+    .ok_or_else(|| StoreError::NotFound(id.to_owned()))?
+}
+
+fn approval_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Approval, StoreError>> {
+    let millis = |value: i64| value.max(0) as u64;
+    let status: String = row.get(18)?;
+    let status = match ApprovalStatus::parse(&status) {
+        Ok(status) => status,
+        Err(error) => return Ok(Err(error)),
+    };
+    Ok(Ok(Approval {
+        seq: row.get(0)?,
+        new: NewApproval {
+            id: row.get(1)?,
+            tool: row.get(2)?,
+            args_json: row.get(3)?,
+            args_display: row.get(4)?,
+            dedup_key: row.get(5)?,
+            user: row.get(6)?,
+            agent: row.get(7)?,
+            session: row.get(8)?,
+            tool_call_id: row.get(9)?,
+            risk: row.get(10)?,
+            decision_json: row.get(11)?,
+            path: row.get(12)?,
+            summary: row.get(13)?,
+            diff: row.get(14)?,
+            plan_json: row.get(15)?,
+            created_ms: millis(row.get(16)?),
+            expires_ms: millis(row.get(17)?),
+        },
+        status,
+        decided_by: row.get(19)?,
+        decided_user: row.get(20)?,
+        channel: row.get(21)?,
+        reason: row.get(22)?,
+        decided_ms: row.get::<_, Option<i64>>(23)?.map(millis),
+        result_json: row.get(24)?,
+    }))
+}

@@ -1,0 +1,259 @@
+//! The store through its public API, on real SQLite files.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::{Arc, Barrier};
+
+use airlock_store::{ApprovalStatus, Created, Limits, NewApproval, Store, StoreError, Verdict};
+use pretty_assertions::assert_eq;
+
+const LIMITS: Limits = Limits {
+    max_pending: 5,
+    max_pending_per_session: 3,
+};
+
+fn new(id: &str, session: &str, key: &str) -> NewApproval {
+    NewApproval {
+        id: id.into(),
+        tool: "write_file".into(),
+        args_json: "{}".into(),
+        args_display: "{}".into(),
+        dedup_key: key.into(),
+        session: Some(session.into()),
+        risk: "medium".into(),
+        decision_json: "{}".into(),
+        summary: "MODIFY a.txt".into(),
+        diff: "--- a/a.txt".into(),
+        plan_json: "{}".into(),
+        created_ms: 1_000,
+        expires_ms: 61_000,
+        ..NewApproval::default()
+    }
+}
+
+fn approve(at_ms: u64) -> Verdict {
+    Verdict {
+        approve: true,
+        by: "human".into(),
+        user: Some("alice".into()),
+        channel: Some("terminal".into()),
+        reason: None,
+        at_ms,
+    }
+}
+
+fn created(store: &Store, approval: &NewApproval) -> airlock_store::Approval {
+    match store.create_approval(approval, LIMITS).unwrap() {
+        Created::New(approval) => approval,
+        Created::Existing(approval) => panic!("unexpected duplicate {}", approval.id),
+    }
+}
+
+#[test]
+fn identical_pending_calls_share_one_approval() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("a.db")).unwrap();
+    created(&store, &new("hitl-1", "s1", "same"));
+    match store
+        .create_approval(&new("hitl-2", "s1", "same"), LIMITS)
+        .unwrap()
+    {
+        Created::Existing(existing) => assert_eq!(existing.id, "hitl-1"),
+        Created::New(_) => panic!("a duplicate was created"),
+    }
+    // Once decided, the same call makes a new approval.
+    store.decide("hitl-1", &approve(2_000)).unwrap();
+    created(&store, &new("hitl-3", "s1", "same"));
+}
+
+#[test]
+fn pending_limits_are_per_session_and_per_workspace() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("a.db")).unwrap();
+    for i in 0..3 {
+        created(&store, &new(&format!("a{i}"), "s1", &format!("k{i}")));
+    }
+    let error = store
+        .create_approval(&new("a3", "s1", "k3"), LIMITS)
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "too many pending approvals (3 of at most 3 in this session)"
+    );
+    created(&store, &new("b0", "s2", "k4"));
+    created(&store, &new("b1", "s2", "k5"));
+    let error = store
+        .create_approval(&new("c0", "s3", "k6"), LIMITS)
+        .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            StoreError::RateLimited {
+                pending: 5,
+                limit: 5,
+                ..
+            }
+        ),
+        "{error}"
+    );
+    // Expired approvals do not count.
+    let mut later = new("c1", "s3", "k7");
+    later.created_ms = 61_000;
+    later.expires_ms = 120_000;
+    created(&store, &later);
+}
+
+#[test]
+fn pending_is_fifo_and_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.db");
+    {
+        let store = Store::open(&path).unwrap();
+        for id in ["first", "second", "third"] {
+            created(&store, &new(id, "s1", id));
+        }
+    }
+    let store = Store::open(&path).unwrap();
+    let ids: Vec<String> = store
+        .pending(Some("s1"), 2_000)
+        .unwrap()
+        .into_iter()
+        .map(|a| a.id.clone())
+        .collect();
+    assert_eq!(ids, ["first", "second", "third"]);
+    assert!(store.pending(Some("other"), 2_000).unwrap().is_empty());
+    assert!(
+        store.pending(None, 61_000).unwrap().is_empty(),
+        "expired ones are not pending"
+    );
+    assert_eq!(store.overdue(61_000).unwrap().len(), 3);
+}
+
+#[test]
+fn two_concurrent_deciders_exactly_one_wins() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.db");
+    let store = Store::open(&path).unwrap();
+    for round in 0..20 {
+        let id = format!("hitl-{round}");
+        created(&store, &new(&id, &format!("s{round}"), &id));
+        let barrier = Arc::new(Barrier::new(4));
+        let handles: Vec<_> = (0..4)
+            .map(|decider| {
+                let (path, id, barrier) = (path.clone(), id.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    // Each decider has its own connection, as separate processes do.
+                    let store = Store::open(&path).unwrap();
+                    let mut verdict = approve(2_000);
+                    verdict.approve = decider % 2 == 0;
+                    barrier.wait();
+                    store.decide(&id, &verdict)
+                })
+            })
+            .collect();
+        let results: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        let winners = results.iter().filter(|r| r.is_ok()).count();
+        assert_eq!(winners, 1, "round {round}: {results:?}");
+        for result in results.iter().filter_map(|r| r.as_ref().err()) {
+            assert!(
+                matches!(result, StoreError::AlreadyDecided { .. }),
+                "{result}"
+            );
+        }
+    }
+}
+
+#[test]
+fn an_approval_is_claimed_for_apply_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("a.db")).unwrap();
+    created(&store, &new("hitl-1", "s1", "k"));
+    assert!(
+        store.claim_apply("hitl-1").unwrap().is_none(),
+        "pending cannot be claimed"
+    );
+    store.decide("hitl-1", &approve(2_000)).unwrap();
+    assert_eq!(
+        store.claim_apply("hitl-1").unwrap().unwrap().status,
+        ApprovalStatus::Applying
+    );
+    assert!(
+        store.claim_apply("hitl-1").unwrap().is_none(),
+        "claimed twice"
+    );
+    store
+        .finish(
+            "hitl-1",
+            ApprovalStatus::Applied,
+            "{\"status\":\"allowed\"}",
+        )
+        .unwrap();
+    assert!(
+        store
+            .finish("hitl-1", ApprovalStatus::Applied, "{}")
+            .is_err()
+    );
+    let approval = store.get("hitl-1").unwrap();
+    assert_eq!(
+        (
+            approval.status,
+            approval.decided_user.as_deref(),
+            approval.result_json.as_deref()
+        ),
+        (
+            ApprovalStatus::Applied,
+            Some("alice"),
+            Some("{\"status\":\"allowed\"}")
+        )
+    );
+}
+
+#[test]
+fn expiry_and_denial_are_final() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("a.db")).unwrap();
+    created(&store, &new("late", "s1", "k1"));
+    // Deciding after the expiry fails and the approval cannot be approved later.
+    assert!(matches!(
+        store.decide("late", &approve(61_000)).unwrap_err(),
+        StoreError::Expired(_)
+    ));
+    assert_eq!(
+        store.expire("late", 61_000).unwrap().unwrap().status,
+        ApprovalStatus::Expired
+    );
+    assert!(matches!(
+        store.decide("late", &approve(1_500)).unwrap_err(),
+        StoreError::AlreadyDecided { .. }
+    ));
+
+    created(&store, &new("no", "s1", "k2"));
+    let mut deny = approve(2_000);
+    deny.approve = false;
+    store.decide("no", &deny).unwrap();
+    assert!(
+        store.expire("no", 70_000).unwrap().is_none(),
+        "a timeout after a denial changes nothing"
+    );
+    assert!(matches!(
+        store.decide("no", &approve(3_000)).unwrap_err(),
+        StoreError::AlreadyDecided { .. }
+    ));
+    assert!(matches!(
+        store.get("nope").unwrap_err(),
+        StoreError::NotFound(_)
+    ));
+}
+
+#[test]
+fn the_audit_head_only_moves_forward() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("a.db")).unwrap();
+    assert_eq!(store.audit_head().unwrap(), None);
+    store.save_audit_head(5, "sha256:5").unwrap();
+    store.save_audit_head(3, "sha256:3").unwrap();
+    assert_eq!(
+        store.audit_head().unwrap(),
+        Some((5, "sha256:5".to_owned()))
+    );
+}
