@@ -198,7 +198,12 @@ impl Policy {
     /// path argument: escapes, deny globs, protected locations (`write` for calls
     /// that can change things). The file tools call it again on the path they
     /// actually resolved, so a symlink `ok.txt -> .env` is refused too.
-    pub fn check_workspace_path(&self, param: &str, path: &str, write: bool) -> Option<PathRefusal> {
+    pub fn check_workspace_path(
+        &self,
+        param: &str,
+        path: &str,
+        write: bool,
+    ) -> Option<PathRefusal> {
         self.paths
             .check(param, path, super::paths::Scope::Workspace, write)
             .map(|(reason, code)| PathRefusal {
