@@ -4,7 +4,10 @@
 //! refuses to run on an invalid one (exit 2), and runs the subcommand. Exit codes
 //! follow DESIGN §11: 0 success, 1 internal error, 2 usage or configuration error.
 
+mod approvals;
+mod audit;
 mod check;
+mod watch;
 mod workspace;
 
 use std::io::Write;
@@ -54,6 +57,23 @@ enum Command {
     Config(ConfigCommand),
     /// Explain the policy decision for a tool call, without side effects.
     Check(check::CheckArgs),
+    /// Run one call through the whole pipeline and print its envelope.
+    Call(approvals::CallArgs),
+    /// List pending approvals, oldest first.
+    Pending(approvals::PendingArgs),
+    /// Show one approval with its diff.
+    Show(approvals::ShowArgs),
+    /// Approve a pending approval; its change is applied once.
+    Approve(approvals::ApproveArgs),
+    /// Deny a pending approval.
+    Deny(approvals::DenyArgs),
+    /// Approve or deny requests interactively as they arrive.
+    Watch,
+    /// Restore the content an applied approval replaced.
+    Undo(approvals::UndoArgs),
+    /// Verify, query or follow the audit log.
+    #[command(subcommand)]
+    Audit(audit::AuditCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -92,7 +112,7 @@ impl Failure {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => ExitCode::from(code),
         Err(failure) => {
             let _ = writeln!(std::io::stderr(), "error: {:#}", failure.error);
             ExitCode::from(failure.code)
@@ -100,23 +120,31 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: Cli) -> Result<(), Failure> {
+fn run(cli: Cli) -> Result<u8, Failure> {
     // Every command first loads the configuration: an invalid one stops them all.
     let creating = matches!(cli.command, Command::Init { .. });
     let workspace = Workspace::load(&cli.global, creating)?;
     match cli.command {
-        Command::Init { force } => workspace.init(force),
+        Command::Init { force } => workspace.init(force).map(|()| 0),
         Command::Config(ConfigCommand::Check) => {
             print(&workspace.describe());
-            Ok(())
+            Ok(0)
         }
         Command::Config(ConfigCommand::Schema) => {
             let schema = airlock_core::config::json_schema();
             let text = serde_json::to_string_pretty(&schema).map_err(Failure::internal)?;
             print(&text);
-            Ok(())
+            Ok(0)
         }
-        Command::Check(args) => check::run(&workspace, &args),
+        Command::Check(args) => check::run(&workspace, &args).map(|()| 0),
+        Command::Call(args) => approvals::call(&workspace.broker()?, &args),
+        Command::Pending(args) => approvals::pending(&workspace.broker()?, &args),
+        Command::Show(args) => approvals::show(&workspace.broker()?, &args),
+        Command::Approve(args) => approvals::approve(&workspace.broker()?, &args),
+        Command::Deny(args) => approvals::deny(&workspace.broker()?, &args),
+        Command::Watch => watch::run(&workspace.broker()?),
+        Command::Undo(args) => approvals::undo(&workspace.broker()?, &args),
+        Command::Audit(command) => audit::run(&workspace, &command),
     }
 }
 

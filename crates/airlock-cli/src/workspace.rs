@@ -104,6 +104,15 @@ impl Workspace {
         Ok(())
     }
 
+    /// Opens the workspace's broker (store, audit log, sandbox).
+    pub fn broker(self) -> Result<airlock_broker::Broker, Failure> {
+        airlock_broker::Broker::open(airlock_broker::Workspace {
+            root: self.root,
+            loaded: self.loaded,
+        })
+        .map_err(|error| Failure::internal(anyhow!("cannot open the workspace state: {error}")))
+    }
+
     /// The state dir's path.
     pub fn state_dir(&self) -> PathBuf {
         self.root.join(&self.loaded.config.workspace.state_dir)

@@ -247,7 +247,8 @@ CREATE TABLE IF NOT EXISTS approvals (
     expires_ms INTEGER NOT NULL,
     status TEXT NOT NULL,
     decided_by TEXT, decided_user TEXT, channel TEXT, reason TEXT, decided_ms INTEGER,
-    result_json TEXT
+    result_json TEXT,
+    owner_pid INTEGER
 );
 CREATE INDEX IF NOT EXISTS approvals_pending ON approvals (status, dedup_key);
 CREATE TABLE IF NOT EXISTS grants (
@@ -421,11 +422,6 @@ impl Store {
         self.select_where("status = 'pending' AND expires_ms <= ?1", now)
     }
 
-    /// Approvals left in `applying` (a crash between claim and finish).
-    pub fn applying(&self) -> Result<Vec<Approval>, StoreError> {
-        self.select_where("status = 'applying' AND ?1 >= 0", 0)
-    }
-
     fn select_where(&self, condition: &str, now: Millis) -> Result<Vec<Approval>, StoreError> {
         self.with(|conn| {
             let mut statement = conn.prepare(&format!(
@@ -453,7 +449,7 @@ impl Store {
         self.with(|conn| {
             let changed = conn.execute(
                 "UPDATE approvals SET status = ?2, decided_by = ?3, decided_user = ?4, \
-                 channel = ?5, reason = ?6, decided_ms = ?7 \
+                 channel = ?5, reason = ?6, decided_ms = ?7, owner_pid = ?8 \
                  WHERE id = ?1 AND status = 'pending' AND expires_ms > ?7",
                 params![
                     id,
@@ -462,7 +458,8 @@ impl Store {
                     verdict.user,
                     verdict.channel,
                     verdict.reason,
-                    verdict.at_ms as i64
+                    verdict.at_ms as i64,
+                    std::process::id()
                 ],
             )?;
             if changed == 1 {
@@ -501,9 +498,72 @@ impl Store {
     }
 
     /// `approved -> applying`: the caller that gets `Some` applies the plan; any
-    /// other gets `None`. This is what keeps an approval from applying twice.
+    /// other gets `None`. This is what keeps an approval from applying twice. The
+    /// claiming process is recorded as the approval's owner.
     pub fn claim_apply(&self, id: &str) -> Result<Option<Approval>, StoreError> {
-        self.cas(id, "approved", "status = 'applying'", None)
+        self.with(|conn| {
+            let changed = conn.execute(
+                "UPDATE approvals SET status = 'applying', owner_pid = ?2 \
+                 WHERE id = ?1 AND status = 'approved'",
+                params![id, std::process::id()],
+            )?;
+            if changed == 1 {
+                get_in(conn, id).map(Some)
+            } else {
+                get_in(conn, id).map(|_| None)
+            }
+        })
+    }
+
+    /// Approved or applying approvals whose owning process is gone (`alive`
+    /// says which process ids still run): a crash left them half way.
+    pub fn orphaned(
+        &self,
+        alive: &dyn Fn(u32) -> bool,
+    ) -> Result<Vec<(Approval, u32)>, StoreError> {
+        self.with(|conn| {
+            let mut statement = conn.prepare(&format!(
+                "SELECT {APPROVAL_COLUMNS}, owner_pid FROM approvals \
+                 WHERE status IN ('approved', 'applying') ORDER BY seq"
+            ))?;
+            let mut rows = statement.query([])?;
+            let mut out = Vec::new();
+            while let Some(row) = rows.next()? {
+                let owner: Option<i64> = row.get(25)?;
+                let owner = owner.and_then(|pid| u32::try_from(pid).ok()).unwrap_or(0);
+                if owner == 0 || !alive(owner) {
+                    out.push((approval_from_row(row)??, owner));
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    /// Takes over an orphaned approval from its dead owner: only one process
+    /// can. `Some` when this process now owns it (status unchanged).
+    pub fn take_over(&self, id: &str, dead_owner: u32) -> Result<Option<Approval>, StoreError> {
+        self.with(|conn| {
+            let changed = conn.execute(
+                "UPDATE approvals SET owner_pid = ?2 \
+                 WHERE id = ?1 AND status IN ('approved', 'applying') \
+                 AND (owner_pid IS ?3 OR owner_pid = ?4)",
+                params![
+                    id,
+                    std::process::id(),
+                    if dead_owner == 0 {
+                        None
+                    } else {
+                        Some(dead_owner)
+                    },
+                    dead_owner
+                ],
+            )?;
+            if changed == 1 {
+                get_in(conn, id).map(Some)
+            } else {
+                Ok(None)
+            }
+        })
     }
 
     /// `UPDATE … SET {set} WHERE id = ?1 AND status = ?2`; `set` may use `?3` for

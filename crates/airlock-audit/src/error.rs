@@ -1,0 +1,63 @@
+//! The error type of the crate.
+
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use airlock_core::canonical::CanonicalError;
+
+/// What can go wrong while opening, appending to or reading an audit log.
+///
+/// It is `Clone` because one failed group commit fails every append in the group, so
+/// IO errors are kept behind an `Arc`.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum AuditError {
+    /// Reading, writing, syncing or locking the log (or a file beside it) failed. An
+    /// append that fails this way has not added its record to the log.
+    #[error("audit log {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: Arc<io::Error>,
+    },
+    /// The last complete line of the log is not a record the chain can continue from.
+    #[error("audit log {path}: the last record cannot continue the chain: {reason}")]
+    CorruptTail { path: PathBuf, reason: String },
+    /// A line that query or follow cannot read.
+    #[error("audit log {path}, line {line}: {reason}")]
+    BadLine {
+        path: PathBuf,
+        line: u64,
+        reason: String,
+    },
+    /// The record has no RFC 8785 form (an integer beyond 2^53, say); nothing was
+    /// written.
+    #[error("record cannot be canonicalized: {0}")]
+    Canonical(#[from] CanonicalError),
+    /// A field of the record has a type the log cannot use; nothing was written.
+    #[error("record field {field}: {reason}")]
+    InvalidRecord { field: &'static str, reason: String },
+    /// The HMAC key cannot be used.
+    #[error("invalid audit key: {0}")]
+    InvalidKey(String),
+    /// The head store could not be read when the log was opened.
+    #[error("head store: {0}")]
+    HeadStore(String),
+    /// The record is durably in the log (as `seq`), but saving the new head to the head
+    /// store failed, so a truncation after this point may go unnoticed. Do not append
+    /// the record again.
+    #[error("event seq {seq} is in the log, but the head store failed: {reason}")]
+    HeadNotSaved { seq: u64, reason: String },
+    /// The thread writing a group of appends panicked; none of them is known to be in
+    /// the log.
+    #[error("the audit log writer stopped unexpectedly")]
+    WriterStopped,
+}
+
+impl AuditError {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: io::Error) -> Self {
+        AuditError::Io {
+            path: path.into(),
+            source: Arc::new(source),
+        }
+    }
+}

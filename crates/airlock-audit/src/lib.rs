@@ -1,0 +1,61 @@
+//! airlock-audit: the tamper-evident audit log of airlock (DESIGN §8).
+//!
+//! The log is append-only JSONL, one record per line, and every record is chained to
+//! the one before it:
+//!
+//! ```text
+//! {"seq":1,"ts":"2026-11-22T12:00:00.123Z","event":"read_file",…,"prev_hash":"sha256:000…0","event_hash":"sha256:…"}
+//! ```
+//!
+//! `event_hash` is SHA-256 over the UTF-8 bytes of the `prev_hash` string immediately
+//! followed by the RFC 8785 canonical JSON ([`airlock_core::canonical`]) of the record
+//! without `event_hash` (so `seq`, `ts` and `prev_hash` are covered). The first record's
+//! `prev_hash` is [`ZERO_HASH`]. With a configured key the hash is HMAC-SHA256 instead,
+//! written `hmac-sha256:<hex>` so that a verifier knows which one it is looking at.
+//!
+//! - [`AuditLog`] appends: one durable write per group of concurrent appenders, safe
+//!   across threads and processes (an exclusive `flock` on the log), continuing the
+//!   chain from the file's last line. [`AuditLog::open`] moves a torn last line aside
+//!   and reports it in a [`Recovery`], never drops it silently.
+//! - [`verify`] walks the chain and names the first bad `seq`; given the head kept in
+//!   the store ([`HeadStore`]) it also catches a truncated tail.
+//! - [`query`] filters records; [`Follower`] and [`tail_lines`] serve `audit tail [-f]`.
+//!
+//! Redaction of parameters is the caller's job ([`airlock_core::redact`]).
+//!
+//! ```
+//! use airlock_audit::{AuditLog, verify};
+//! use serde_json::json;
+//!
+//! let dir = tempfile::tempdir()?;
+//! let path = dir.path().join("audit.jsonl");
+//! let (log, recovery) = AuditLog::open(&path, None, None)?;
+//! assert!(recovery.is_clean());
+//! let record = json!({"event": "read_file", "path": "src/main.rs"});
+//! let appended = log.append(record.as_object().cloned().unwrap_or_default())?;
+//! assert_eq!(appended.seq, 1);
+//! let report = verify(&path, None, None)?;
+//! assert!(report.is_ok());
+//! assert_eq!(report.records, 1);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod canonical_line;
+mod chain;
+mod error;
+mod log;
+mod read;
+mod tail;
+mod time;
+mod verify;
+
+pub use airlock_core::canonical::ZERO_HASH;
+pub use chain::{HMAC_PREFIX, SHA256_PREFIX};
+pub use error::AuditError;
+pub use log::{
+    Appended, AuditLog, Head, HeadStore, Recovery, TORN_LINE_EVENT, TRUNCATED_TAIL_EVENT, TornLine,
+    TruncatedTail,
+};
+pub use read::{Follower, Query, query, tail_lines};
+pub use time::rfc3339_millis;
+pub use verify::{Problem, ProblemKind, VerifyReport, verify};

@@ -1,0 +1,1258 @@
+//! airlock-broker: the one pipeline every call goes through (DESIGN §2).
+//!
+//! `policy -> propose -> decide -> apply -> audit`. A [`Broker`] holds the compiled
+//! policy, the sandbox, the store and the audit log of one workspace. Transports
+//! build a [`ToolCall`] and call [`Broker::submit`]; humans decide with
+//! [`Broker::decide`]; [`Broker::undo`] reverts an applied change. Processes share
+//! state through the store, so a decision taken in one process resumes a call
+//! waiting in another.
+//!
+//! Every write, even one the policy allows outright, is recorded as an approval
+//! and applied through the same claim -> commit -> finish path, so undo and the
+//! one-time-apply guarantee hold for all of them.
+
+mod record;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use airlock_audit::AuditLog;
+use airlock_core::config::{ApprovalMode, Config, LoadedConfig};
+use airlock_core::envelope::{DecidedBy, DecisionInfo, Envelope, HitlInfo, Status};
+use airlock_core::policy::Reason;
+use airlock_core::{Decision, Disposition, ErrorCode, Grant, GrantScope, Policy, ToolCall, policy};
+use airlock_fs::{ReadParams, Sandbox, WriteParams, WritePlan};
+use airlock_store::{
+    Approval, ApprovalStatus, Created, GrantRow, Limits, NewApproval, Snapshot, Store, StoreError,
+    Verdict,
+};
+use serde_json::{Map, Value, json};
+
+pub use record::Record;
+
+/// How long a waiting call sleeps between looks at the store.
+const POLL: Duration = Duration::from_millis(20);
+
+/// Errors that stop the broker itself (not a tool's error, which is an envelope).
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    #[error("audit log: {0}")]
+    Audit(#[from] airlock_audit::AuditError),
+    #[error("sandbox: {0}")]
+    Sandbox(#[from] airlock_fs::FsError),
+    #[error("{code}: {message}")]
+    Refused { code: ErrorCode, message: String },
+    #[error("corrupt approval {id}: {message}")]
+    Corrupt { id: String, message: String },
+}
+
+impl BrokerError {
+    fn refused(code: ErrorCode, message: impl Into<String>) -> BrokerError {
+        BrokerError::Refused {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// The envelope error code this failure maps to.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            BrokerError::Store(StoreError::NotFound(_)) => ErrorCode::NotFound,
+            BrokerError::Store(StoreError::AlreadyDecided { .. }) => ErrorCode::AlreadyDecided,
+            BrokerError::Store(StoreError::Expired(_)) => ErrorCode::Expired,
+            BrokerError::Store(StoreError::RateLimited { .. }) => ErrorCode::RateLimited,
+            BrokerError::Refused { code, .. } => *code,
+            BrokerError::Sandbox(error) => error.code(),
+            BrokerError::Store(_) | BrokerError::Audit(_) | BrokerError::Corrupt { .. } => {
+                ErrorCode::IoError
+            }
+        }
+    }
+}
+
+/// How a call that needs approval is handled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mode {
+    /// Block until a decision or the timeout (the configured default).
+    Wait,
+    /// Return `hitl_required` at once.
+    Defer,
+    /// The person at this terminal approves it now.
+    ApproveNow { user: String },
+}
+
+/// A human's decision on a pending approval.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecideRequest {
+    pub approve: bool,
+    pub reason: Option<String>,
+    /// "Always allow": only where the risk policy allows skipping.
+    pub always: Option<AlwaysAllow>,
+    pub user: String,
+    /// `terminal`, `http`, `mcp`, `link`…
+    pub channel: String,
+}
+
+/// The scope and lifetime of an "always allow".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AlwaysAllow {
+    /// Only the approval's session, or every session.
+    pub persistent: bool,
+    /// Lifetime; `None` never expires.
+    pub for_ms: Option<u64>,
+}
+
+/// Where the broker lives.
+#[derive(Debug, Clone)]
+pub struct Workspace {
+    /// Canonical sandbox root.
+    pub root: PathBuf,
+    /// The configuration, validated, its policy bound to `root`.
+    pub loaded: LoadedConfig,
+}
+
+/// The pipeline of one workspace.
+pub struct Broker {
+    config: Config,
+    policy: Arc<Policy>,
+    sandbox: Sandbox,
+    store: Arc<Store>,
+    audit: AuditLog,
+    root: PathBuf,
+}
+
+/// Milliseconds since the Unix epoch, now.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| {
+            u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
+        })
+}
+
+struct HeadInStore(Arc<Store>);
+
+impl airlock_audit::HeadStore for HeadInStore {
+    fn load_head(&self) -> Result<Option<airlock_audit::Head>, String> {
+        self.0
+            .audit_head()
+            .map(|head| head.map(|(seq, event_hash)| airlock_audit::Head { seq, event_hash }))
+            .map_err(|error| error.to_string())
+    }
+
+    fn save_head(&self, head: &airlock_audit::Head) -> Result<(), String> {
+        self.0
+            .save_audit_head(head.seq, &head.event_hash)
+            .map_err(|error| error.to_string())
+    }
+}
+
+impl Broker {
+    /// Opens the workspace's state: the store, the audit log (recovering a torn
+    /// tail), and finishes applies a crash interrupted.
+    pub fn open(workspace: Workspace) -> Result<Broker, BrokerError> {
+        let config = workspace.loaded.config.clone();
+        let policy = Arc::new(workspace.loaded.policy);
+        let root = workspace.root;
+        let state_dir = root.join(&config.workspace.state_dir);
+        std::fs::create_dir_all(&state_dir).map_err(|error| {
+            BrokerError::refused(
+                ErrorCode::IoError,
+                format!("cannot create {}: {error}", state_dir.display()),
+            )
+        })?;
+        let store = Arc::new(Store::open(&state_dir.join("airlock.db"))?);
+        let key = config
+            .audit
+            .hmac_key_env
+            .as_deref()
+            .and_then(|name| std::env::var(name).ok())
+            .filter(|key| !key.is_empty())
+            .map(String::into_bytes);
+        let audit_path = root.join(&config.audit.path);
+        let (audit, recovery) =
+            AuditLog::open(&audit_path, key, Some(Arc::new(HeadInStore(store.clone()))))?;
+        let sandbox = Sandbox::open(&root, &config.file_broker, policy.clone())?;
+        let broker = Broker {
+            config,
+            policy,
+            sandbox,
+            store,
+            audit,
+            root,
+        };
+        // What the log's recovery found is recorded in the log itself.
+        for record in recovery.records() {
+            broker.audit.append(record)?;
+        }
+        broker.note_config()?;
+        broker.recover_applies()?;
+        Ok(broker)
+    }
+
+    /// The workspace root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The compiled policy.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// The audit log's path.
+    pub fn audit_path(&self) -> PathBuf {
+        self.root.join(&self.config.audit.path)
+    }
+
+    /// The audit chain head as the store last saw it.
+    pub fn stored_audit_head(&self) -> Result<Option<airlock_audit::Head>, BrokerError> {
+        Ok(self
+            .store
+            .audit_head()?
+            .map(|(seq, event_hash)| airlock_audit::Head { seq, event_hash }))
+    }
+
+    /// Appends an audit record; a failure to audit is reported on stderr-free
+    /// terms by returning `None` (callers turn that into an error envelope).
+    fn log(&self, record: Record) -> Option<airlock_core::envelope::AuditRef> {
+        match self.audit.append(record.into_map()) {
+            Ok(appended) => Some(airlock_core::envelope::AuditRef {
+                prev_hash: appended.prev_hash,
+                event_hash: appended.event_hash,
+            }),
+            Err(_) => None,
+        }
+    }
+
+    /// Audits `record` and stamps the envelope with it. If the audit log cannot
+    /// be written, the result is an error: nothing goes unaudited.
+    fn audited(&self, mut envelope: Envelope, record: Record) -> Envelope {
+        match self.log(record) {
+            Some(audit) => {
+                envelope.audit = Some(audit);
+                envelope
+            }
+            None => Envelope::failure(
+                Status::Error,
+                &envelope.op.method,
+                &envelope.op.tool,
+                envelope.op.path.as_deref(),
+                ErrorCode::IoError,
+                "the audit log could not be written",
+            ),
+        }
+    }
+
+    /// Records `config_loaded` when the configuration differs from the last one
+    /// this workspace ran with.
+    fn note_config(&self) -> Result<(), BrokerError> {
+        let text = serde_json::to_string(&self.config).unwrap_or_default();
+        let hash = airlock_core::canonical::sha256_hex(text.as_bytes());
+        if self.store.get_kv("config_hash")?.as_deref() != Some(hash.as_str()) {
+            self.log(Record::new("config_loaded").text("config_hash", &hash));
+            self.store.set_kv("config_hash", &hash)?;
+        }
+        Ok(())
+    }
+
+    /// Rolls forward approvals a crash left half way: approved but never
+    /// claimed, or claimed but never finished, by a process that no longer runs.
+    fn recover_applies(&self) -> Result<(), BrokerError> {
+        for (orphan, owner) in self.store.orphaned(&process_alive)? {
+            let Some(approval) = self.store.take_over(&orphan.id, owner)? else {
+                continue;
+            };
+            let decision = DecisionInfo {
+                by: decided_by(approval.decided_by.as_deref()),
+                user: approval.decided_user.clone(),
+                channel: approval.channel.clone(),
+                reason: approval.reason.clone(),
+            };
+            match approval.status {
+                ApprovalStatus::Approved => {
+                    self.settle(&approval.id);
+                }
+                ApprovalStatus::Applying => {
+                    self.commit_claimed(&approval, decision, true);
+                }
+                ApprovalStatus::Pending
+                | ApprovalStatus::Applied
+                | ApprovalStatus::Failed
+                | ApprovalStatus::Denied
+                | ApprovalStatus::Expired
+                | ApprovalStatus::Cancelled => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs one call through the pipeline and returns its envelope.
+    pub fn submit(&self, call: &ToolCall, mode: &Mode, on_pending: &dyn Fn(&Approval)) -> Envelope {
+        let now = now_ms();
+        let grants = self.live_grants(now);
+        let decision = policy::evaluate(&self.policy, call, &grants);
+        let path = call.args.get("path").and_then(Value::as_str);
+        let base = Record::for_call(call, &decision);
+
+        if decision.disposition == Disposition::Deny {
+            let message = first_denial(&decision);
+            let code = decision.deny_code.unwrap_or(ErrorCode::PolicyDenied);
+            let mut envelope = Envelope::failure(
+                Status::Denied,
+                method_of(&call.tool),
+                &call.tool,
+                path,
+                code,
+                message,
+            );
+            envelope.decision = Some(DecisionInfo {
+                by: DecidedBy::Policy,
+                user: None,
+                channel: None,
+                reason: None,
+            });
+            let event = if call.tool == "read_file" {
+                "read_file"
+            } else {
+                "tool_call"
+            };
+            return self.audited(
+                envelope,
+                base.event(event)
+                    .text("decision", "deny")
+                    .text("decided_by", "policy")
+                    .text("status", "denied")
+                    .text("code", code.as_str()),
+            );
+        }
+
+        match call.tool.as_str() {
+            "read_file" => self.read(call, &decision, base),
+            "write_file" => self.write(call, &decision, mode, on_pending, base, now),
+            other => {
+                let envelope = Envelope::failure(
+                    Status::Error,
+                    method_of(other),
+                    other,
+                    path,
+                    ErrorCode::UnknownTool,
+                    format!("no tool named {other} is available"),
+                );
+                self.audited(
+                    envelope,
+                    base.event("tool_call")
+                        .text("status", "error")
+                        .text("code", ErrorCode::UnknownTool.as_str()),
+                )
+            }
+        }
+    }
+
+    fn live_grants(&self, now: u64) -> Vec<Grant> {
+        self.store
+            .grants(now)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|row| {
+                let scope = match row.session {
+                    Some(session) => GrantScope::Session(session),
+                    None => GrantScope::Persistent,
+                };
+                Grant::new(
+                    row.id,
+                    row.tool,
+                    row.path_glob.as_deref(),
+                    scope,
+                    row.expires_ms,
+                )
+                .ok()
+            })
+            .collect()
+    }
+
+    fn read(&self, call: &ToolCall, decision: &Decision, base: Record) -> Envelope {
+        let path = call.args.get("path").and_then(Value::as_str);
+        let params: ReadParams = match serde_json::from_value(call.args.clone()) {
+            Ok(params) => params,
+            Err(error) => return self.invalid(call, path, &error.to_string(), base),
+        };
+        let mut record = base.event("read_file");
+        if decision.disposition == Disposition::Ask {
+            // Reads that a profile or rule makes ask are not proposals: there is
+            // nothing to apply later. Without an approval channel for reads yet,
+            // they are refused, never let through.
+            let envelope = Envelope::failure(
+                Status::Denied,
+                "fs.read",
+                "read_file",
+                path,
+                ErrorCode::PolicyDenied,
+                "this read needs approval, and reads cannot be proposed",
+            );
+            return self.audited(
+                envelope,
+                record.text("decision", "deny").text("status", "denied"),
+            );
+        }
+        match airlock_fs::read_file(&self.sandbox, &params) {
+            Ok(data) => {
+                let data = serde_json::to_value(&data).unwrap_or(Value::Null);
+                record = record
+                    .text("decision", "allow")
+                    .text("decided_by", decided_by_policy_or_grant(decision))
+                    .text("status", "allowed")
+                    .value("base_hash", data.get("base_hash").cloned())
+                    .value("returned_range", data.get("returned_range").cloned());
+                let mut envelope = Envelope::new(Status::Allowed, "fs.read", "read_file", path);
+                envelope.data = Some(data);
+                self.audited(envelope, record)
+            }
+            Err(error) => {
+                let envelope = Envelope::failure(
+                    Status::Error,
+                    "fs.read",
+                    "read_file",
+                    path,
+                    error.code(),
+                    error.to_string(),
+                );
+                self.audited(
+                    envelope,
+                    record
+                        .text("status", "error")
+                        .text("code", error.code().as_str()),
+                )
+            }
+        }
+    }
+
+    fn invalid(
+        &self,
+        call: &ToolCall,
+        path: Option<&str>,
+        message: &str,
+        base: Record,
+    ) -> Envelope {
+        let envelope = Envelope::failure(
+            Status::Error,
+            method_of(&call.tool),
+            &call.tool,
+            path,
+            ErrorCode::InvalidInput,
+            format!("invalid arguments: {message}"),
+        );
+        self.audited(
+            envelope,
+            base.event("tool_call")
+                .text("status", "error")
+                .text("code", ErrorCode::InvalidInput.as_str()),
+        )
+    }
+
+    fn write(
+        &self,
+        call: &ToolCall,
+        decision: &Decision,
+        mode: &Mode,
+        on_pending: &dyn Fn(&Approval),
+        base: Record,
+        now: u64,
+    ) -> Envelope {
+        let path = call.args.get("path").and_then(Value::as_str);
+        let params: WriteParams = match serde_json::from_value(call.args.clone()) {
+            Ok(params) => params,
+            Err(error) => return self.invalid(call, path, &error.to_string(), base),
+        };
+        let plan = match airlock_fs::prepare_write(&self.sandbox, &params) {
+            Ok(plan) => plan,
+            Err(error) => {
+                let envelope = Envelope::failure(
+                    Status::Error,
+                    "fs.propose_patch",
+                    "write_file",
+                    path,
+                    error.code(),
+                    error.to_string(),
+                );
+                return self.audited(
+                    envelope,
+                    base.event("write_file_propose")
+                        .text("status", "error")
+                        .text("code", error.code().as_str()),
+                );
+            }
+        };
+
+        let asks = decision.disposition == Disposition::Ask;
+        let ttl_seconds = match (asks, mode) {
+            (true, Mode::Defer) => self.config.file_broker.hitl_ttl_seconds,
+            (true, Mode::Wait) => decision.timeout_seconds,
+            _ => self.config.file_broker.hitl_ttl_seconds,
+        };
+        let new = NewApproval {
+            id: format!("hitl-{}", uuid::Uuid::new_v4()),
+            tool: call.tool.clone(),
+            args_json: call.args.to_string(),
+            args_display: airlock_core::redact::redact_params(&call.args).to_string(),
+            dedup_key: dedup_key(call),
+            user: call.principal.user.clone(),
+            agent: call.principal.agent.clone(),
+            session: call.session.clone(),
+            tool_call_id: call.tool_call_id.clone(),
+            risk: decision.risk.as_str().to_owned(),
+            decision_json: serde_json::to_string(decision).unwrap_or_default(),
+            path: Some(plan.path.clone()),
+            summary: plan.summary(),
+            diff: plan.diff.clone(),
+            plan_json: serde_json::to_string(&plan).unwrap_or_default(),
+            created_ms: now,
+            expires_ms: now.saturating_add(ttl_seconds.saturating_mul(1000)),
+        };
+        // Writes the policy allows are recorded too (so they can be undone), but
+        // never count against the pending limits.
+        let limits = if asks {
+            Limits {
+                max_pending: self.config.security.hitl.max_pending,
+                max_pending_per_session: self.config.security.hitl.max_pending_per_session,
+            }
+        } else {
+            Limits {
+                max_pending: u64::MAX,
+                max_pending_per_session: u64::MAX,
+            }
+        };
+        let approval = match self.store.create_approval(&new, limits) {
+            Ok(Created::New(approval)) => {
+                let preview = plan.diff_preview(self.config.file_broker.diff_preview_max_chars);
+                let record = base
+                    .event("write_file_propose")
+                    .text("hitl_id", &approval.id)
+                    .text("status", if asks { "hitl_required" } else { "allowed" })
+                    .flag("created", plan.created)
+                    .value("base_hash", plan.base_hash.clone().map(Value::String))
+                    .text("patch_hash", &plan.patch_hash);
+                if self.log(record).is_none() {
+                    return Envelope::failure(
+                        Status::Error,
+                        "fs.propose_patch",
+                        "write_file",
+                        path,
+                        ErrorCode::IoError,
+                        "the audit log could not be written",
+                    );
+                }
+                let _ = preview;
+                approval
+            }
+            Ok(Created::Existing(approval)) => approval,
+            Err(error) => {
+                let error = BrokerError::from(error);
+                let envelope = Envelope::failure(
+                    Status::Error,
+                    "fs.propose_patch",
+                    "write_file",
+                    path,
+                    error.code(),
+                    error.to_string(),
+                );
+                return self.audited(
+                    envelope,
+                    base.event("write_file_propose")
+                        .text("status", "error")
+                        .text("code", error.code().as_str()),
+                );
+            }
+        };
+
+        if !asks {
+            // Allowed by policy, a grant, or a disabled gate: decide and apply now.
+            let (by, grant) =
+                match decision
+                    .justification
+                    .iter()
+                    .find_map(|step| match &step.reason {
+                        Reason::Grant { id } => Some(id.to_string()),
+                        _ => None,
+                    }) {
+                    Some(grant) => ("grant", Some(grant)),
+                    None => ("policy", None),
+                };
+            if let Some(grant) = &grant {
+                self.log(
+                    Record::for_call(call, decision)
+                        .event("grant_used")
+                        .text("grant_id", grant)
+                        .text("hitl_id", &approval.id),
+                );
+            }
+            let verdict = Verdict {
+                approve: true,
+                by: by.to_owned(),
+                user: None,
+                channel: None,
+                reason: None,
+                at_ms: now_ms(),
+            };
+            if let Err(error) = self.store.decide(&approval.id, &verdict) {
+                return self.store_failure(call, path, error);
+            }
+            return self.settle(&approval.id);
+        }
+
+        match mode {
+            Mode::Defer => self.hitl_required(&approval, &plan, decision),
+            Mode::ApproveNow { user } => {
+                let request = DecideRequest {
+                    approve: true,
+                    reason: None,
+                    always: None,
+                    user: user.clone(),
+                    channel: "terminal".to_owned(),
+                };
+                match self.decide(&approval.id, &request) {
+                    Ok(envelope) => envelope,
+                    Err(error) => self.error_envelope(call, path, &error),
+                }
+            }
+            Mode::Wait => {
+                on_pending(&approval);
+                self.wait(&approval.id)
+            }
+        }
+    }
+
+    fn store_failure(&self, call: &ToolCall, path: Option<&str>, error: StoreError) -> Envelope {
+        self.error_envelope(call, path, &BrokerError::from(error))
+    }
+
+    fn error_envelope(&self, call: &ToolCall, path: Option<&str>, error: &BrokerError) -> Envelope {
+        Envelope::failure(
+            Status::Error,
+            method_of(&call.tool),
+            &call.tool,
+            path,
+            error.code(),
+            error.to_string(),
+        )
+    }
+
+    fn hitl_required(
+        &self,
+        approval: &Approval,
+        plan: &WritePlan,
+        decision: &Decision,
+    ) -> Envelope {
+        let mut envelope = Envelope::new(
+            Status::HitlRequired,
+            "fs.propose_patch",
+            &approval.tool,
+            approval.path.as_deref(),
+        );
+        let ttl = approval.expires_ms.saturating_sub(now_ms()).div_ceil(1000);
+        envelope.hitl = Some(HitlInfo {
+            hitl_id: approval.id.clone(),
+            ttl_seconds: Some(ttl),
+            risk: Some(decision.risk),
+            summary: Some(plan.summary()),
+            diff_preview: Some(plan.diff_preview(self.config.file_broker.diff_preview_max_chars)),
+        });
+        envelope.data = Some(json!({
+            "path": plan.path,
+            "created": plan.created,
+            "base_hash": plan.base_hash,
+            "patch_hash": plan.patch_hash,
+            "patch_format": "unified_diff",
+        }));
+        envelope
+    }
+
+    /// Blocks until the approval is settled or its time is up (then it expires,
+    /// which denies: a timeout never approves).
+    pub fn wait(&self, id: &str) -> Envelope {
+        loop {
+            let approval = match self.store.get(id) {
+                Ok(approval) => approval,
+                Err(error) => return failure_for(id, &BrokerError::from(error)),
+            };
+            match approval.status {
+                ApprovalStatus::Pending => {
+                    if now_ms() >= approval.expires_ms {
+                        if let Some(envelope) = self.expire(id) {
+                            return envelope;
+                        }
+                        continue;
+                    }
+                }
+                ApprovalStatus::Approved => return self.settle(id),
+                ApprovalStatus::Applying => {}
+                ApprovalStatus::Applied
+                | ApprovalStatus::Failed
+                | ApprovalStatus::Denied
+                | ApprovalStatus::Expired
+                | ApprovalStatus::Cancelled => {
+                    if let Some(envelope) = stored_result(&approval) {
+                        return envelope;
+                    }
+                }
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// Expires a pending approval whose time is up. `None` when someone decided
+    /// it first.
+    pub fn expire(&self, id: &str) -> Option<Envelope> {
+        let approval = self.store.expire(id, now_ms()).ok().flatten()?;
+        let mut envelope = Envelope::failure(
+            Status::Denied,
+            "fs.propose_patch",
+            &approval.tool,
+            approval.path.as_deref(),
+            ErrorCode::Expired,
+            "no decision before the timeout: denied",
+        );
+        envelope.hitl = Some(hitl_ref(&approval));
+        envelope.decision = Some(DecisionInfo {
+            by: DecidedBy::Timeout,
+            user: None,
+            channel: None,
+            reason: None,
+        });
+        let envelope = self.audited(
+            envelope,
+            Record::for_approval(&approval)
+                .event("hitl_timeout")
+                .text("decision", "timeout")
+                .text("decided_by", "timeout")
+                .number("duration_ms", now_ms().saturating_sub(approval.created_ms))
+                .text("status", "denied"),
+        );
+        let _ = self
+            .store
+            .finish(id, ApprovalStatus::Expired, &to_json(&envelope));
+        Some(envelope)
+    }
+
+    /// Expires every pending approval whose time is up (for `pending`, `watch`).
+    pub fn expire_overdue(&self) -> Result<usize, BrokerError> {
+        let overdue = self.store.overdue(now_ms())?;
+        Ok(overdue
+            .iter()
+            .filter_map(|approval| self.expire(&approval.id))
+            .count())
+    }
+
+    /// A human decides a pending approval. Approving applies the stored plan
+    /// (spec 000's apply_proposal) once; the returned envelope is the call's final
+    /// result.
+    pub fn decide(&self, id: &str, request: &DecideRequest) -> Result<Envelope, BrokerError> {
+        let approval = self.store.get(id)?;
+        let decision: Value = serde_json::from_str(&approval.decision_json).unwrap_or(Value::Null);
+        let flag = |key: &str| decision.get(key).and_then(Value::as_bool).unwrap_or(false);
+        let reason = request
+            .reason
+            .as_deref()
+            .map(str::trim)
+            .filter(|r| !r.is_empty());
+        if request.approve && flag("require_reason") && reason.is_none() {
+            return Err(BrokerError::refused(
+                ErrorCode::InvalidInput,
+                format!("approving a {} risk call requires a reason", approval.risk),
+            ));
+        }
+        if request.always.is_some() && !flag("allow_skip") {
+            return Err(BrokerError::refused(
+                ErrorCode::InvalidInput,
+                format!("always-allow is not permitted for {} risk", approval.risk),
+            ));
+        }
+        if request.always.is_some() && !request.approve {
+            return Err(BrokerError::refused(
+                ErrorCode::InvalidInput,
+                "always-allow applies to approvals",
+            ));
+        }
+        let now = now_ms();
+        let verdict = Verdict {
+            approve: request.approve,
+            by: "human".to_owned(),
+            user: Some(request.user.clone()),
+            channel: Some(request.channel.clone()),
+            reason: reason.map(str::to_owned),
+            at_ms: now,
+        };
+        let decided = match self.store.decide(id, &verdict) {
+            Ok(decided) => decided,
+            Err(StoreError::Expired(_)) => {
+                self.expire(id);
+                return Err(BrokerError::Store(StoreError::Expired(id.to_owned())));
+            }
+            Err(error) => return Err(error.into()),
+        };
+        self.log(
+            Record::for_approval(&decided)
+                .event("hitl_decision")
+                .text("decision", if request.approve { "approve" } else { "deny" })
+                .text("decided_by", "human")
+                .text("user", &request.user)
+                .text("channel", &request.channel)
+                .value("reason", reason.map(|r| Value::String(r.to_owned())))
+                .number("duration_ms", now.saturating_sub(decided.created_ms)),
+        );
+        if let Some(always) = request.always {
+            self.grant(&decided, always, &request.user, now)?;
+        }
+        if !request.approve {
+            let mut envelope = Envelope::failure(
+                Status::Denied,
+                "fs.propose_patch",
+                &decided.tool,
+                decided.path.as_deref(),
+                ErrorCode::PolicyDenied,
+                match reason {
+                    Some(reason) => format!("denied by {}: {reason}", request.user),
+                    None => format!("denied by {}", request.user),
+                },
+            );
+            envelope.hitl = Some(hitl_ref(&decided));
+            envelope.decision = Some(human(request, reason));
+            let _ = self
+                .store
+                .finish(id, ApprovalStatus::Denied, &to_json(&envelope));
+            return Ok(envelope);
+        }
+        Ok(self.settle(id))
+    }
+
+    fn grant(
+        &self,
+        approval: &Approval,
+        always: AlwaysAllow,
+        user: &str,
+        now: u64,
+    ) -> Result<(), BrokerError> {
+        let session = if always.persistent {
+            None
+        } else {
+            Some(approval.session.clone().ok_or_else(|| {
+                BrokerError::refused(
+                    ErrorCode::InvalidInput,
+                    "a session grant needs a call made in a session; use --scope persistent",
+                )
+            })?)
+        };
+        let row = GrantRow {
+            id: format!("grant-{}", uuid::Uuid::new_v4()),
+            tool: approval.tool.clone(),
+            path_glob: approval.path.as_deref().map(globset_escape),
+            session,
+            expires_ms: always.for_ms.map(|ms| now.saturating_add(ms)),
+            created_ms: now,
+            created_by: Some(user.to_owned()),
+            approval_id: Some(approval.id.clone()),
+        };
+        self.store.insert_grant(&row)?;
+        self.log(
+            Record::for_approval(approval)
+                .event("grant_created")
+                .text("grant_id", &row.id)
+                .value("path_glob", row.path_glob.clone().map(Value::String))
+                .text(
+                    "scope",
+                    if always.persistent {
+                        "persistent"
+                    } else {
+                        "session"
+                    },
+                )
+                .value("expires_ms", row.expires_ms.map(Value::from))
+                .text("user", user),
+        );
+        Ok(())
+    }
+
+    /// Applies an approved approval (if this process wins the claim) or waits for
+    /// whoever did, and returns the final envelope.
+    fn settle(&self, id: &str) -> Envelope {
+        match self.store.claim_apply(id) {
+            Ok(Some(approval)) => {
+                let decision = DecisionInfo {
+                    by: decided_by(approval.decided_by.as_deref()),
+                    user: approval.decided_user.clone(),
+                    channel: approval.channel.clone(),
+                    reason: approval.reason.clone(),
+                };
+                self.commit_claimed(&approval, decision, false)
+            }
+            Ok(None) => self.wait(id),
+            Err(error) => failure_for(id, &BrokerError::from(error)),
+        }
+    }
+
+    /// Commits the plan of an approval this process has claimed, and settles it.
+    fn commit_claimed(
+        &self,
+        approval: &Approval,
+        decision: DecisionInfo,
+        recovering: bool,
+    ) -> Envelope {
+        let path = approval.path.as_deref();
+        let fail = |code: ErrorCode, message: String| {
+            let mut envelope = Envelope::failure(
+                Status::Error,
+                "fs.apply_patch",
+                &approval.tool,
+                path,
+                code,
+                message,
+            );
+            envelope.hitl = Some(hitl_ref(approval));
+            envelope.decision = Some(decision.clone());
+            let envelope = self.audited(
+                envelope,
+                Record::for_approval(approval)
+                    .event("write_file_apply")
+                    .text("decided_by", decision.by.as_str())
+                    .text("status", "error")
+                    .text("code", code.as_str()),
+            );
+            let _ = self
+                .store
+                .finish(&approval.id, ApprovalStatus::Failed, &to_json(&envelope));
+            envelope
+        };
+        let plan: WritePlan = match serde_json::from_str(&approval.plan_json) {
+            Ok(plan) => plan,
+            Err(error) => {
+                return fail(
+                    ErrorCode::IoError,
+                    format!("stored plan is unreadable: {error}"),
+                );
+            }
+        };
+        let after_hash = airlock_core::canonical::sha256_hex(plan.new_content.as_bytes());
+        if recovering {
+            // A crash may have come after the rename: if the file already holds the
+            // new content, the apply happened.
+            if let Ok(Some(current)) = airlock_fs::current_hash(&self.sandbox, &plan.path)
+                && current == after_hash
+            {
+                return self.applied(
+                    approval,
+                    &plan,
+                    plan.base_hash.clone(),
+                    after_hash,
+                    decision,
+                    true,
+                );
+            }
+        }
+        // Keep the before-content first, so undo survives a crash after the write.
+        let before = match airlock_fs::snapshot_before(&self.sandbox, &plan) {
+            Ok(before) => before,
+            Err(error) => return fail(error.code(), error.to_string()),
+        };
+        let snapshot = Snapshot {
+            approval_id: approval.id.clone(),
+            path: plan.path.clone(),
+            before,
+            before_hash: plan.base_hash.clone(),
+            after_hash: after_hash.clone(),
+            undone: false,
+        };
+        if let Err(error) = self.store.insert_snapshot(&snapshot) {
+            return fail(ErrorCode::IoError, error.to_string());
+        }
+        match airlock_fs::commit_write(&self.sandbox, &plan) {
+            Ok(applied) => self.applied(
+                approval,
+                &plan,
+                applied.before_hash,
+                applied.after_hash,
+                decision,
+                recovering,
+            ),
+            Err(error) => fail(error.code(), error.to_string()),
+        }
+    }
+
+    fn applied(
+        &self,
+        approval: &Approval,
+        plan: &WritePlan,
+        before_hash: Option<String>,
+        after_hash: String,
+        decision: DecisionInfo,
+        recovered: bool,
+    ) -> Envelope {
+        let mut envelope = Envelope::new(
+            Status::Allowed,
+            "fs.apply_patch",
+            &approval.tool,
+            Some(&plan.path),
+        );
+        envelope.data = Some(json!({
+            "path": plan.path,
+            "created": plan.created,
+            "before_hash": before_hash,
+            "after_hash": after_hash,
+            "hitl_id": approval.id,
+        }));
+        envelope.hitl = Some(hitl_ref(approval));
+        let mut record = Record::for_approval(approval)
+            .event("write_file_apply")
+            .text("decision", "approve")
+            .text("decided_by", decision.by.as_str())
+            .value("user", decision.user.clone().map(Value::String))
+            .value("channel", decision.channel.clone().map(Value::String))
+            .flag("created", plan.created)
+            .value("before_hash", before_hash.map(Value::String))
+            .text("after_hash", &after_hash)
+            .text("patch_hash", &plan.patch_hash)
+            .text("status", "allowed");
+        if recovered {
+            record = record.flag("recovered", true);
+        }
+        envelope.decision = Some(decision);
+        let envelope = self.audited(envelope, record);
+        let _ = self
+            .store
+            .finish(&approval.id, ApprovalStatus::Applied, &to_json(&envelope));
+        envelope
+    }
+
+    /// Pending approvals, oldest first (expiring overdue ones first).
+    pub fn pending(&self, session: Option<&str>) -> Result<Vec<Approval>, BrokerError> {
+        self.expire_overdue()?;
+        Ok(self.store.pending(session, now_ms())?)
+    }
+
+    /// One approval.
+    pub fn approval(&self, id: &str) -> Result<Approval, BrokerError> {
+        Ok(self.store.get(id)?)
+    }
+
+    /// Restores the before-content of an applied change if the file still holds
+    /// what the change wrote; otherwise `conflict`. Audited.
+    pub fn undo(&self, id: &str, user: &str) -> Result<Envelope, BrokerError> {
+        let approval = self.store.get(id)?;
+        if approval.status != ApprovalStatus::Applied {
+            return Err(BrokerError::refused(
+                ErrorCode::InvalidInput,
+                format!("approval {id} is {}, not applied", approval.status),
+            ));
+        }
+        let snapshot = self.store.snapshot(id)?;
+        if snapshot.undone {
+            return Err(BrokerError::refused(
+                ErrorCode::AlreadyDecided,
+                format!("{id} was already undone"),
+            ));
+        }
+        let result = airlock_fs::restore(
+            &self.sandbox,
+            &snapshot.path,
+            &snapshot.after_hash,
+            snapshot.before.as_deref(),
+        );
+        let record = Record::for_approval(&approval)
+            .event("undo")
+            .text("user", user);
+        match result {
+            Ok(_) => {
+                if !self.store.mark_undone(id)? {
+                    return Err(BrokerError::refused(
+                        ErrorCode::AlreadyDecided,
+                        format!("{id} was already undone"),
+                    ));
+                }
+                let mut envelope = Envelope::new(
+                    Status::Allowed,
+                    "fs.undo",
+                    &approval.tool,
+                    Some(&snapshot.path),
+                );
+                envelope.data = Some(json!({
+                    "path": snapshot.path,
+                    "restored_hash": snapshot.before_hash,
+                    "removed": snapshot.before.is_none(),
+                    "hitl_id": id,
+                }));
+                Ok(self.audited(
+                    envelope,
+                    record
+                        .text("status", "allowed")
+                        .value(
+                            "before_hash",
+                            Some(Value::String(snapshot.after_hash.clone())),
+                        )
+                        .value(
+                            "after_hash",
+                            snapshot.before_hash.clone().map(Value::String),
+                        ),
+                ))
+            }
+            Err(error) => {
+                let envelope = Envelope::failure(
+                    Status::Error,
+                    "fs.undo",
+                    &approval.tool,
+                    Some(&snapshot.path),
+                    error.code(),
+                    error.to_string(),
+                );
+                Ok(self.audited(
+                    envelope,
+                    record
+                        .text("status", "error")
+                        .text("code", error.code().as_str()),
+                ))
+            }
+        }
+    }
+}
+
+/// Whether a process with this id runs (signal 0 probes without signalling).
+fn process_alive(pid: u32) -> bool {
+    let Ok(pid) = i32::try_from(pid) else {
+        return false;
+    };
+    match rustix::process::Pid::from_raw(pid) {
+        Some(pid) => rustix::process::test_kill_process(pid).is_ok(),
+        None => false,
+    }
+}
+
+fn stored_result(approval: &Approval) -> Option<Envelope> {
+    approval
+        .result_json
+        .as_deref()
+        .and_then(|json| serde_json::from_str(json).ok())
+}
+
+fn failure_for(id: &str, error: &BrokerError) -> Envelope {
+    let mut envelope = Envelope::failure(
+        Status::Error,
+        "fs.apply_patch",
+        "write_file",
+        None,
+        error.code(),
+        error.to_string(),
+    );
+    envelope.hitl = Some(HitlInfo {
+        hitl_id: id.to_owned(),
+        ttl_seconds: None,
+        risk: None,
+        summary: None,
+        diff_preview: None,
+    });
+    envelope
+}
+
+fn hitl_ref(approval: &Approval) -> HitlInfo {
+    HitlInfo {
+        hitl_id: approval.id.clone(),
+        ttl_seconds: None,
+        risk: approval.risk.parse().ok(),
+        summary: Some(approval.summary.clone()),
+        diff_preview: None,
+    }
+}
+
+fn human(request: &DecideRequest, reason: Option<&str>) -> DecisionInfo {
+    DecisionInfo {
+        by: DecidedBy::Human,
+        user: Some(request.user.clone()),
+        channel: Some(request.channel.clone()),
+        reason: reason.map(str::to_owned),
+    }
+}
+
+fn decided_by(by: Option<&str>) -> DecidedBy {
+    match by {
+        Some("human") => DecidedBy::Human,
+        Some("grant") => DecidedBy::Grant,
+        Some("timeout") => DecidedBy::Timeout,
+        _ => DecidedBy::Policy,
+    }
+}
+
+fn decided_by_policy_or_grant(decision: &Decision) -> &'static str {
+    if decision
+        .justification
+        .iter()
+        .any(|step| matches!(step.reason, Reason::Grant { .. }))
+    {
+        "grant"
+    } else {
+        "policy"
+    }
+}
+
+fn first_denial(decision: &Decision) -> String {
+    decision
+        .justification
+        .iter()
+        .find(|step| step.effect == Some(Disposition::Deny))
+        .map_or_else(|| "denied by policy".to_owned(), ToString::to_string)
+}
+
+/// spec 000's method names for the envelope's `op.method`.
+fn method_of(tool: &str) -> &'static str {
+    match tool {
+        "read_file" => "fs.read",
+        "write_file" | "edit_file" | "apply_patch" | "delete_file" | "move_file" => {
+            "fs.propose_patch"
+        }
+        _ => "tool.call",
+    }
+}
+
+/// Identical calls share a key: tool, session, canonical arguments.
+fn dedup_key(call: &ToolCall) -> String {
+    let args = airlock_core::canonical::to_canonical_string(&call.args)
+        .unwrap_or_else(|_| call.args.to_string());
+    let text = format!(
+        "{}\u{0}{}\u{0}{}",
+        call.tool,
+        call.session.as_deref().unwrap_or(""),
+        args
+    );
+    airlock_core::canonical::sha256_hex(text.as_bytes())
+}
+
+fn to_json(envelope: &Envelope) -> String {
+    serde_json::to_string(envelope).unwrap_or_default()
+}
+
+/// Escapes glob metacharacters so a grant covers exactly one path.
+fn globset_escape(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for c in path.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '{' | '}' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// `Map` of an audit record, for callers that add their own events.
+pub type AuditMap = Map<String, Value>;
+
+/// Whether the configuration's default mode is wait or defer.
+pub fn default_mode(config: &Config) -> Mode {
+    match config.security.hitl.approval_mode {
+        ApprovalMode::Wait => Mode::Wait,
+        ApprovalMode::Defer => Mode::Defer,
+    }
+}

@@ -1,0 +1,99 @@
+//! Building audit records (DESIGN §8): one object per event, redacted params.
+
+use airlock_core::{Decision, ToolCall};
+use airlock_store::Approval;
+use serde_json::{Map, Value};
+
+/// An audit record under construction. Absent values are left out.
+#[derive(Debug, Clone, Default)]
+pub struct Record {
+    fields: Map<String, Value>,
+}
+
+impl Record {
+    /// A record of `event` with nothing else.
+    pub fn new(event: &str) -> Record {
+        Record::default().text("event", event)
+    }
+
+    /// The fields every record about a call carries.
+    pub fn for_call(call: &ToolCall, decision: &Decision) -> Record {
+        Record::default()
+            .text("tool", &call.tool)
+            .value(
+                "path",
+                call.args.get("path").filter(|p| p.is_string()).cloned(),
+            )
+            .value("session", call.session.clone().map(Value::String))
+            .value("user", call.principal.user.clone().map(Value::String))
+            .value("agent", call.principal.agent.clone().map(Value::String))
+            .value("tool_call_id", call.tool_call_id.clone().map(Value::String))
+            .value(
+                "profile",
+                decision
+                    .profile
+                    .as_deref()
+                    .map(|p| Value::String(p.to_owned())),
+            )
+            .text("risk", decision.risk.as_str())
+            .value(
+                "params",
+                Some(airlock_core::redact::redact_params(&call.args)),
+            )
+    }
+
+    /// The fields every record about an approval carries.
+    pub fn for_approval(approval: &Approval) -> Record {
+        let params = serde_json::from_str::<Value>(&approval.args_display).ok();
+        Record::default()
+            .text("tool", &approval.tool)
+            .value("path", approval.path.clone().map(Value::String))
+            .value("session", approval.session.clone().map(Value::String))
+            .value("agent", approval.agent.clone().map(Value::String))
+            .value(
+                "tool_call_id",
+                approval.tool_call_id.clone().map(Value::String),
+            )
+            .text("hitl_id", &approval.id)
+            .text("risk", &approval.risk)
+            .value("params", params)
+    }
+
+    /// Sets the event type.
+    pub fn event(self, event: &str) -> Record {
+        self.text("event", event)
+    }
+
+    pub fn text(mut self, key: &str, value: &str) -> Record {
+        self.fields
+            .insert(key.to_owned(), Value::String(value.to_owned()));
+        self
+    }
+
+    pub fn number(mut self, key: &str, value: u64) -> Record {
+        self.fields.insert(key.to_owned(), Value::from(value));
+        self
+    }
+
+    pub fn flag(mut self, key: &str, value: bool) -> Record {
+        self.fields.insert(key.to_owned(), Value::Bool(value));
+        self
+    }
+
+    /// Sets `key` when `value` is `Some` and not null.
+    pub fn value(mut self, key: &str, value: Option<Value>) -> Record {
+        match value {
+            Some(Value::Null) | None => {
+                self.fields.remove(key);
+            }
+            Some(value) => {
+                self.fields.insert(key.to_owned(), value);
+            }
+        }
+        self
+    }
+
+    pub fn into_map(self) -> Map<String, Value> {
+        self.fields
+    }
+}

@@ -1,0 +1,403 @@
+//! The terminal face of approvals: `call`, `pending`, `show`, `approve`, `deny`,
+//! `undo`.
+
+use std::fmt::Write as _;
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use airlock_broker::{AlwaysAllow, Broker, DecideRequest, Mode, now_ms};
+use airlock_core::envelope::Envelope;
+use airlock_core::{Principal, ToolCall};
+use airlock_store::Approval;
+use anyhow::anyhow;
+use clap::{Args, ValueEnum};
+use serde_json::{Value, json};
+
+use crate::{Failure, print};
+
+#[derive(Debug, Args)]
+pub(crate) struct CallArgs {
+    /// The tool name.
+    tool: String,
+    /// The call's arguments, a JSON object.
+    #[arg(long, value_name = "JSON", default_value = "{}")]
+    args: String,
+    /// The session the call belongs to.
+    #[arg(long, value_name = "S")]
+    session: Option<String>,
+    /// The user the call is made for.
+    #[arg(long, value_name = "U")]
+    user: Option<String>,
+    /// The agent making the call.
+    #[arg(long, value_name = "A")]
+    agent: Option<String>,
+    /// The profile bound to the call [default: default_profile].
+    #[arg(long, value_name = "P")]
+    profile: Option<String>,
+    /// Return hitl_required at once instead of waiting for a decision.
+    #[arg(long, conflicts_with = "yes")]
+    defer: bool,
+    /// The person at this terminal approves the call now.
+    #[arg(long)]
+    yes: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct PendingArgs {
+    /// Only this session's approvals.
+    #[arg(long, value_name = "S")]
+    session: Option<String>,
+    /// One JSON array instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ShowArgs {
+    /// The approval id (hitl-…).
+    id: String,
+    /// One JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Scope {
+    Session,
+    Persistent,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ApproveArgs {
+    /// The approval id (hitl-…).
+    id: String,
+    /// Why; required for risks whose policy says require_reason.
+    #[arg(long, value_name = "R")]
+    reason: Option<String>,
+    /// Also allow identical calls from now on (only where the policy allows skipping).
+    #[arg(long)]
+    always: bool,
+    /// Where the always-allow applies.
+    #[arg(long, value_enum, default_value = "session", requires = "always")]
+    scope: Scope,
+    /// How long the always-allow lasts (30s, 10m, 2h, 7d) [default: forever].
+    #[arg(long = "for", value_name = "DURATION", requires = "always")]
+    for_duration: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct DenyArgs {
+    /// The approval id (hitl-…).
+    id: String,
+    /// Why.
+    #[arg(long, value_name = "R")]
+    reason: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct UndoArgs {
+    /// The id of an applied approval.
+    id: String,
+}
+
+/// The person at this terminal, who holds every role (DESIGN §7).
+pub(crate) fn terminal_user() -> String {
+    ["AIRLOCK_USER", "USER", "LOGNAME"]
+        .iter()
+        .find_map(|name| std::env::var(name).ok().filter(|value| !value.is_empty()))
+        .unwrap_or_else(|| "local".to_owned())
+}
+
+pub(crate) fn call(broker: &Broker, args: &CallArgs) -> Result<u8, Failure> {
+    let arguments: Value = serde_json::from_str(&args.args)
+        .map_err(|error| Failure::usage(anyhow!("--args is not valid JSON: {error}")))?;
+    if !arguments.is_object() {
+        return Err(Failure::usage(anyhow!("--args must be a JSON object")));
+    }
+    if let Some(profile) = &args.profile
+        && !broker.policy().profile_names().any(|name| name == profile)
+    {
+        return Err(Failure::usage(anyhow!("unknown profile {profile}")));
+    }
+    let mut call = ToolCall::new(
+        args.tool.clone(),
+        arguments,
+        broker.policy().origin_of(&args.tool, None),
+        now_ms(),
+    );
+    call.principal = Principal {
+        user: args.user.clone(),
+        agent: args.agent.clone(),
+    };
+    call.session = args.session.clone();
+    call.profile = args.profile.clone();
+    let mode = if args.yes {
+        Mode::ApproveNow {
+            user: terminal_user(),
+        }
+    } else if args.defer {
+        Mode::Defer
+    } else {
+        airlock_broker::default_mode(broker.config())
+    };
+    let envelope = broker.submit(&call, &mode, &|approval: &Approval| {
+        let seconds = approval.expires_ms.saturating_sub(now_ms()).div_ceil(1000);
+        eprintln!(
+            "waiting up to {seconds}s for a decision on {id} ({risk} risk, {summary}):\n  airlock approve {id}   or   airlock deny {id}   or   airlock watch",
+            id = approval.id,
+            risk = approval.risk,
+            summary = approval.summary,
+        );
+    });
+    print_envelope(&envelope)
+}
+
+pub(crate) fn print_envelope(envelope: &Envelope) -> Result<u8, Failure> {
+    let text = serde_json::to_string_pretty(envelope).map_err(Failure::internal)?;
+    print(&text);
+    Ok(envelope.status.exit_code())
+}
+
+pub(crate) fn pending(broker: &Broker, args: &PendingArgs) -> Result<u8, Failure> {
+    let approvals = broker
+        .pending(args.session.as_deref())
+        .map_err(Failure::internal)?;
+    if args.json {
+        let list: Vec<Value> = approvals.iter().map(approval_json).collect();
+        let text = serde_json::to_string_pretty(&list).map_err(Failure::internal)?;
+        print(&text);
+        return Ok(0);
+    }
+    if approvals.is_empty() {
+        print("no pending approvals");
+        return Ok(0);
+    }
+    let now = now_ms();
+    let mut out = format!(
+        "{:<41} {:<8} {:<11} {:>7} {:<12} {}\n",
+        "ID", "RISK", "TOOL", "EXPIRES", "SESSION", "SUMMARY"
+    );
+    for approval in &approvals {
+        let _ = writeln!(
+            out,
+            "{:<41} {:<8} {:<11} {:>6}s {:<12} {}",
+            approval.id,
+            approval.risk,
+            approval.tool,
+            approval.expires_ms.saturating_sub(now).div_ceil(1000),
+            approval.session.as_deref().unwrap_or("-"),
+            approval.summary
+        );
+    }
+    print(out.trim_end());
+    Ok(0)
+}
+
+/// An approval as JSON for `pending --json` and `show --json`.
+pub(crate) fn approval_json(approval: &Approval) -> Value {
+    let parse = |text: &str| serde_json::from_str::<Value>(text).unwrap_or(Value::Null);
+    json!({
+        "id": approval.id,
+        "status": approval.status.as_str(),
+        "tool": approval.tool,
+        "path": approval.path,
+        "risk": approval.risk,
+        "summary": approval.summary,
+        "user": approval.user,
+        "agent": approval.agent,
+        "session": approval.session,
+        "params": parse(&approval.args_display),
+        "created_ms": approval.created_ms,
+        "expires_ms": approval.expires_ms,
+        "decision": parse(&approval.decision_json),
+        "diff": approval.diff,
+        "decided_by": approval.decided_by,
+        "decided_user": approval.decided_user,
+        "channel": approval.channel,
+        "reason": approval.reason,
+        "result": approval.result_json.as_deref().map(parse),
+    })
+}
+
+pub(crate) fn show(broker: &Broker, args: &ShowArgs) -> Result<u8, Failure> {
+    let approval = broker.approval(&args.id).map_err(|error| Failure {
+        code: 5,
+        error: anyhow!("{error}"),
+    })?;
+    if args.json {
+        let text =
+            serde_json::to_string_pretty(&approval_json(&approval)).map_err(Failure::internal)?;
+        print(&text);
+        return Ok(0);
+    }
+    let colour = std::io::stdout().is_terminal();
+    print(&describe(&approval, colour, usize::MAX));
+    Ok(0)
+}
+
+/// A human description of an approval with its diff (coloured when `colour`),
+/// cut to `max_diff_lines`.
+pub(crate) fn describe(approval: &Approval, colour: bool, max_diff_lines: usize) -> String {
+    let now = now_ms();
+    let mut out = String::new();
+    let _ = writeln!(out, "{}  {}", approval.id, approval.status);
+    let _ = writeln!(out, "  tool      {}", approval.tool);
+    let _ = writeln!(out, "  risk      {}", approval.risk);
+    let _ = writeln!(out, "  summary   {}", approval.summary);
+    let requester = match (&approval.user, &approval.agent) {
+        (Some(user), Some(agent)) => format!("{user} via {agent}"),
+        (Some(user), None) => user.clone(),
+        (None, Some(agent)) => agent.clone(),
+        (None, None) => "-".to_owned(),
+    };
+    let _ = writeln!(out, "  requester {requester}");
+    let _ = writeln!(
+        out,
+        "  session   {}",
+        approval.session.as_deref().unwrap_or("-")
+    );
+    if approval.status == airlock_store::ApprovalStatus::Pending {
+        let left = approval.expires_ms.saturating_sub(now).div_ceil(1000);
+        let _ = writeln!(out, "  expires   in {left}s (then denied)");
+    }
+    if let Some(by) = &approval.decided_by {
+        let _ = writeln!(
+            out,
+            "  decided   by {by}{}{}{}",
+            approval
+                .decided_user
+                .as_deref()
+                .map(|u| format!(" ({u})"))
+                .unwrap_or_default(),
+            approval
+                .channel
+                .as_deref()
+                .map(|c| format!(" via {c}"))
+                .unwrap_or_default(),
+            approval
+                .reason
+                .as_deref()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default(),
+        );
+    }
+    out.push('\n');
+    let lines: Vec<&str> = approval.diff.lines().collect();
+    for line in lines.iter().take(max_diff_lines) {
+        out.push_str(&paint(line, colour));
+        out.push('\n');
+    }
+    if lines.len() > max_diff_lines {
+        let _ = writeln!(
+            out,
+            "… {} more lines (v to view all)",
+            lines.len() - max_diff_lines
+        );
+    }
+    out.trim_end().to_owned()
+}
+
+fn paint(line: &str, colour: bool) -> String {
+    if !colour {
+        return line.to_owned();
+    }
+    let code = if line.starts_with("+++") || line.starts_with("---") {
+        "1"
+    } else if line.starts_with('+') {
+        "32"
+    } else if line.starts_with('-') {
+        "31"
+    } else if line.starts_with("@@") {
+        "36"
+    } else {
+        return line.to_owned();
+    };
+    format!("\x1b[{code}m{line}\x1b[0m")
+}
+
+pub(crate) fn approve(broker: &Broker, args: &ApproveArgs) -> Result<u8, Failure> {
+    let always = if args.always {
+        Some(AlwaysAllow {
+            persistent: args.scope == Scope::Persistent,
+            for_ms: match &args.for_duration {
+                Some(text) => Some(
+                    parse_duration(text)?
+                        .as_millis()
+                        .try_into()
+                        .unwrap_or(u64::MAX),
+                ),
+                None => None,
+            },
+        })
+    } else {
+        None
+    };
+    decide(
+        broker,
+        &args.id,
+        &DecideRequest {
+            approve: true,
+            reason: args.reason.clone(),
+            always,
+            user: terminal_user(),
+            channel: "terminal".to_owned(),
+        },
+    )
+}
+
+pub(crate) fn deny(broker: &Broker, args: &DenyArgs) -> Result<u8, Failure> {
+    decide(
+        broker,
+        &args.id,
+        &DecideRequest {
+            approve: false,
+            reason: args.reason.clone(),
+            always: None,
+            user: terminal_user(),
+            channel: "terminal".to_owned(),
+        },
+    )
+}
+
+fn decide(broker: &Broker, id: &str, request: &DecideRequest) -> Result<u8, Failure> {
+    match broker.decide(id, request) {
+        Ok(envelope) => print_envelope(&envelope),
+        Err(error) => Err(Failure {
+            code: 5,
+            error: anyhow!("{}: {error}", error.code()),
+        }),
+    }
+}
+
+pub(crate) fn undo(broker: &Broker, args: &UndoArgs) -> Result<u8, Failure> {
+    match broker.undo(&args.id, &terminal_user()) {
+        Ok(envelope) => print_envelope(&envelope),
+        Err(error) => Err(Failure {
+            code: 5,
+            error: anyhow!("{}: {error}", error.code()),
+        }),
+    }
+}
+
+/// `30s`, `10m`, `2h`, `7d`, or plain seconds.
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, Failure> {
+    let bad = || Failure::usage(anyhow!("invalid duration {text:?}: use 30s, 10m, 2h or 7d"));
+    let (digits, unit) = match text.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((at, _)) => text.split_at(at),
+        None => (text, "s"),
+    };
+    let amount: u64 = digits.parse().map_err(|_| bad())?;
+    let seconds = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3_600,
+        "d" => 86_400,
+        _ => return Err(bad()),
+    };
+    if amount == 0 {
+        return Err(bad());
+    }
+    Ok(Duration::from_secs(
+        amount.checked_mul(seconds).ok_or_else(bad)?,
+    ))
+}

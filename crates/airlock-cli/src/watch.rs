@@ -1,0 +1,223 @@
+//! `airlock watch`: approve or deny requests as they arrive, at the terminal.
+//!
+//! Each new pending approval (oldest first, so each session's requests come in
+//! order) is shown with its risk, summary, diff and a countdown. Replies follow
+//! spec 001's words: `yes`, `y`, `confirm`, `ok` or `approve` approve; `v` shows the
+//! whole diff; `a` approves and always allows (where the policy lets it); anything
+//! else denies. At the deadline the request is denied as a timeout.
+
+use std::collections::HashSet;
+use std::io::{BufRead, IsTerminal, Write};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::time::Duration;
+
+use airlock_broker::{AlwaysAllow, Broker, DecideRequest, now_ms};
+use airlock_store::{Approval, ApprovalStatus};
+use serde_json::Value;
+
+use crate::Failure;
+use crate::approvals::{describe, terminal_user};
+
+/// How often the queue is looked at, and the countdown refreshed.
+const TICK: Duration = Duration::from_millis(100);
+
+pub(crate) fn run(broker: &Broker) -> Result<u8, Failure> {
+    let lines = stdin_lines();
+    let colour = std::io::stdout().is_terminal();
+    let mut seen: HashSet<String> = HashSet::new();
+    say("watching for approvals (ctrl-d to stop)");
+    loop {
+        broker.expire_overdue().map_err(Failure::internal)?;
+        let pending = broker.pending(None).map_err(Failure::internal)?;
+        let Some(next) = pending
+            .into_iter()
+            .find(|approval| !seen.contains(&approval.id))
+        else {
+            match lines.recv_timeout(TICK) {
+                Ok(Some(_)) | Err(RecvTimeoutError::Timeout) => continue,
+                Ok(None) | Err(RecvTimeoutError::Disconnected) => return Ok(0),
+            }
+        };
+        seen.insert(next.id.clone());
+        if !present(broker, &next, &lines, colour)? {
+            return Ok(0);
+        }
+    }
+}
+
+/// Shows one approval and takes the decision. `Ok(false)` when input ended.
+fn present(
+    broker: &Broker,
+    approval: &Approval,
+    lines: &Receiver<Option<String>>,
+    colour: bool,
+) -> Result<bool, Failure> {
+    let decision: Value = serde_json::from_str(&approval.decision_json).unwrap_or(Value::Null);
+    let allow_skip = decision
+        .get("allow_skip")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    let require_reason = decision
+        .get("require_reason")
+        .and_then(Value::as_bool)
+        .unwrap_or(false);
+    say(&format!(
+        "\n[!] APPROVAL REQUIRED ({} risk)",
+        approval.risk.to_uppercase()
+    ));
+    say(&describe(approval, colour, 40));
+    let choices = if allow_skip {
+        "[y]es  [n]o  [v]iew  [a]lways"
+    } else {
+        "[y]es  [n]o  [v]iew"
+    };
+    loop {
+        prompt(&format!(
+            "{choices}  (auto-deny in {}s) > ",
+            seconds_left(approval)
+        ));
+        let Some(answer) = next_answer(broker, approval, lines)? else {
+            return Ok(false);
+        };
+        let answer = match answer {
+            Answer::Line(line) => line,
+            Answer::Settled(message) => {
+                say(&message);
+                return Ok(true);
+            }
+        };
+        let word = answer.trim().to_lowercase();
+        let (approve, always) = match word.as_str() {
+            "yes" | "y" | "confirm" | "ok" | "approve" => (true, false),
+            "v" | "view" => {
+                say(&describe(approval, colour, usize::MAX));
+                continue;
+            }
+            "a" | "always" if allow_skip => (true, true),
+            "a" | "always" => {
+                say("always-allow is not permitted for this risk");
+                continue;
+            }
+            _ => (false, false),
+        };
+        let reason = if approve && require_reason {
+            prompt("reason (required) > ");
+            match next_answer(broker, approval, lines)? {
+                None => return Ok(false),
+                Some(Answer::Settled(message)) => {
+                    say(&message);
+                    return Ok(true);
+                }
+                Some(Answer::Line(line)) if line.trim().is_empty() => {
+                    say("a reason is required to approve; not approved");
+                    continue;
+                }
+                Some(Answer::Line(line)) => Some(line.trim().to_owned()),
+            }
+        } else {
+            None
+        };
+        let request = DecideRequest {
+            approve,
+            reason,
+            always: always.then_some(AlwaysAllow {
+                persistent: approval.session.is_none(),
+                for_ms: None,
+            }),
+            user: terminal_user(),
+            channel: "terminal".to_owned(),
+        };
+        match broker.decide(&approval.id, &request) {
+            Ok(envelope) => say(&format!(
+                "{}: {}{}",
+                approval.id,
+                if approve { "approved" } else { "denied" },
+                match (&envelope.error, envelope.status) {
+                    (Some(error), airlock_core::envelope::Status::Error) => {
+                        format!(", but applying failed: {}: {}", error.code, error.message)
+                    }
+                    _ => String::new(),
+                }
+            )),
+            Err(error) => say(&format!("{}: not decided: {error}", approval.id)),
+        }
+        return Ok(true);
+    }
+}
+
+enum Answer {
+    Line(String),
+    /// The approval was settled elsewhere or timed out.
+    Settled(String),
+}
+
+/// Waits for a line, while watching the approval's status and deadline.
+fn next_answer(
+    broker: &Broker,
+    approval: &Approval,
+    lines: &Receiver<Option<String>>,
+) -> Result<Option<Answer>, Failure> {
+    loop {
+        match lines.recv_timeout(TICK) {
+            Ok(Some(line)) => return Ok(Some(Answer::Line(line))),
+            Ok(None) | Err(RecvTimeoutError::Disconnected) => return Ok(None),
+            Err(RecvTimeoutError::Timeout) => {}
+        }
+        let current = broker.approval(&approval.id).map_err(Failure::internal)?;
+        if current.status != ApprovalStatus::Pending {
+            return Ok(Some(Answer::Settled(format!(
+                "\n{}: {} elsewhere{}",
+                approval.id,
+                current.status,
+                current
+                    .channel
+                    .as_deref()
+                    .map(|channel| format!(" (via {channel})"))
+                    .unwrap_or_default()
+            ))));
+        }
+        if now_ms() >= current.expires_ms {
+            broker.expire(&approval.id);
+            return Ok(Some(Answer::Settled(format!(
+                "\n{}: timed out, denied",
+                approval.id
+            ))));
+        }
+    }
+}
+
+fn seconds_left(approval: &Approval) -> u64 {
+    approval.expires_ms.saturating_sub(now_ms()).div_ceil(1000)
+}
+
+/// Reads standard input line by line on a thread; `None` marks its end.
+fn stdin_lines() -> Receiver<Option<String>> {
+    let (sender, receiver) = mpsc::channel();
+    std::thread::spawn(move || {
+        let stdin = std::io::stdin();
+        for line in stdin.lock().lines() {
+            match line {
+                Ok(line) => {
+                    if sender.send(Some(line)).is_err() {
+                        return;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        let _ = sender.send(None);
+    });
+    receiver
+}
+
+fn say(text: &str) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{text}");
+    let _ = stdout.flush();
+}
+
+fn prompt(text: &str) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = write!(stdout, "{text}");
+    let _ = stdout.flush();
+}

@@ -1,0 +1,168 @@
+//! `airlock watch` driven through a real pseudo-terminal, as a person would use it.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::time::{Duration, Instant};
+
+use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
+use serde_json::{Value, json};
+
+struct Terminal {
+    writer: File,
+    output: Receiver<Vec<u8>>,
+    seen: String,
+}
+
+impl Terminal {
+    /// Waits until the terminal shows `needle` after what was already consumed.
+    fn expect(&mut self, needle: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(at) = self.seen.find(needle) {
+                let upto = at + needle.len();
+                let consumed: String = self.seen[..upto].to_owned();
+                self.seen.drain(..upto);
+                return consumed;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(
+                !left.is_zero(),
+                "timed out waiting for {needle:?}; terminal shows:\n{}",
+                self.seen
+            );
+            if let Ok(chunk) = self.output.recv_timeout(left) {
+                self.seen.push_str(&String::from_utf8_lossy(&chunk));
+            }
+        }
+    }
+
+    fn send(&mut self, text: &str) {
+        self.writer.write_all(text.as_bytes()).unwrap();
+        self.writer.flush().unwrap();
+    }
+}
+
+fn airlock(dir: &std::path::Path, args: &[&str]) -> Value {
+    let output = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args(args)
+        .current_dir(dir)
+        .env("AIRLOCK_USER", "tester")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    serde_json::from_slice(&output.stdout).unwrap_or(Value::Null)
+}
+
+fn propose(dir: &std::path::Path, path: &str, content: &str) -> String {
+    let args = json!({"path": path, "content": content}).to_string();
+    let envelope = airlock(dir, &["call", "write_file", "--args", &args, "--defer"]);
+    envelope["hitl"]["hitl_id"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn watch_approves_views_denies_and_asks_for_reasons_at_a_terminal() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("airlock.yaml"),
+        "security:\n  hitl:\n    rules:\n      - {tools: [write_file], conditions: [{param: path, glob: \"crit*\"}], risk: critical}\n",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("a.txt"), "old line\n").unwrap();
+
+    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC).unwrap();
+    grantpt(&master).unwrap();
+    unlockpt(&master).unwrap();
+    let slave_name = ptsname(&master, Vec::new()).unwrap();
+    let slave = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(slave_name.to_str().unwrap())
+        .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .arg("watch")
+        .current_dir(dir.path())
+        .env("AIRLOCK_USER", "tester")
+        .stdin(slave.try_clone().unwrap())
+        .stdout(slave.try_clone().unwrap())
+        .stderr(slave)
+        .spawn()
+        .unwrap();
+    let master = File::from(master);
+    let mut reader = master.try_clone().unwrap();
+    let (sender, output) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buffer = [0u8; 4096];
+        while let Ok(read) = reader.read(&mut buffer) {
+            if read == 0 || sender.send(buffer[..read].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    let mut terminal = Terminal {
+        writer: master,
+        output,
+        seen: String::new(),
+    };
+    terminal.expect("watching for approvals");
+
+    // A modification: shown with its diff in colour and a countdown; viewed; approved.
+    let first = propose(dir.path(), "a.txt", "new line\n");
+    let shown = terminal.expect("[y]es  [n]o  [v]iew  [a]lways  (auto-deny in ");
+    assert!(shown.contains("APPROVAL REQUIRED (MEDIUM risk)"), "{shown}");
+    assert!(shown.contains(&first), "{shown}");
+    assert!(shown.contains("MODIFY a.txt"), "{shown}");
+    assert!(
+        shown.contains("\x1b[31m-old line\x1b[0m"),
+        "the diff is coloured on a terminal: {shown:?}"
+    );
+    assert!(shown.contains("\x1b[32m+new line\x1b[0m"), "{shown:?}");
+    terminal.send("v\n");
+    terminal.expect("@@ -1 +1 @@");
+    terminal.expect("> ");
+    terminal.send("yes\n");
+    terminal.expect(&format!("{first}: approved"));
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("a.txt")).unwrap(),
+        "new line\n"
+    );
+
+    // Anything that is not a yes denies.
+    let second = propose(dir.path(), "b.txt", "nope\n");
+    terminal.expect(&second);
+    terminal.expect("> ");
+    terminal.send("hmm\n");
+    terminal.expect(&format!("{second}: denied"));
+    assert!(!dir.path().join("b.txt").exists());
+
+    // A critical request offers no always-allow and needs a reason.
+    let third = propose(dir.path(), "crit.txt", "careful\n");
+    let shown = terminal.expect("[y]es  [n]o  [v]iew  (auto-deny in ");
+    assert!(
+        shown.contains("APPROVAL REQUIRED (CRITICAL risk)"),
+        "{shown}"
+    );
+    terminal.expect("> ");
+    terminal.send("y\n");
+    terminal.expect("reason (required) > ");
+    terminal.send("reviewed the file\n");
+    terminal.expect(&format!("{third}: approved"));
+    let show = airlock(dir.path(), &["show", &third, "--json"]);
+    assert_eq!(show["reason"], "reviewed the file");
+    assert_eq!(show["channel"], "terminal");
+
+    // Decided elsewhere while the prompt waits.
+    let fourth = propose(dir.path(), "d.txt", "x\n");
+    terminal.expect(&fourth);
+    terminal.expect("> ");
+    airlock(dir.path(), &["deny", &fourth]);
+    terminal.expect(&format!("{fourth}: denied elsewhere (via terminal)"));
+
+    // Ctrl-D ends the watch.
+    terminal.send("\x04");
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+}

@@ -1,0 +1,60 @@
+//! airlock-fs: the only crate of airlock that touches workspace files.
+//!
+//! - [`Sandbox`] opens the workspace root once and resolves every path argument
+//!   into a [`SandboxedPath`] with the kernel's help (`openat2` with
+//!   `RESOLVE_BENEATH`), checking the policy's deny globs and protected paths on
+//!   both the requested and the resolved path, the `follow_symlinks` setting and
+//!   the create allowlist. Only the resolver can make a `SandboxedPath`.
+//! - [`read_file`] reads a line range or byte window with a byte cap and the
+//!   hash of the whole file ([`ReadParams`] -> [`ReadData`]).
+//! - [`prepare_write`] turns [`WriteParams`] into a [`WritePlan`] (diff, base
+//!   hash, patch hash) without side effects; [`commit_write`] applies it later,
+//!   after re-checking everything, atomically. [`snapshot_before`] and
+//!   [`restore`] support undo.
+//! - [`sha256_hex`] is the hash format of the whole project: `sha256:<64 hex>`.
+//!
+//! Errors are [`FsError`]; [`FsError::code`] is the envelope's error code.
+//!
+//! ```
+//! use std::sync::Arc;
+//!
+//! use airlock_fs::{ReadParams, Sandbox, WriteParams, commit_write, prepare_write, read_file};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let dir = tempfile::tempdir()?;
+//! # std::fs::create_dir(dir.path().join("src"))?;
+//! # std::fs::write(dir.path().join("src/main.rs"), "fn main() {}\n")?;
+//! let root = std::fs::canonicalize(dir.path())?;
+//! let mut loaded = airlock_core::config::load("", "airlock.yaml")?;
+//! let root_text = root.to_str().ok_or("root is not utf-8")?;
+//! loaded.policy.bind_workspace(root_text, Some("airlock.yaml"));
+//! let sandbox = Sandbox::open(&root, &loaded.config.file_broker, Arc::new(loaded.policy))?;
+//!
+//! let args = serde_json::json!({"path": "src/main.rs"});
+//! let read = read_file(&sandbox, &ReadParams::from_args(&args)?)?;
+//! assert_eq!(read.content, "fn main() {}\n");
+//!
+//! let args = serde_json::json!({"path": "src/new.rs", "content": "fn f() {}\n"});
+//! let plan = prepare_write(&sandbox, &WriteParams::from_args(&args)?)?;
+//! assert_eq!(plan.summary(), "CREATE FILE src/new.rs");
+//! // ... a human approves plan.diff_preview(8_000) ...
+//! let applied = commit_write(&sandbox, &plan)?;
+//! assert_eq!(applied.after_hash, airlock_fs::sha256_hex("fn f() {}\n"));
+//! # Ok(())
+//! # }
+//! ```
+
+mod error;
+mod hash;
+mod read;
+mod sandbox;
+mod write;
+
+pub use error::FsError;
+pub use hash::{ContentHasher, sha256_hex, sha256_reader};
+pub use read::{Encoding, LineRange, OutputMode, ReadData, ReadParams, read_file};
+pub use sandbox::{Access, FileKind, Sandbox, SandboxedPath};
+pub use write::{
+    RestoreOutcome, WriteApplied, WriteMode, WriteParams, WritePlan, commit_write, current_hash,
+    prepare_write, restore, snapshot_before,
+};

@@ -1,0 +1,347 @@
+//! `read_file` (spec 000, DESIGN §5): a line range or a byte window of one file,
+//! capped in bytes, with the hash of the whole file.
+//!
+//! Lines are `\n`-terminated (the terminator belongs to its line; a last line
+//! without one still counts). The file is streamed once: every byte is hashed
+//! for `base_hash`, and only the selected bytes (at most `max_bytes`) are kept.
+//!
+//! - Line mode (no `offset_bytes`): lines `start_line..=end_line`. When they do
+//!   not fit in `max_bytes`, the content stops after the last whole line that
+//!   fits; if not even the first line fits, it is cut inside that line (in
+//!   `utf8` mode at a character boundary).
+//! - Byte mode (`offset_bytes` given; `start_line`/`end_line` are ignored):
+//!   up to `max_bytes` bytes from the offset. In `utf8` mode a character split
+//!   by the cap is left out; an offset inside a character is `invalid_utf8`.
+//!
+//! `returned_range` names the lines the content touches: the line of its first
+//! byte and the line of its last byte; empty content gives `end_line =
+//! start_line - 1`. `truncated` says the cap cut the selection short.
+//!
+//! `encoding: bytes` returns the bytes as standard base64 (with padding), which
+//! is what JSON-carrying protocols (MCP included) use for binary content.
+//!
+//! `output_mode`: content longer than `max_inline_bytes` is an error under
+//! `require_inline`. Under `auto` it is returned inline for now; turning it
+//! into a blob reference is the work of a later issue (DESIGN §5, blobs).
+
+use std::io::{self, Read};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::FsError;
+use crate::hash::ContentHasher;
+use crate::sandbox::{Access, Sandbox};
+
+/// Arguments of `read_file`, as the tool call carries them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReadParams {
+    pub path: String,
+    /// First line, 1-based; default 1.
+    #[serde(default)]
+    pub start_line: Option<u64>,
+    /// Last line, inclusive; default `start_line + 199`.
+    #[serde(default)]
+    pub end_line: Option<u64>,
+    /// Read a byte window from here instead of a line range.
+    #[serde(default)]
+    pub offset_bytes: Option<u64>,
+    /// Default `max_read_bytes_default`, never above `max_read_bytes_hard`.
+    #[serde(default)]
+    pub max_bytes: Option<u64>,
+    #[serde(default)]
+    pub encoding: Encoding,
+    #[serde(default)]
+    pub output_mode: OutputMode,
+}
+
+impl ReadParams {
+    /// Parses the JSON arguments of a call; a bad argument is `invalid_input`.
+    pub fn from_args(args: &serde_json::Value) -> Result<ReadParams, FsError> {
+        ReadParams::deserialize(args).map_err(|error| FsError::InvalidInput {
+            message: error.to_string(),
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Encoding {
+    /// The content as text; bytes that are not UTF-8 are `invalid_utf8`.
+    #[default]
+    Utf8,
+    /// The content as standard base64.
+    Bytes,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputMode {
+    #[default]
+    Auto,
+    RequireInline,
+}
+
+/// The `data` of a successful `read_file`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadData {
+    /// The requested path, normalized, root-relative.
+    pub path: String,
+    pub content: String,
+    pub returned_range: LineRange,
+    /// Hash of the whole file, whatever part was returned.
+    pub base_hash: String,
+    pub truncated: bool,
+    pub size_bytes: u64,
+    /// The cap that applied, after clamping.
+    pub max_bytes: u64,
+    pub encoding: Encoding,
+}
+
+/// Inclusive, 1-based line numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LineRange {
+    pub start_line: u64,
+    pub end_line: u64,
+}
+
+/// Reads part of a file through the sandbox.
+pub fn read_file(sandbox: &Sandbox, params: &ReadParams) -> Result<ReadData, FsError> {
+    let config = sandbox.config();
+    let max_bytes = params
+        .max_bytes
+        .unwrap_or(config.max_read_bytes_default)
+        .min(config.max_read_bytes_hard);
+    if max_bytes == 0 {
+        return Err(FsError::InvalidInput {
+            message: "max_bytes must be at least 1".to_owned(),
+        });
+    }
+    let selection = match params.offset_bytes {
+        Some(offset) => Selection::Bytes { offset },
+        None => {
+            let start = params.start_line.unwrap_or(1);
+            if start == 0 {
+                return Err(FsError::InvalidInput {
+                    message: "start_line must be at least 1".to_owned(),
+                });
+            }
+            let end = params.end_line.unwrap_or(start.saturating_add(199));
+            if end < start {
+                return Err(FsError::InvalidInput {
+                    message: format!("end_line {end} is before start_line {start}"),
+                });
+            }
+            Selection::Lines { start, end }
+        }
+    };
+    let path = sandbox.resolve("path", &params.path, Access::Read)?;
+    let (file, _) = path.open_for_read()?;
+    let cap = usize::try_from(max_bytes).unwrap_or(usize::MAX);
+    let scan = scan(file, selection, cap)
+        .map_err(|error| FsError::io(format!("cannot read `{}`", path.requested()), error))?;
+
+    let mut returned = scan.content;
+    if params.encoding == Encoding::Utf8
+        && let Err(error) = std::str::from_utf8(&returned)
+    {
+        // A character cut by the cap is left out; anything else that is not
+        // UTF-8 is an error.
+        if scan.truncated && error.error_len().is_none() {
+            returned.truncate(error.valid_up_to());
+        } else {
+            return Err(FsError::InvalidUtf8 {
+                path: path.requested().to_owned(),
+            });
+        }
+    }
+    let end_line = match returned.split_last() {
+        Some((_, init)) => scan.start_line + count_newlines(init),
+        None => scan.start_line - 1,
+    };
+    let content = match params.encoding {
+        Encoding::Utf8 => String::from_utf8(returned).map_err(|_| FsError::InvalidUtf8 {
+            path: path.requested().to_owned(),
+        })?,
+        Encoding::Bytes => base64(&returned),
+    };
+    if params.output_mode == OutputMode::RequireInline
+        && content.len() as u64 > config.max_inline_bytes
+    {
+        return Err(FsError::InlineRequiredTooLarge {
+            size: content.len() as u64,
+            limit: config.max_inline_bytes,
+        });
+    }
+    Ok(ReadData {
+        path: path.requested().to_owned(),
+        content,
+        returned_range: LineRange {
+            start_line: scan.start_line,
+            end_line,
+        },
+        base_hash: scan.hash,
+        truncated: scan.truncated,
+        size_bytes: scan.size,
+        max_bytes,
+        encoding: params.encoding,
+    })
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Selection {
+    Lines { start: u64, end: u64 },
+    Bytes { offset: u64 },
+}
+
+struct Scan {
+    content: Vec<u8>,
+    /// Line of the first selected byte (or where it would be).
+    start_line: u64,
+    truncated: bool,
+    size: u64,
+    hash: String,
+}
+
+/// One pass over the file: hash everything, keep the selection up to `cap`.
+fn scan(mut reader: impl Read, selection: Selection, cap: usize) -> io::Result<Scan> {
+    let mut hasher = ContentHasher::new();
+    let mut content = Vec::new();
+    let mut overflow = false;
+    let mut done = false;
+    // Line number of the next byte.
+    let mut line: u64 = 1;
+    // Line mode: where the last whole line that fits ends in `content`.
+    let mut whole_lines_end: Option<usize> = None;
+    let mut start_line = match selection {
+        Selection::Lines { start, .. } => Some(start),
+        Selection::Bytes { .. } => None,
+    };
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        let n = match reader.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+            Err(error) => return Err(error),
+        };
+        let chunk = &buffer[..n];
+        let position = hasher.len();
+        hasher.update(chunk);
+        if done {
+            continue;
+        }
+        match selection {
+            Selection::Lines { start, end } => {
+                let mut rest = chunk;
+                while !rest.is_empty() {
+                    let (segment, ends_line) = match rest.iter().position(|&b| b == b'\n') {
+                        Some(i) => (&rest[..=i], true),
+                        None => (rest, false),
+                    };
+                    rest = &rest[segment.len()..];
+                    if line > end {
+                        done = true;
+                        break;
+                    }
+                    if line >= start {
+                        let room = cap - content.len();
+                        if segment.len() <= room {
+                            content.extend_from_slice(segment);
+                            if ends_line {
+                                whole_lines_end = Some(content.len());
+                            }
+                        } else {
+                            content.extend_from_slice(&segment[..room]);
+                            overflow = true;
+                            done = true;
+                            break;
+                        }
+                    }
+                    if ends_line {
+                        line += 1;
+                    }
+                }
+            }
+            Selection::Bytes { offset } => {
+                let skip = usize::try_from(offset.saturating_sub(position))
+                    .unwrap_or(usize::MAX)
+                    .min(chunk.len());
+                line += count_newlines(&chunk[..skip]);
+                if skip == chunk.len() {
+                    continue;
+                }
+                start_line.get_or_insert(line);
+                let available = &chunk[skip..];
+                let room = cap - content.len();
+                if available.len() <= room {
+                    content.extend_from_slice(available);
+                } else {
+                    content.extend_from_slice(&available[..room]);
+                    overflow = true;
+                    done = true;
+                }
+            }
+        }
+    }
+    // The cap cut the lines: keep the whole lines that fit, if any did.
+    if let Selection::Lines { .. } = selection
+        && overflow
+        && let Some(end) = whole_lines_end
+    {
+        content.truncate(end);
+    }
+    Ok(Scan {
+        content,
+        start_line: start_line.unwrap_or(line),
+        truncated: overflow,
+        size: hasher.len(),
+        hash: hasher.finish(),
+    })
+}
+
+fn count_newlines(bytes: &[u8]) -> u64 {
+    bytes.iter().filter(|&&b| b == b'\n').count() as u64
+}
+
+/// Standard base64 with padding (RFC 4648 §4).
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for group in bytes.chunks(3) {
+        let b0 = group[0];
+        let b1 = group.get(1).copied().unwrap_or(0);
+        let b2 = group.get(2).copied().unwrap_or(0);
+        let triple = (u32::from(b0) << 16) | (u32::from(b1) << 8) | u32::from(b2);
+        for (i, shift) in [18u32, 12, 6, 0].into_iter().enumerate() {
+            if i <= group.len() {
+                out.push(char::from(ALPHABET[((triple >> shift) & 0x3f) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_matches_rfc_4648_vectors() {
+        let cases = [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ];
+        for (input, expected) in cases {
+            assert_eq!(base64(input.as_bytes()), expected, "{input}");
+        }
+        assert_eq!(base64(&[0xff, 0xfe, 0x00]), "//4A");
+    }
+}

@@ -1,0 +1,657 @@
+//! The kernel-backed path sandbox.
+//!
+//! A [`Sandbox`] holds an `O_PATH` descriptor of the canonical workspace root.
+//! [`Sandbox::resolve`] turns a path argument into a [`SandboxedPath`], the only
+//! way to get one:
+//!
+//! 1. textual checks: NUL bytes, absolute paths (`absolute_paths`), `..` that
+//!    climbs above the root, then the policy's deny globs and protected paths on
+//!    the lexically normalized path;
+//! 2. the kernel walks the path from the root descriptor with `openat2`:
+//!    `RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS` (plus `RESOLVE_NO_SYMLINKS` under
+//!    `follow_symlinks: deny`), so no symlink, `..` inside a link, or directory
+//!    swapped for a link can lead the walk out of the root;
+//! 3. the real location of what was opened is read back from
+//!    `/proc/self/fd/<n>`, made root-relative, and checked by the policy again,
+//!    so a link `ok.txt -> .env` is `path_denied` and a link into the state dir
+//!    is refused;
+//! 4. for a write to a file that does not exist, the create allowlist.
+//!
+//! `follow_symlinks: allow` walks without `RESOLVE_BENEATH`, so links may pass
+//! anywhere (absolute links, links that leave and come back), but what they
+//! finally reach must still lie inside the root: step 3 refuses the rest. Under
+//! `within_root_only` every step of the walk stays beneath the root, which also
+//! refuses absolute links even when they point back inside.
+//!
+//! A `SandboxedPath` keeps descriptors, not path strings: the directory holding
+//! the target (reopened by its canonical path, beneath the root, with no
+//! symlinks allowed) and the target's single-component name. Reads and writes go
+//! through `openat`/`renameat` on that directory with `O_NOFOLLOW`, never through
+//! a full path again. A later step (applying an approved plan) resolves afresh.
+//!
+//! Hard links cannot be told apart from ordinary files: a name inside the root
+//! that is a hard link to a file elsewhere reads that file. Writes replace the
+//! name with a new file (rename), so they never change the other name's content.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use airlock_core::Policy;
+use airlock_core::config::{AbsolutePaths, FileBrokerConfig, FollowSymlinks};
+use airlock_core::policy::normalize_relative;
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags, Stat};
+use rustix::io::Errno;
+
+use crate::error::FsError;
+
+/// Whether a path is resolved to be read or to be written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Access {
+    Read,
+    Write,
+}
+
+/// What a resolved path names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FileKind {
+    File,
+    Directory,
+    /// A FIFO, socket or device: never read or written.
+    Other,
+}
+
+/// The workspace root, opened once, with the file-tool configuration and the
+/// (bound) policy. Cheap to share: `resolve` takes `&self`.
+#[derive(Debug)]
+pub struct Sandbox {
+    /// The canonical, absolute root.
+    root: PathBuf,
+    /// `O_PATH | O_DIRECTORY` descriptor of `root`; every walk starts here.
+    root_fd: OwnedFd,
+    config: FileBrokerConfig,
+    policy: Arc<Policy>,
+    /// `allowlisted_create_dirs`, normalized (`"src/"` is `"src"`, `"./"` is `""`).
+    create_dirs: Vec<String>,
+}
+
+/// A path that went through [`Sandbox::resolve`]: inside the root, allowed by
+/// the policy both as requested and as resolved. Only the resolver makes one.
+#[derive(Debug)]
+pub struct SandboxedPath {
+    requested: String,
+    resolved: String,
+    target: Target,
+}
+
+#[derive(Debug)]
+enum Target {
+    /// The target exists: `name` inside the directory `parent`.
+    Existing {
+        parent: OwnedFd,
+        name: String,
+        kind: FileKind,
+    },
+    /// The target does not exist. `base` is its deepest existing directory and
+    /// `missing` the components below it (the last one is the target's name).
+    Missing { base: OwnedFd, missing: Vec<String> },
+}
+
+/// How often `openat2` is retried when the kernel reports a concurrent rename
+/// (`EAGAIN`) during a `RESOLVE_BENEATH` walk.
+const OPENAT2_RETRIES: usize = 16;
+
+impl Sandbox {
+    /// Opens the workspace `root`. `policy` must be bound
+    /// ([`Policy::bind_workspace`]) to the same root, canonicalized.
+    pub fn open(
+        root: &Path,
+        config: &FileBrokerConfig,
+        policy: Arc<Policy>,
+    ) -> Result<Sandbox, FsError> {
+        let cannot_open = |error: io::Error| {
+            FsError::io(
+                format!("cannot open the workspace root {}", root.display()),
+                error,
+            )
+        };
+        let canonical = std::fs::canonicalize(root).map_err(cannot_open)?;
+        let root_fd = rustix::fs::open(
+            &canonical,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|errno| cannot_open(errno.into()))?;
+        // The descriptor is what counts: make sure it is the directory that was
+        // canonicalized, not something swapped in between.
+        if fd_path(&root_fd)? != canonical {
+            return Err(cannot_open(io::Error::other(
+                "the root changed while it was being opened",
+            )));
+        }
+        let create_dirs = config
+            .allowlisted_create_dirs
+            .iter()
+            .filter_map(|dir| normalize_relative(dir))
+            .collect();
+        Ok(Sandbox {
+            root: canonical,
+            root_fd,
+            config: config.clone(),
+            policy,
+            create_dirs,
+        })
+    }
+
+    /// The canonical workspace root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn config(&self) -> &FileBrokerConfig {
+        &self.config
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// Resolves the path argument `param` = `raw` for `access`. See the module
+    /// documentation for the checks, in order.
+    pub fn resolve(
+        &self,
+        param: &str,
+        raw: &str,
+        access: Access,
+    ) -> Result<SandboxedPath, FsError> {
+        self.resolve_checked(param, raw, access, true)
+    }
+
+    /// [`Sandbox::resolve`], optionally without the create allowlist (for undo,
+    /// which only ever replaces or removes an existing file).
+    pub(crate) fn resolve_checked(
+        &self,
+        param: &str,
+        raw: &str,
+        access: Access,
+        check_create: bool,
+    ) -> Result<SandboxedPath, FsError> {
+        let requested = self.normalize(param, raw)?;
+        let write = access == Access::Write;
+        self.check_policy(param, &requested, write)?;
+        let (resolved, target) = self.locate(param, &requested, access)?;
+        if resolved != requested {
+            self.check_policy(param, &resolved, write)
+                .map_err(|error| match error {
+                    FsError::Refused { code, message } => FsError::Refused {
+                        code,
+                        message: format!("{message} (reached through `{requested}`)"),
+                    },
+                    error => error,
+                })?;
+        }
+        // Missing parent directories need no check of their own: each is an
+        // ancestor of the file, so it lies at the root level, above an
+        // allowlisted directory, or inside one.
+        if write
+            && check_create
+            && matches!(target, Target::Missing { .. })
+            && !self.create_allowed(&resolved)
+        {
+            return Err(FsError::CreateNotAllowed {
+                path: resolved,
+                allowed: self.allowed_dirs_text(),
+            });
+        }
+        Ok(SandboxedPath {
+            requested,
+            resolved,
+            target,
+        })
+    }
+
+    /// The textual half: NUL, absolute paths, `..` above the root. Returns the
+    /// lexically normalized root-relative path (`""` is the root).
+    fn normalize(&self, param: &str, raw: &str) -> Result<String, FsError> {
+        if raw.contains('\0') {
+            return Err(FsError::NulByte {
+                param: param.to_owned(),
+            });
+        }
+        let escapes = || FsError::EscapesRoot {
+            param: param.to_owned(),
+            path: raw.to_owned(),
+        };
+        if raw.starts_with('/') {
+            return match self.config.absolute_paths {
+                AbsolutePaths::Reject => Err(FsError::AbsolutePath {
+                    param: param.to_owned(),
+                    path: raw.to_owned(),
+                }),
+                AbsolutePaths::WithinRoot => {
+                    let absolute = normalize_absolute(raw);
+                    match Path::new(&absolute).strip_prefix(&self.root) {
+                        Ok(rest) => rest.to_str().map(str::to_owned).ok_or_else(escapes),
+                        Err(_) => Err(escapes()),
+                    }
+                }
+            };
+        }
+        normalize_relative(raw).ok_or_else(escapes)
+    }
+
+    fn check_policy(&self, param: &str, path: &str, write: bool) -> Result<(), FsError> {
+        match self.policy.check_workspace_path(param, path, write) {
+            Some(refusal) => Err(FsError::Refused {
+                code: refusal.code,
+                message: refusal.message,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// The kernel half: walks `requested` from the root and finds what it really
+    /// names, as a root-relative path and descriptors to act on.
+    fn locate(
+        &self,
+        param: &str,
+        requested: &str,
+        access: Access,
+    ) -> Result<(String, Target), FsError> {
+        let fd = match self.open_beneath(requested, OFlags::PATH) {
+            Ok(fd) => fd,
+            Err(Errno::NOENT) => return self.locate_missing(param, requested, access),
+            Err(errno) => return Err(self.resolution_error(param, requested, errno)),
+        };
+        let stat = rustix::fs::fstat(&fd)
+            .map_err(|errno| FsError::io(format!("cannot stat `{requested}`"), errno))?;
+        let kind = kind_of(&stat);
+        let resolved = self.relative_path_of(param, requested, &fd)?;
+        let (parent_dir, name) = match resolved.rsplit_once('/') {
+            Some((dir, name)) => (dir, name),
+            None if resolved.is_empty() => ("", "."),
+            None => ("", resolved.as_str()),
+        };
+        let parent = self.open_canonical_dir(param, requested, parent_dir)?;
+        let name = name.to_owned();
+        Ok((resolved, Target::Existing { parent, name, kind }))
+    }
+
+    /// `requested` does not exist: find its deepest existing directory.
+    fn locate_missing(
+        &self,
+        param: &str,
+        requested: &str,
+        access: Access,
+    ) -> Result<(String, Target), FsError> {
+        let components: Vec<&str> = requested.split('/').collect();
+        for depth in (0..components.len()).rev() {
+            let prefix = components[..depth].join("/");
+            let base = match self.open_beneath(&prefix, OFlags::PATH | OFlags::DIRECTORY) {
+                Ok(base) => base,
+                Err(Errno::NOENT) => continue,
+                Err(errno) => return Err(self.resolution_error(param, requested, errno)),
+            };
+            let base_resolved = self.relative_path_of(param, requested, &base)?;
+            // The first missing component may still be a name: a symlink whose
+            // target does not exist. Writing through it could create a file
+            // anywhere, so it is refused; reading it finds nothing.
+            let first_missing = components[depth];
+            match rustix::fs::statat(&base, first_missing, AtFlags::SYMLINK_NOFOLLOW) {
+                Err(Errno::NOENT) => {}
+                Ok(stat) if FileType::from_raw_mode(stat.st_mode) == FileType::Symlink => {
+                    return Err(match access {
+                        Access::Read => FsError::NotFound {
+                            path: requested.to_owned(),
+                        },
+                        Access::Write => FsError::DanglingSymlink {
+                            param: param.to_owned(),
+                            path: requested.to_owned(),
+                        },
+                    });
+                }
+                Ok(_) => {
+                    return Err(FsError::Changed {
+                        path: requested.to_owned(),
+                    });
+                }
+                Err(errno) => return Err(self.resolution_error(param, requested, errno)),
+            }
+            let missing: Vec<String> = components[depth..]
+                .iter()
+                .map(|part| (*part).to_owned())
+                .collect();
+            let resolved = if base_resolved.is_empty() {
+                missing.join("/")
+            } else {
+                format!("{base_resolved}/{}", missing.join("/"))
+            };
+            return Ok((resolved, Target::Missing { base, missing }));
+        }
+        // Even the root could not be opened: it was removed.
+        Err(FsError::io(
+            "cannot open the workspace root",
+            io::Error::from(Errno::NOENT),
+        ))
+    }
+
+    /// Opens `rel` from the root under the configured symlink policy.
+    fn open_beneath(&self, rel: &str, oflags: OFlags) -> Result<OwnedFd, Errno> {
+        let resolve = match self.config.follow_symlinks {
+            FollowSymlinks::Deny => {
+                ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS
+            }
+            FollowSymlinks::WithinRootOnly => ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
+            // Links may lead anywhere during the walk; `relative_path_of` refuses
+            // a final location outside the root.
+            FollowSymlinks::Allow => ResolveFlags::NO_MAGICLINKS,
+        };
+        openat2_retrying(&self.root_fd, rel, oflags, resolve)
+    }
+
+    /// Opens a directory by its canonical root-relative path: beneath the root,
+    /// through no symlink at all.
+    fn open_canonical_dir(
+        &self,
+        param: &str,
+        requested: &str,
+        rel: &str,
+    ) -> Result<OwnedFd, FsError> {
+        let resolve =
+            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
+        openat2_retrying(
+            &self.root_fd,
+            rel,
+            OFlags::PATH | OFlags::DIRECTORY,
+            resolve,
+        )
+        .map_err(|errno| match errno {
+            // A canonical path that no longer resolves cleanly: it changed
+            // under us.
+            Errno::NOENT | Errno::NOTDIR | Errno::LOOP | Errno::XDEV => FsError::Changed {
+                path: requested.to_owned(),
+            },
+            errno => self.resolution_error(param, requested, errno),
+        })
+    }
+
+    /// Where `fd` really is, relative to the root; refused when outside.
+    fn relative_path_of(
+        &self,
+        param: &str,
+        requested: &str,
+        fd: &OwnedFd,
+    ) -> Result<String, FsError> {
+        let real = fd_path(fd)?;
+        match real.strip_prefix(&self.root) {
+            Ok(rest) => rest
+                .to_str()
+                .map(str::to_owned)
+                .ok_or_else(|| FsError::NonUtf8Name {
+                    param: param.to_owned(),
+                    path: requested.to_owned(),
+                }),
+            Err(_) => Err(FsError::SymlinkEscape {
+                param: param.to_owned(),
+                path: requested.to_owned(),
+            }),
+        }
+    }
+
+    fn resolution_error(&self, param: &str, requested: &str, errno: Errno) -> FsError {
+        let param = param.to_owned();
+        let path = requested.to_owned();
+        match errno {
+            Errno::NOENT => FsError::NotFound { path },
+            Errno::NOTDIR => FsError::NotADirectory { path },
+            // Only a symlink can lead a walk of a `..`-free path out of the root.
+            Errno::XDEV => FsError::SymlinkEscape { param, path },
+            Errno::LOOP => match self.config.follow_symlinks {
+                FollowSymlinks::Deny => FsError::SymlinkDenied { param, path },
+                FollowSymlinks::WithinRootOnly | FollowSymlinks::Allow => {
+                    FsError::SymlinkLoop { param, path }
+                }
+            },
+            Errno::NAMETOOLONG => FsError::NameTooLong { param },
+            Errno::NOSYS => FsError::io(
+                "openat2 is not available on this kernel, and paths are never resolved without it",
+                errno,
+            ),
+            errno => FsError::io(format!("cannot resolve {param} `{path}`"), errno),
+        }
+    }
+
+    /// New files only at the root level or under an allowlisted directory.
+    fn create_allowed(&self, resolved: &str) -> bool {
+        let Some((parent, _)) = resolved.rsplit_once('/') else {
+            return true;
+        };
+        self.create_dirs.iter().any(|dir| {
+            dir.is_empty()
+                || parent == dir
+                || parent
+                    .strip_prefix(dir.as_str())
+                    .is_some_and(|rest| rest.starts_with('/'))
+        })
+    }
+
+    fn allowed_dirs_text(&self) -> String {
+        if self.config.allowlisted_create_dirs.is_empty() {
+            "no directory (allowlisted_create_dirs is empty)".to_owned()
+        } else {
+            self.config.allowlisted_create_dirs.join(", ")
+        }
+    }
+}
+
+impl SandboxedPath {
+    /// The path as requested, lexically normalized and root-relative (`""` is
+    /// the root).
+    pub fn requested(&self) -> &str {
+        &self.requested
+    }
+
+    /// What the path really names, root-relative, symlinks resolved. For a
+    /// target that does not exist: its deepest existing directory, resolved,
+    /// followed by the missing components.
+    pub fn resolved(&self) -> &str {
+        &self.resolved
+    }
+
+    pub fn exists(&self) -> bool {
+        matches!(self.target, Target::Existing { .. })
+    }
+
+    /// What the target is, or `None` when it does not exist.
+    pub fn kind(&self) -> Option<FileKind> {
+        match &self.target {
+            Target::Existing { kind, .. } => Some(*kind),
+            Target::Missing { .. } => None,
+        }
+    }
+
+    /// The directories (resolved, root-relative, outermost first) that a write
+    /// with `create_parents` creates. Empty when the parent exists.
+    pub fn missing_parents(&self) -> Vec<String> {
+        let Target::Missing { missing, .. } = &self.target else {
+            return Vec::new();
+        };
+        let components: Vec<&str> = self.resolved.split('/').collect();
+        let existing = components.len() - missing.len();
+        (existing + 1..components.len())
+            .map(|end| components[..end].join("/"))
+            .collect()
+    }
+
+    /// Opens the target for reading: a regular file, or an error.
+    pub(crate) fn open_for_read(&self) -> Result<(File, Stat), FsError> {
+        let (parent, name, kind) = match &self.target {
+            Target::Existing { parent, name, kind } => (parent, name, *kind),
+            Target::Missing { .. } => {
+                return Err(FsError::NotFound {
+                    path: self.requested.clone(),
+                });
+            }
+        };
+        self.expect_file_kind(kind)?;
+        // O_NONBLOCK so that a FIFO swapped in cannot block the open; it is
+        // refused by the type check below, and regular files ignore the flag.
+        let fd = rustix::fs::openat(
+            parent,
+            name.as_str(),
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|errno| match errno {
+            Errno::NOENT => FsError::NotFound {
+                path: self.requested.clone(),
+            },
+            Errno::LOOP => FsError::Changed {
+                path: self.requested.clone(),
+            },
+            Errno::NXIO => FsError::NotRegularFile {
+                path: self.requested.clone(),
+            },
+            errno => FsError::io(format!("cannot open `{}`", self.requested), errno),
+        })?;
+        let stat = rustix::fs::fstat(&fd)
+            .map_err(|errno| FsError::io(format!("cannot stat `{}`", self.requested), errno))?;
+        self.expect_file_kind(kind_of(&stat))?;
+        Ok((File::from(fd), stat))
+    }
+
+    fn expect_file_kind(&self, kind: FileKind) -> Result<(), FsError> {
+        match kind {
+            FileKind::File => Ok(()),
+            FileKind::Directory => Err(FsError::IsDirectory {
+                path: self.requested.clone(),
+            }),
+            FileKind::Other => Err(FsError::NotRegularFile {
+                path: self.requested.clone(),
+            }),
+        }
+    }
+
+    /// The directory to write the target into and the target's name in it.
+    /// Creates missing parents (one `mkdirat` at a time, each beneath the
+    /// previous descriptor) when `create_parents`, else `parent_not_found`.
+    pub(crate) fn directory_for_write(
+        &self,
+        create_parents: bool,
+    ) -> Result<(OwnedFd, String), FsError> {
+        let (base, missing) = match &self.target {
+            Target::Existing { parent, name, .. } => {
+                return Ok((self.dup(parent)?, name.clone()));
+            }
+            Target::Missing { base, missing } => (base, missing),
+        };
+        let Some((name, directories)) = missing.split_last() else {
+            return Err(FsError::NotFound {
+                path: self.requested.clone(),
+            });
+        };
+        if !directories.is_empty() && !create_parents {
+            return Err(FsError::ParentNotFound {
+                path: self.requested.clone(),
+            });
+        }
+        let mut directory = self.dup(base)?;
+        for component in directories {
+            match rustix::fs::mkdirat(&directory, component.as_str(), Mode::from_raw_mode(0o777)) {
+                Ok(()) => sync_directory(&directory)?,
+                // Someone made it meanwhile; it is opened below without
+                // following links, like one we made.
+                Err(Errno::EXIST) => {}
+                Err(errno) => {
+                    return Err(FsError::io(
+                        format!("cannot create a parent directory of `{}`", self.requested),
+                        errno,
+                    ));
+                }
+            }
+            directory = openat2_retrying(
+                &directory,
+                component,
+                OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW,
+                ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+            )
+            .map_err(|errno| match errno {
+                Errno::NOTDIR | Errno::LOOP | Errno::NOENT | Errno::XDEV => FsError::Changed {
+                    path: self.requested.clone(),
+                },
+                errno => FsError::io(
+                    format!("cannot open a parent of `{}`", self.requested),
+                    errno,
+                ),
+            })?;
+        }
+        Ok((directory, name.clone()))
+    }
+
+    fn dup(&self, fd: &OwnedFd) -> Result<OwnedFd, FsError> {
+        fd.try_clone()
+            .map_err(|error| FsError::io("cannot duplicate a directory descriptor", error))
+    }
+}
+
+/// `openat2`, retried while the kernel reports a concurrent rename.
+fn openat2_retrying(
+    dir: &OwnedFd,
+    rel: &str,
+    oflags: OFlags,
+    resolve: ResolveFlags,
+) -> Result<OwnedFd, Errno> {
+    let path = if rel.is_empty() { "." } else { rel };
+    let mut last = Errno::AGAIN;
+    for _ in 0..OPENAT2_RETRIES {
+        match rustix::fs::openat2(dir, path, oflags | OFlags::CLOEXEC, Mode::empty(), resolve) {
+            Err(errno @ (Errno::AGAIN | Errno::INTR)) => last = errno,
+            result => return result,
+        }
+    }
+    Err(last)
+}
+
+/// Where an open descriptor really is, as the kernel says.
+fn fd_path(fd: &OwnedFd) -> Result<PathBuf, FsError> {
+    std::fs::read_link(format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd()))
+        .map_err(|error| FsError::io("cannot read /proc/self/fd to locate a path", error))
+}
+
+fn kind_of(stat: &Stat) -> FileKind {
+    match FileType::from_raw_mode(stat.st_mode) {
+        FileType::RegularFile => FileKind::File,
+        FileType::Directory => FileKind::Directory,
+        _ => FileKind::Other,
+    }
+}
+
+/// Flushes a directory's entries (after a create, rename or unlink in it).
+pub(crate) fn sync_directory(directory: &OwnedFd) -> Result<(), FsError> {
+    let readable = rustix::fs::openat(
+        directory,
+        ".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|errno| FsError::io("cannot open a directory to sync it", errno))?;
+    rustix::fs::fsync(&readable).map_err(|errno| FsError::io("cannot sync a directory", errno))
+}
+
+/// Lexically normalizes an absolute path; `..` at `/` stays at `/`, as the
+/// kernel does.
+fn normalize_absolute(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            part => parts.push(part),
+        }
+    }
+    format!("/{}", parts.join("/"))
+}

@@ -1,0 +1,570 @@
+//! `write_file` in two halves, so a human can decide in between (spec 000):
+//!
+//! - [`prepare_write`] has no side effects. It resolves and checks the path,
+//!   reads the current content, and returns a [`WritePlan`]: the unified diff a
+//!   human approves, the hash of the content it was made against, and the new
+//!   content. The plan is plain data (serde) so it can be stored and applied by
+//!   another process later.
+//! - [`commit_write`] applies a plan. It resolves the path afresh (every check
+//!   again), refuses with `stale` when the file is no longer what the plan was
+//!   made against, re-derives the diff so that what is written is exactly what
+//!   was shown, and writes atomically: a temporary file in the same directory
+//!   (`O_CREAT | O_EXCL | O_NOFOLLOW`), fsync, the old file's permission bits,
+//!   `renameat` over the target, fsync of the directory. The check and the
+//!   rename happen under an exclusive `flock` on the directory, so of many
+//!   plans made against the same content exactly one applies and the others
+//!   are `stale`, whichever threads or processes apply them.
+//!
+//! A create re-checks that the file still does not exist; if it appeared in the
+//! meantime the answer is `stale` (not `file_exists`): the proposal was made
+//! against a world that changed, which is what `stale` means everywhere else.
+//! The final rename of a create uses `RENAME_NOREPLACE`, so a file appearing in
+//! the last instant is not overwritten either.
+//!
+//! For undo, [`snapshot_before`] returns the content a plan is about to
+//! replace, and [`restore`] puts it back (or removes a created file) if the
+//! file still holds what was applied, else `conflict`.
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::OwnedFd;
+
+use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags, RenameFlags, Stat};
+use rustix::io::Errno;
+use serde::{Deserialize, Serialize};
+use similar::TextDiff;
+use uuid::Uuid;
+
+use crate::error::FsError;
+use crate::hash::sha256_hex;
+use crate::sandbox::{Access, Sandbox, SandboxedPath, sync_directory};
+
+/// Arguments of `write_file`, as the tool call carries them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WriteParams {
+    pub path: String,
+    pub content: String,
+    #[serde(default)]
+    pub mode: WriteMode,
+    /// Create missing parent directories (each must obey the create allowlist).
+    #[serde(default)]
+    pub create_parents: bool,
+}
+
+impl WriteParams {
+    /// Parses the JSON arguments of a call; a bad argument is `invalid_input`.
+    pub fn from_args(args: &serde_json::Value) -> Result<WriteParams, FsError> {
+        WriteParams::deserialize(args).map_err(|error| FsError::InvalidInput {
+            message: error.to_string(),
+        })
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WriteMode {
+    /// Create the file or replace its content.
+    #[default]
+    Overwrite,
+    /// Only create; an existing file is `file_exists`.
+    CreateNew,
+}
+
+/// A prepared write, waiting for a decision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WritePlan {
+    /// The requested path, normalized, root-relative.
+    pub path: String,
+    /// What `path` resolved to when the plan was made (differs through a
+    /// symlink). Applying refuses with `stale` if it resolves elsewhere then.
+    pub resolved_path: String,
+    /// The file did not exist.
+    pub created: bool,
+    /// Hash of the content the plan replaces; `None` for a create.
+    pub base_hash: Option<String>,
+    pub new_content: String,
+    /// Unified diff, `--- a/<path>` / `+++ b/<path>` (`--- /dev/null` for a
+    /// create); only the headers when nothing changes.
+    pub diff: String,
+    /// Hash of `diff`.
+    pub patch_hash: String,
+    pub create_parents: bool,
+}
+
+impl WritePlan {
+    /// `CREATE FILE <path>` or `MODIFY <path>`, with ` (-> <resolved>)` when a
+    /// symlink makes the write land elsewhere.
+    pub fn summary(&self) -> String {
+        let verb = if self.created {
+            "CREATE FILE"
+        } else {
+            "MODIFY"
+        };
+        if self.resolved_path == self.path {
+            format!("{verb} {}", self.path)
+        } else {
+            format!("{verb} {} (-> {})", self.path, self.resolved_path)
+        }
+    }
+
+    /// The diff, cut after `max_chars` characters (never inside a character)
+    /// with a closing line saying so.
+    pub fn diff_preview(&self, max_chars: u64) -> String {
+        let max_chars = usize::try_from(max_chars).unwrap_or(usize::MAX);
+        let Some((cut, _)) = self.diff.char_indices().nth(max_chars) else {
+            return self.diff.clone();
+        };
+        let total = self.diff.chars().count();
+        let mut preview = self.diff[..cut].to_owned();
+        if !preview.ends_with('\n') {
+            preview.push('\n');
+        }
+        preview.push_str(&format!(
+            "... diff truncated: {max_chars} of {total} characters shown\n"
+        ));
+        preview
+    }
+}
+
+/// The `data` of an applied write.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WriteApplied {
+    pub path: String,
+    pub created: bool,
+    /// `None` when the file was created.
+    pub before_hash: Option<String>,
+    pub after_hash: String,
+}
+
+/// What [`restore`] did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestoreOutcome {
+    pub path: String,
+    /// The file was removed (the undone write had created it).
+    pub removed: bool,
+    /// Hash of the content that was replaced or removed.
+    pub before_hash: String,
+    /// Hash of the restored content; `None` when removed.
+    pub after_hash: Option<String>,
+}
+
+/// Plans a write without touching anything.
+pub fn prepare_write(sandbox: &Sandbox, params: &WriteParams) -> Result<WritePlan, FsError> {
+    check_size(sandbox, &params.content)?;
+    let target = sandbox.resolve("path", &params.path, Access::Write)?;
+    let current = read_current(&target)?;
+    if current.is_some() && params.mode == WriteMode::CreateNew {
+        return Err(FsError::FileExists {
+            path: target.requested().to_owned(),
+        });
+    }
+    if current.is_none() && !params.create_parents && !target.missing_parents().is_empty() {
+        return Err(FsError::ParentNotFound {
+            path: target.requested().to_owned(),
+        });
+    }
+    let old = current.as_ref().map(|(bytes, _)| bytes.as_slice());
+    let diff = unified_diff(target.requested(), old, &params.content);
+    Ok(WritePlan {
+        path: target.requested().to_owned(),
+        resolved_path: target.resolved().to_owned(),
+        created: current.is_none(),
+        base_hash: old.map(sha256_hex),
+        new_content: params.content.clone(),
+        patch_hash: sha256_hex(&diff),
+        diff,
+        create_parents: params.create_parents,
+    })
+}
+
+/// Applies a plan, if the file is still what it was made against.
+pub fn commit_write(sandbox: &Sandbox, plan: &WritePlan) -> Result<WriteApplied, FsError> {
+    check_size(sandbox, &plan.new_content)?;
+    let target = resolve_plan(sandbox, plan)?;
+    // An early answer, before any parent directory is created.
+    match (plan.created, target.exists()) {
+        (true, true) => return Err(stale(plan, "the file was created since")),
+        (false, false) => return Err(stale(plan, "the file was removed since")),
+        (true, false) | (false, true) => {}
+    }
+    let (directory, name) = target.directory_for_write(plan.create_parents)?;
+    let _lock = lock_directory(&directory, &plan.path)?;
+    // Under the lock, through the directory descriptor: the content that the
+    // rename below replaces is the content checked here, unless someone
+    // writes behind airlock's back in between.
+    let current = read_named(&directory, &name, &plan.path)?;
+    let old = current.as_ref().map(|(bytes, _)| bytes.as_slice());
+    let before_hash = old.map(sha256_hex);
+    check_base(plan, before_hash.as_deref())?;
+    // What is written must be what was shown: the diff of the current content
+    // (which is the base content, by its hash) and the new content.
+    let diff = unified_diff(&plan.path, old, &plan.new_content);
+    if diff != plan.diff || sha256_hex(&diff) != plan.patch_hash {
+        return Err(FsError::InvalidInput {
+            message: format!(
+                "the plan for `{}` does not match its own diff or patch hash",
+                plan.path
+            ),
+        });
+    }
+    let placement = match &current {
+        Some((_, stat)) => Placement::Replace {
+            mode: permission_bits(stat),
+        },
+        None => Placement::CreateNew,
+    };
+    write_atomically(
+        &directory,
+        &name,
+        plan.new_content.as_bytes(),
+        placement,
+        &plan.path,
+    )?;
+    Ok(WriteApplied {
+        path: plan.path.clone(),
+        created: plan.created,
+        before_hash,
+        after_hash: sha256_hex(&plan.new_content),
+    })
+}
+
+/// The content `plan` would replace (`None` for a create), checked against the
+/// plan's base hash like [`commit_write`] does, so it is a faithful snapshot.
+pub fn snapshot_before(sandbox: &Sandbox, plan: &WritePlan) -> Result<Option<Vec<u8>>, FsError> {
+    let target = resolve_plan(sandbox, plan)?;
+    let current = read_current(&target)?;
+    let hash = current.as_ref().map(|(bytes, _)| sha256_hex(bytes));
+    check_base(plan, hash.as_deref())?;
+    Ok(current.map(|(bytes, _)| bytes))
+}
+
+/// Undoes a write: if `path` still hashes to `expected_current_hash`, puts
+/// `before` back atomically (keeping the permission bits), or removes the file
+/// when `before` is `None` (the write created it). Parent directories created
+/// by the write stay. Anything else is `conflict`, and nothing changes.
+pub fn restore(
+    sandbox: &Sandbox,
+    path: &str,
+    expected_current_hash: &str,
+    before: Option<&[u8]>,
+) -> Result<RestoreOutcome, FsError> {
+    // Undo only replaces or removes an existing file, so the create allowlist
+    // has nothing to say; every other check applies.
+    let target = sandbox.resolve_checked("path", path, Access::Write, false)?;
+    let conflict = || FsError::Conflict {
+        path: target.requested().to_owned(),
+    };
+    if !target.exists() {
+        return Err(conflict());
+    }
+    let (directory, name) = target.directory_for_write(false)?;
+    let _lock = lock_directory(&directory, target.requested())?;
+    let Some((bytes, stat)) = read_named(&directory, &name, target.requested())? else {
+        return Err(conflict());
+    };
+    let current_hash = sha256_hex(&bytes);
+    if current_hash != expected_current_hash {
+        return Err(conflict());
+    }
+    let after_hash = match before {
+        Some(content) => {
+            write_atomically(
+                &directory,
+                &name,
+                content,
+                Placement::Replace {
+                    mode: permission_bits(&stat),
+                },
+                target.requested(),
+            )?;
+            Some(sha256_hex(content))
+        }
+        None => {
+            rustix::fs::unlinkat(&directory, name.as_str(), AtFlags::empty()).map_err(|errno| {
+                FsError::io(format!("cannot remove `{}`", target.requested()), errno)
+            })?;
+            sync_directory(&directory)?;
+            None
+        }
+    };
+    Ok(RestoreOutcome {
+        path: target.requested().to_owned(),
+        removed: before.is_none(),
+        before_hash: current_hash,
+        after_hash,
+    })
+}
+
+fn check_size(sandbox: &Sandbox, content: &str) -> Result<(), FsError> {
+    let limit = sandbox.config().max_write_bytes_hard;
+    let size = content.len() as u64;
+    if size > limit {
+        return Err(FsError::TooLarge {
+            what: "content".to_owned(),
+            size,
+            limit,
+        });
+    }
+    Ok(())
+}
+
+/// Resolves a plan's path afresh; it must still lead where it led.
+fn resolve_plan(sandbox: &Sandbox, plan: &WritePlan) -> Result<SandboxedPath, FsError> {
+    let target = sandbox.resolve("path", &plan.path, Access::Write)?;
+    if target.resolved() != plan.resolved_path {
+        return Err(stale(
+            plan,
+            &format!(
+                "it now resolves to `{}`, not `{}`",
+                target.resolved(),
+                plan.resolved_path
+            ),
+        ));
+    }
+    Ok(target)
+}
+
+fn check_base(plan: &WritePlan, current_hash: Option<&str>) -> Result<(), FsError> {
+    match (plan.base_hash.as_deref(), current_hash) {
+        (None, None) => Ok(()),
+        (Some(base), Some(current)) if base == current => Ok(()),
+        (None, Some(_)) => Err(stale(plan, "the file was created since")),
+        (Some(_), None) => Err(stale(plan, "the file was removed since")),
+        (Some(base), Some(current)) => {
+            Err(stale(plan, &format!("its hash is {current}, not {base}")))
+        }
+    }
+}
+
+fn stale(plan: &WritePlan, reason: &str) -> FsError {
+    FsError::Stale {
+        path: plan.path.clone(),
+        reason: reason.to_owned(),
+    }
+}
+
+/// Takes an exclusive `flock` on `directory`, held (until the returned
+/// descriptor is dropped) while a file in it is checked and replaced, so that
+/// two appliers, in threads or in processes, never both pass the base-hash
+/// check of the same file.
+fn lock_directory(directory: &OwnedFd, path: &str) -> Result<OwnedFd, FsError> {
+    let locked = rustix::fs::openat(
+        directory,
+        ".",
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|errno| FsError::io(format!("cannot open the directory of `{path}`"), errno))?;
+    loop {
+        match rustix::fs::flock(&locked, FlockOperation::LockExclusive) {
+            Ok(()) => return Ok(locked),
+            Err(Errno::INTR) => {}
+            Err(errno) => {
+                return Err(FsError::io(
+                    format!("cannot lock the directory of `{path}`"),
+                    errno,
+                ));
+            }
+        }
+    }
+}
+
+/// The content and metadata of `name` in `directory`, not following a link;
+/// `None` if there is no such name.
+fn read_named(
+    directory: &OwnedFd,
+    name: &str,
+    path: &str,
+) -> Result<Option<(Vec<u8>, Stat)>, FsError> {
+    let fd = match rustix::fs::openat(
+        directory,
+        name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => fd,
+        Err(Errno::NOENT) => return Ok(None),
+        Err(Errno::LOOP) => {
+            return Err(FsError::Changed {
+                path: path.to_owned(),
+            });
+        }
+        Err(Errno::NXIO) => {
+            return Err(FsError::NotRegularFile {
+                path: path.to_owned(),
+            });
+        }
+        Err(errno) => return Err(FsError::io(format!("cannot open `{path}`"), errno)),
+    };
+    let stat = rustix::fs::fstat(&fd)
+        .map_err(|errno| FsError::io(format!("cannot stat `{path}`"), errno))?;
+    match FileType::from_raw_mode(stat.st_mode) {
+        FileType::RegularFile => {}
+        FileType::Directory => {
+            return Err(FsError::IsDirectory {
+                path: path.to_owned(),
+            });
+        }
+        _ => {
+            return Err(FsError::NotRegularFile {
+                path: path.to_owned(),
+            });
+        }
+    }
+    let mut bytes = Vec::new();
+    File::from(fd)
+        .read_to_end(&mut bytes)
+        .map_err(|error| FsError::io(format!("cannot read `{path}`"), error))?;
+    Ok(Some((bytes, stat)))
+}
+
+/// The whole current content and its metadata, or `None` if absent.
+fn read_current(target: &SandboxedPath) -> Result<Option<(Vec<u8>, Stat)>, FsError> {
+    if !target.exists() {
+        return Ok(None);
+    }
+    let (mut file, stat) = target.open_for_read()?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)
+        .map_err(|error| FsError::io(format!("cannot read `{}`", target.requested()), error))?;
+    Ok(Some((bytes, stat)))
+}
+
+fn unified_diff(path: &str, old: Option<&[u8]>, new: &str) -> String {
+    let old_text = old.map(String::from_utf8_lossy).unwrap_or_default();
+    let (from, to) = match old {
+        Some(_) => (format!("a/{path}"), format!("b/{path}")),
+        None => ("/dev/null".to_owned(), format!("b/{path}")),
+    };
+    let diff = TextDiff::from_lines(old_text.as_ref(), new)
+        .unified_diff()
+        .context_radius(3)
+        .header(&from, &to)
+        .to_string();
+    if diff.is_empty() {
+        format!("--- {from}\n+++ {to}\n")
+    } else {
+        diff
+    }
+}
+
+/// Permission bits to keep when replacing a file. Set-user-ID and set-group-ID
+/// are dropped: rewritten content must not inherit them.
+fn permission_bits(stat: &Stat) -> Mode {
+    Mode::from_raw_mode(stat.st_mode & 0o1777)
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Placement {
+    /// Replace the existing file, giving the new one these permission bits.
+    Replace { mode: Mode },
+    /// The name must still be free.
+    CreateNew,
+}
+
+/// Writes `bytes` as `name` in `directory`, atomically.
+fn write_atomically(
+    directory: &OwnedFd,
+    name: &str,
+    bytes: &[u8],
+    placement: Placement,
+    path: &str,
+) -> Result<(), FsError> {
+    let temp = format!(".airlock-tmp-{}", Uuid::new_v4().simple());
+    let create_mode = match placement {
+        Placement::Replace { mode } => mode,
+        Placement::CreateNew => Mode::from_raw_mode(0o666),
+    };
+    let fd = rustix::fs::openat(
+        directory,
+        temp.as_str(),
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        create_mode,
+    )
+    .map_err(|errno| {
+        FsError::io(
+            format!("cannot create a temporary file next to `{path}`"),
+            errno,
+        )
+    })?;
+    let mut file = File::from(fd);
+    let filled = fill(&mut file, bytes, placement);
+    drop(file);
+    let placed = filled
+        .map_err(|error| FsError::io(format!("cannot write `{path}`"), error))
+        .and_then(|()| place(directory, &temp, name, placement, path));
+    if let Err(error) = placed {
+        // Best effort: the temporary file is debris, and the error that
+        // matters is the one above.
+        let _ = rustix::fs::unlinkat(directory, temp.as_str(), AtFlags::empty());
+        return Err(error);
+    }
+    sync_directory(directory)
+}
+
+fn fill(file: &mut File, bytes: &[u8], placement: Placement) -> io::Result<()> {
+    file.write_all(bytes)?;
+    if let Placement::Replace { mode } = placement {
+        // The umask may have taken bits away at creation.
+        rustix::fs::fchmod(&*file, mode)?;
+    }
+    file.sync_all()
+}
+
+fn place(
+    directory: &OwnedFd,
+    temp: &str,
+    name: &str,
+    placement: Placement,
+    path: &str,
+) -> Result<(), FsError> {
+    let result = match placement {
+        Placement::Replace { .. } => rustix::fs::renameat(directory, temp, directory, name),
+        Placement::CreateNew => {
+            match rustix::fs::renameat_with(
+                directory,
+                temp,
+                directory,
+                name,
+                RenameFlags::NOREPLACE,
+            ) {
+                // A file system without RENAME_NOREPLACE: a hard link is just as
+                // exclusive.
+                Err(Errno::INVAL | Errno::NOSYS) => {
+                    rustix::fs::linkat(directory, temp, directory, name, AtFlags::empty()).map(
+                        |()| {
+                            // The content is in place under `name`; the extra
+                            // name is debris if it cannot be removed.
+                            let _ = rustix::fs::unlinkat(directory, temp, AtFlags::empty());
+                        },
+                    )
+                }
+                result => result,
+            }
+        }
+    };
+    result.map_err(|errno| match errno {
+        Errno::EXIST => FsError::Stale {
+            path: path.to_owned(),
+            reason: "the file was created since".to_owned(),
+        },
+        Errno::ISDIR => FsError::IsDirectory {
+            path: path.to_owned(),
+        },
+        errno => FsError::io(format!("cannot move the new content into `{path}`"), errno),
+    })
+}
+
+/// The hash of `path`'s current content, or `None` when it does not exist. Used
+/// to tell, after a crash, whether an interrupted apply reached its rename.
+pub fn current_hash(sandbox: &Sandbox, path: &str) -> Result<Option<String>, FsError> {
+    let target = sandbox.resolve("path", path, crate::Access::Read)?;
+    if !target.exists() {
+        return Ok(None);
+    }
+    let (file, _) = target.open_for_read()?;
+    let (hash, _) = crate::sha256_reader(file)
+        .map_err(|error| FsError::io(format!("cannot read {path}"), error))?;
+    Ok(Some(hash))
+}
