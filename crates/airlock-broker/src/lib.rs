@@ -742,6 +742,33 @@ impl Broker {
         Some(envelope)
     }
 
+    /// Cancels a pending approval whose waiting call went away (wait mode).
+    /// `None` when it was no longer pending.
+    pub fn cancel(&self, id: &str) -> Option<Envelope> {
+        let approval = self.store.cancel(id, now_ms()).ok().flatten()?;
+        let mut envelope = Envelope::failure(
+            Status::Denied,
+            "fs.propose_patch",
+            &approval.tool,
+            approval.path.as_deref(),
+            ErrorCode::PolicyDenied,
+            "the waiting call went away: cancelled",
+        );
+        envelope.hitl = Some(hitl_ref(&approval));
+        let envelope = self.audited(
+            envelope,
+            Record::for_approval(&approval)
+                .event("hitl_cancelled")
+                .text("decision", "cancel")
+                .number("duration_ms", now_ms().saturating_sub(approval.created_ms))
+                .text("status", "denied"),
+        );
+        let _ = self
+            .store
+            .finish(id, ApprovalStatus::Cancelled, &to_json(&envelope));
+        Some(envelope)
+    }
+
     /// Expires every pending approval whose time is up (for `pending`, `watch`).
     pub fn expire_overdue(&self) -> Result<usize, BrokerError> {
         let overdue = self.store.overdue(now_ms())?;

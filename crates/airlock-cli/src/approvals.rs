@@ -108,7 +108,25 @@ pub(crate) fn terminal_user() -> String {
         .unwrap_or_else(|| "local".to_owned())
 }
 
-pub(crate) fn call(broker: &Broker, args: &CallArgs) -> Result<u8, Failure> {
+pub(crate) fn call(broker: Broker, args: &CallArgs) -> Result<u8, Failure> {
+    let broker = std::sync::Arc::new(broker);
+    // The approval this call waits for, if any: an interrupt cancels it, so that
+    // nobody approves a change whose caller is gone.
+    let waiting: std::sync::Arc<std::sync::Mutex<Option<String>>> = Default::default();
+    {
+        let (broker, waiting) = (broker.clone(), waiting.clone());
+        ctrlc::set_handler(move || {
+            let id = waiting.lock().ok().and_then(|mut id| id.take());
+            if let Some(id) = id
+                && broker.cancel(&id).is_some()
+            {
+                eprintln!("interrupted: {id} cancelled");
+            }
+            std::process::exit(130);
+        })
+        .map_err(Failure::internal)?;
+    }
+    let broker = broker.as_ref();
     let arguments: Value = serde_json::from_str(&args.args)
         .map_err(|error| Failure::usage(anyhow!("--args is not valid JSON: {error}")))?;
     if !arguments.is_object() {
@@ -141,6 +159,9 @@ pub(crate) fn call(broker: &Broker, args: &CallArgs) -> Result<u8, Failure> {
         airlock_broker::default_mode(broker.config())
     };
     let envelope = broker.submit(&call, &mode, &|approval: &Approval| {
+        if let Ok(mut id) = waiting.lock() {
+            *id = Some(approval.id.clone());
+        }
         let seconds = approval.expires_ms.saturating_sub(now_ms()).div_ceil(1000);
         eprintln!(
             "waiting up to {seconds}s for a decision on {id} ({risk} risk, {summary}):\n  airlock approve {id}   or   airlock deny {id}   or   airlock watch",

@@ -137,7 +137,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             Ok(0)
         }
         Command::Check(args) => check::run(&workspace, &args).map(|()| 0),
-        Command::Call(args) => approvals::call(&workspace.broker()?, &args),
+        Command::Call(args) => approvals::call(workspace.broker()?, &args),
         Command::Pending(args) => approvals::pending(&workspace.broker()?, &args),
         Command::Show(args) => approvals::show(&workspace.broker()?, &args),
         Command::Approve(args) => approvals::approve(&workspace.broker()?, &args),

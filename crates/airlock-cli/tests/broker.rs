@@ -331,6 +331,36 @@ fn pending_approvals_survive_a_restart_and_a_waiting_call_resumes() {
 }
 
 #[test]
+fn an_interrupted_waiting_call_cancels_its_approval() {
+    let ws = Ws::new("");
+    let args = json!({"path": "a.txt", "content": "x"}).to_string();
+    let child = ws.spawn(&["call", "write_file", "--args", &args]);
+    let id = wait_for_pending(&ws);
+    rustix::process::kill_process(
+        rustix::process::Pid::from_child(&child),
+        rustix::process::Signal::INT,
+    )
+    .unwrap();
+    let run = finish(child.wait_with_output().unwrap());
+    assert_eq!(run.code, 130, "{}", run.stderr);
+    assert!(
+        run.stderr.contains(&format!("interrupted: {id} cancelled")),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(ws.run(&["show", &id, "--json"]).json["status"], "cancelled");
+    let approve = ws.run(&["approve", &id]);
+    assert_eq!(approve.code, 5);
+    assert!(
+        approve.stderr.contains("already_decided"),
+        "{}",
+        approve.stderr
+    );
+    assert_eq!(ws.read("a.txt"), None);
+    assert!(ws.events().contains(&"hitl_cancelled".to_owned()));
+}
+
+#[test]
 fn a_waiting_call_times_out_denied_never_approved() {
     let ws = Ws::new("security:\n  hitl:\n    rules:\n      - {tools: [write_file], timeout: 1}\n");
     let args = json!({"path": "a.txt", "content": "x"}).to_string();
