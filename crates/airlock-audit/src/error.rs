@@ -36,6 +36,10 @@ pub enum AuditError {
     /// A field of the record has a type the log cannot use; nothing was written.
     #[error("record field {field}: {reason}")]
     InvalidRecord { field: &'static str, reason: String },
+    /// The chain is keyed and no key was given, or the other way round: appending
+    /// would break it, so the log refuses to open.
+    #[error("audit log {path}: {reason}")]
+    KeyMismatch { path: PathBuf, reason: String },
     /// The HMAC key cannot be used.
     #[error("invalid audit key: {0}")]
     InvalidKey(String),

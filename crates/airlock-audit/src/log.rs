@@ -176,18 +176,39 @@ impl AuditLog {
     ) -> Result<(AuditLog, Recovery), AuditError> {
         let hasher = ChainHasher::new(key.as_deref())?;
         let mut writer = Writer::open(path)?;
-        let torn_line = writer.with_lock(path, |state, file| state.refresh(path, file))?;
+        // The stored head is read under the log's lock, like appenders save it: read
+        // outside, an append in between would look like a truncated tail.
+        let (torn_line, stored_head) = writer.with_lock(path, |state, file| {
+            let torn_line = state.refresh(path, file)?;
+            let stored_head = match &head_store {
+                Some(store) => store.load_head().map_err(AuditError::HeadStore)?,
+                None => None,
+            };
+            Ok((torn_line, stored_head))
+        })?;
         let head = writer.state.head.clone();
-        let truncated_tail = match &head_store {
-            None => None,
-            Some(store) => match store.load_head().map_err(AuditError::HeadStore)? {
-                Some(stored) if is_ahead_of(&stored, head.as_ref()) => Some(TruncatedTail {
-                    stored,
-                    log_head: head.clone(),
-                }),
-                Some(_) | None => None,
-            },
-        };
+        // Fail closed: a keyed chain continued without its key (or a plain one
+        // with a key) could never verify again.
+        if let Some(head) = &head {
+            let keyed = head.event_hash.starts_with(crate::HMAC_PREFIX);
+            if keyed != hasher.is_keyed() {
+                let reason = if keyed {
+                    "the chain is keyed (hmac-sha256) but no key was given"
+                } else {
+                    "a key was given but the chain is not keyed"
+                };
+                return Err(AuditError::KeyMismatch {
+                    path: path.to_path_buf(),
+                    reason: reason.to_owned(),
+                });
+            }
+        }
+        let truncated_tail = stored_head
+            .filter(|stored| is_ahead_of(stored, head.as_ref()))
+            .map(|stored| TruncatedTail {
+                stored,
+                log_head: head.clone(),
+            });
         let log = AuditLog {
             path: path.to_path_buf(),
             hasher,

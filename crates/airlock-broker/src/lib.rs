@@ -80,8 +80,12 @@ pub enum Mode {
     Wait,
     /// Return `hitl_required` at once.
     Defer,
-    /// The person at this terminal approves it now.
-    ApproveNow { user: String },
+    /// The person at this terminal approves it now (with a reason where the
+    /// risk requires one).
+    ApproveNow {
+        user: String,
+        reason: Option<String>,
+    },
 }
 
 /// A human's decision on a pending approval.
@@ -418,7 +422,7 @@ impl Broker {
             }
             Err(error) => {
                 let envelope = Envelope::failure(
-                    Status::Error,
+                    failure_status(error.code()),
                     "fs.read",
                     "read_file",
                     path,
@@ -476,7 +480,7 @@ impl Broker {
             Ok(plan) => plan,
             Err(error) => {
                 let envelope = Envelope::failure(
-                    Status::Error,
+                    failure_status(error.code()),
                     "fs.propose_patch",
                     "write_file",
                     path,
@@ -516,6 +520,7 @@ impl Broker {
             plan_json: serde_json::to_string(&plan).unwrap_or_default(),
             created_ms: now,
             expires_ms: now.saturating_add(ttl_seconds.saturating_mul(1000)),
+            waiter_pid: (asks && *mode == Mode::Wait).then(std::process::id),
         };
         // Writes the policy allows are recorded too (so they can be undone), but
         // never count against the pending limits.
@@ -530,17 +535,37 @@ impl Broker {
                 max_pending_per_session: u64::MAX,
             }
         };
-        let approval = match self.store.create_approval(&new, limits) {
-            Ok(Created::New(approval)) => {
-                let preview = plan.diff_preview(self.config.file_broker.diff_preview_max_chars);
-                let record = base
+        let (approval, proposed) = match self.store.create_approval(&new, limits) {
+            Ok(created) => {
+                let (approval, deduplicated) = match created {
+                    Created::New(approval) => (approval, false),
+                    Created::Existing(approval) => (approval, true),
+                };
+                // A duplicate shows the plan that was stored, not a new one.
+                let plan = match serde_json::from_str::<WritePlan>(&approval.plan_json) {
+                    Ok(plan) => plan,
+                    Err(error) => {
+                        return self.error_envelope(
+                            call,
+                            path,
+                            &BrokerError::Corrupt {
+                                id: approval.id.clone(),
+                                message: error.to_string(),
+                            },
+                        );
+                    }
+                };
+                let mut record = base
                     .event("write_file_propose")
                     .text("hitl_id", &approval.id)
                     .text("status", if asks { "hitl_required" } else { "allowed" })
                     .flag("created", plan.created)
                     .value("base_hash", plan.base_hash.clone().map(Value::String))
                     .text("patch_hash", &plan.patch_hash);
-                if self.log(record).is_none() {
+                if deduplicated {
+                    record = record.flag("deduplicated", true);
+                }
+                let Some(audit) = self.log(record) else {
                     return Envelope::failure(
                         Status::Error,
                         "fs.propose_patch",
@@ -549,11 +574,9 @@ impl Broker {
                         ErrorCode::IoError,
                         "the audit log could not be written",
                     );
-                }
-                let _ = preview;
-                approval
+                };
+                (approval, (plan, audit))
             }
-            Ok(Created::Existing(approval)) => approval,
             Err(error) => {
                 let error = BrokerError::from(error);
                 let envelope = Envelope::failure(
@@ -572,6 +595,7 @@ impl Broker {
                 );
             }
         };
+        let (plan, propose_audit) = proposed;
 
         if !asks {
             // Allowed by policy, a grant, or a disabled gate: decide and apply now.
@@ -587,12 +611,23 @@ impl Broker {
                     None => ("policy", None),
                 };
             if let Some(grant) = &grant {
-                self.log(
+                let used = self.log(
                     Record::for_call(call, decision)
                         .event("grant_used")
                         .text("grant_id", grant)
                         .text("hitl_id", &approval.id),
                 );
+                if used.is_none() {
+                    self.cancel(&approval.id);
+                    return Envelope::failure(
+                        Status::Error,
+                        "fs.propose_patch",
+                        "write_file",
+                        path,
+                        ErrorCode::IoError,
+                        "the audit log could not be written",
+                    );
+                }
             }
             let verdict = Verdict {
                 approve: true,
@@ -609,18 +644,34 @@ impl Broker {
         }
 
         match mode {
-            Mode::Defer => self.hitl_required(&approval, &plan, decision),
-            Mode::ApproveNow { user } => {
+            Mode::Defer => {
+                let mut envelope = self.hitl_required(&approval, &plan, decision);
+                envelope.audit = Some(propose_audit);
+                envelope
+            }
+            Mode::ApproveNow { user, reason } => {
                 let request = DecideRequest {
                     approve: true,
-                    reason: None,
+                    reason: reason.clone(),
                     always: None,
                     user: user.clone(),
                     channel: "terminal".to_owned(),
                 };
                 match self.decide(&approval.id, &request) {
                     Ok(envelope) => envelope,
-                    Err(error) => self.error_envelope(call, path, &error),
+                    Err(error) => {
+                        // The person at the terminal could not approve it: leave
+                        // nothing pending behind, and say so in the log.
+                        self.cancel(&approval.id);
+                        let envelope = self.error_envelope(call, path, &error);
+                        self.audited(
+                            envelope,
+                            Record::for_approval(&approval)
+                                .event("tool_call")
+                                .text("status", "error")
+                                .text("code", error.code().as_str()),
+                        )
+                    }
                 }
             }
             Mode::Wait => {
@@ -676,8 +727,11 @@ impl Broker {
     }
 
     /// Blocks until the approval is settled or its time is up (then it expires,
-    /// which denies: a timeout never approves).
+    /// which denies: a timeout never approves). It never waits for a process that
+    /// is gone: a settled approval without a stored result is answered from its
+    /// row, and an apply whose owner died is recovered here.
     pub fn wait(&self, id: &str) -> Envelope {
+        let mut last_recovery = std::time::Instant::now();
         loop {
             let approval = match self.store.get(id) {
                 Ok(approval) => approval,
@@ -693,15 +747,20 @@ impl Broker {
                     }
                 }
                 ApprovalStatus::Approved => return self.settle(id),
-                ApprovalStatus::Applying => {}
+                ApprovalStatus::Applying => {
+                    if last_recovery.elapsed() >= Duration::from_secs(1) {
+                        last_recovery = std::time::Instant::now();
+                        if let Err(error) = self.recover_applies() {
+                            return failure_for(id, &error);
+                        }
+                    }
+                }
                 ApprovalStatus::Applied
                 | ApprovalStatus::Failed
                 | ApprovalStatus::Denied
                 | ApprovalStatus::Expired
                 | ApprovalStatus::Cancelled => {
-                    if let Some(envelope) = stored_result(&approval) {
-                        return envelope;
-                    }
+                    return stored_result(&approval).unwrap_or_else(|| settled_from_row(&approval));
                 }
             }
             std::thread::sleep(POLL);
@@ -772,10 +831,16 @@ impl Broker {
     /// Expires every pending approval whose time is up (for `pending`, `watch`).
     pub fn expire_overdue(&self) -> Result<usize, BrokerError> {
         let overdue = self.store.overdue(now_ms())?;
-        Ok(overdue
+        let expired = overdue
             .iter()
             .filter_map(|approval| self.expire(&approval.id))
-            .count())
+            .count();
+        let abandoned = self.store.abandoned(&process_alive)?;
+        let cancelled = abandoned
+            .iter()
+            .filter_map(|approval| self.cancel(&approval.id))
+            .count();
+        Ok(expired + cancelled)
     }
 
     /// A human decides a pending approval. Approving applies the stored plan
@@ -808,6 +873,17 @@ impl Broker {
                 "always-allow applies to approvals",
             ));
         }
+        // A call whose waiting process is gone is cancelled, never applied for
+        // nobody.
+        if approval.status == ApprovalStatus::Pending
+            && approval.waiter_pid.is_some_and(|pid| !process_alive(pid))
+        {
+            self.cancel(id);
+            return Err(BrokerError::Store(StoreError::AlreadyDecided {
+                id: id.to_owned(),
+                status: ApprovalStatus::Cancelled,
+            }));
+        }
         let now = now_ms();
         let verdict = Verdict {
             approve: request.approve,
@@ -825,7 +901,7 @@ impl Broker {
             }
             Err(error) => return Err(error.into()),
         };
-        self.log(
+        let logged = self.log(
             Record::for_approval(&decided)
                 .event("hitl_decision")
                 .text("decision", if request.approve { "approve" } else { "deny" })
@@ -835,6 +911,14 @@ impl Broker {
                 .value("reason", reason.map(|r| Value::String(r.to_owned())))
                 .number("duration_ms", now.saturating_sub(decided.created_ms)),
         );
+        if logged.is_none() {
+            // Nothing is applied on an unrecorded decision. The approval stays
+            // decided; a later process recovers it once the log can be written.
+            return Err(BrokerError::refused(
+                ErrorCode::IoError,
+                "the decision is stored but the audit log could not be written; nothing was applied",
+            ));
+        }
         if let Some(always) = request.always {
             self.grant(&decided, always, &request.user, now)?;
         }
@@ -888,7 +972,7 @@ impl Broker {
             approval_id: Some(approval.id.clone()),
         };
         self.store.insert_grant(&row)?;
-        self.log(
+        let logged = self.log(
             Record::for_approval(approval)
                 .event("grant_created")
                 .text("grant_id", &row.id)
@@ -904,7 +988,13 @@ impl Broker {
                 .value("expires_ms", row.expires_ms.map(Value::from))
                 .text("user", user),
         );
-        Ok(())
+        match logged {
+            Some(_) => Ok(()),
+            None => Err(BrokerError::refused(
+                ErrorCode::IoError,
+                "the grant could not be recorded in the audit log",
+            )),
+        }
     }
 
     /// Applies an approved approval (if this process wins the claim) or waits for
@@ -935,7 +1025,7 @@ impl Broker {
         let path = approval.path.as_deref();
         let fail = |code: ErrorCode, message: String| {
             let mut envelope = Envelope::failure(
-                Status::Error,
+                failure_status(code),
                 "fs.apply_patch",
                 &approval.tool,
                 path,
@@ -1046,15 +1136,48 @@ impl Broker {
             .text("after_hash", &after_hash)
             .text("patch_hash", &plan.patch_hash)
             .text("status", "allowed");
-        if recovered {
-            record = record.flag("recovered", true);
-        }
         envelope.decision = Some(decision);
-        let envelope = self.audited(envelope, record);
+        // A crash after the record was written but before the row was settled
+        // must not record the apply twice: the existing record stands.
+        let logged = if recovered {
+            self.logged_apply(&approval.id)
+        } else {
+            None
+        };
+        let envelope = match logged {
+            Some(audit) => {
+                envelope.audit = Some(audit);
+                envelope
+            }
+            None => {
+                if recovered {
+                    record = record.flag("recovered", true);
+                }
+                self.audited(envelope, record)
+            }
+        };
         let _ = self
             .store
             .finish(&approval.id, ApprovalStatus::Applied, &to_json(&envelope));
         envelope
+    }
+
+    /// The audit record of a successful apply of `id`, if the log has one.
+    fn logged_apply(&self, id: &str) -> Option<airlock_core::envelope::AuditRef> {
+        let query = airlock_audit::Query {
+            event_type: Some("write_file_apply".to_owned()),
+            filters: vec![
+                ("hitl_id".to_owned(), id.to_owned()),
+                ("status".to_owned(), "allowed".to_owned()),
+            ],
+            since: None,
+        };
+        let records = airlock_audit::query(&self.audit_path(), &query).ok()?;
+        let record = records.last()?;
+        Some(airlock_core::envelope::AuditRef {
+            prev_hash: record.get("prev_hash")?.as_str()?.to_owned(),
+            event_hash: record.get("event_hash")?.as_str()?.to_owned(),
+        })
     }
 
     /// Pending approvals, oldest first (expiring overdue ones first).
@@ -1154,9 +1277,63 @@ fn process_alive(pid: u32) -> bool {
         return false;
     };
     match rustix::process::Pid::from_raw(pid) {
-        Some(pid) => rustix::process::test_kill_process(pid).is_ok(),
+        // Only "no such process" means gone: EPERM is a live process of
+        // another user, which must never be raced.
+        Some(pid) => !matches!(
+            rustix::process::test_kill_process(pid),
+            Err(rustix::io::Errno::SRCH)
+        ),
         None => false,
     }
+}
+
+/// Sandbox refusals are denials (exit 4), like the policy's; other failures are
+/// tool errors.
+fn failure_status(code: ErrorCode) -> Status {
+    match code {
+        ErrorCode::PathForbidden | ErrorCode::PathDenied | ErrorCode::CreateNotAllowed => {
+            Status::Denied
+        }
+        _ => Status::Error,
+    }
+}
+
+/// The envelope of a settled approval whose decider died before storing one.
+fn settled_from_row(approval: &Approval) -> Envelope {
+    let (status, code, message) = match approval.status {
+        ApprovalStatus::Denied => (Status::Denied, ErrorCode::PolicyDenied, "denied"),
+        ApprovalStatus::Expired => (
+            Status::Denied,
+            ErrorCode::Expired,
+            "no decision before the timeout: denied",
+        ),
+        ApprovalStatus::Cancelled => (Status::Denied, ErrorCode::PolicyDenied, "cancelled"),
+        ApprovalStatus::Failed => (Status::Error, ErrorCode::IoError, "the apply failed"),
+        ApprovalStatus::Applied => (
+            Status::Error,
+            ErrorCode::IoError,
+            "applied, but its result was not stored",
+        ),
+        ApprovalStatus::Pending | ApprovalStatus::Approved | ApprovalStatus::Applying => {
+            (Status::Error, ErrorCode::IoError, "not settled")
+        }
+    };
+    let mut envelope = Envelope::failure(
+        status,
+        "fs.apply_patch",
+        &approval.tool,
+        approval.path.as_deref(),
+        code,
+        message,
+    );
+    envelope.hitl = Some(hitl_ref(approval));
+    envelope.decision = Some(DecisionInfo {
+        by: decided_by(approval.decided_by.as_deref()),
+        user: approval.decided_user.clone(),
+        channel: approval.channel.clone(),
+        reason: approval.reason.clone(),
+    });
+    envelope
 }
 
 fn stored_result(approval: &Approval) -> Option<Envelope> {

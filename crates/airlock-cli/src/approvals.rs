@@ -40,6 +40,9 @@ pub(crate) struct CallArgs {
     /// The person at this terminal approves the call now.
     #[arg(long)]
     yes: bool,
+    /// The reason for --yes, where the risk requires one.
+    #[arg(long, value_name = "R", requires = "yes")]
+    reason: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -152,6 +155,7 @@ pub(crate) fn call(broker: Broker, args: &CallArgs) -> Result<u8, Failure> {
     let mode = if args.yes {
         Mode::ApproveNow {
             user: terminal_user(),
+            reason: args.reason.clone(),
         }
     } else if args.defer {
         Mode::Defer

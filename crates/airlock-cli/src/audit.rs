@@ -71,7 +71,35 @@ pub(crate) fn run(workspace: &Workspace, command: &AuditCommand) -> Result<u8, F
                 airlock_audit::verify(&path, key.as_deref().map(str::as_bytes), stored.as_ref())
                     .map_err(Failure::internal)?;
             let last = report.head.as_ref().map_or(0, |head| head.seq);
+            // A log that had to be repaired (a torn line, a cut-off tail) stays
+            // reported: the chain verifies again, but the records say what was lost.
+            let mut repairs = Vec::new();
+            for event in [
+                airlock_audit::TORN_LINE_EVENT,
+                airlock_audit::TRUNCATED_TAIL_EVENT,
+            ] {
+                let query = Query {
+                    event_type: Some(event.to_owned()),
+                    ..Query::default()
+                };
+                for record in airlock_audit::query(&path, &query).map_err(Failure::internal)? {
+                    let seq = record.get("seq").and_then(Value::as_u64).unwrap_or(0);
+                    repairs.push(format!("seq {seq}: {event}"));
+                }
+            }
             match &report.problem {
+                None if !repairs.is_empty() => {
+                    let text = format!(
+                        "chain intact through seq {last}, but the log was repaired: {}",
+                        repairs.join("; ")
+                    );
+                    if *json {
+                        print(&serde_json::json!({"ok": false, "records": report.records, "last_seq": last, "repairs": repairs}).to_string());
+                    } else {
+                        print(&text);
+                    }
+                    Ok(6)
+                }
                 None => {
                     if *json {
                         print(&serde_json::json!({"ok": true, "records": report.records, "last_seq": last}).to_string());

@@ -76,7 +76,7 @@ fn present(
             "{choices}  (auto-deny in {}s) > ",
             seconds_left(approval)
         ));
-        let Some(answer) = next_answer(broker, approval, lines)? else {
+        let Some(answer) = next_answer(broker, approval, lines, Some(choices))? else {
             return Ok(false);
         };
         let answer = match answer {
@@ -102,7 +102,7 @@ fn present(
         };
         let reason = if approve && require_reason {
             prompt("reason (required) > ");
-            match next_answer(broker, approval, lines)? {
+            match next_answer(broker, approval, lines, None)? {
                 None => return Ok(false),
                 Some(Answer::Settled(message)) => {
                     say(&message);
@@ -151,13 +151,23 @@ enum Answer {
     Settled(String),
 }
 
-/// Waits for a line, while watching the approval's status and deadline.
+/// Waits for a line, while watching the approval's status and deadline. With
+/// `countdown`, the prompt line is redrawn as the seconds run out.
 fn next_answer(
     broker: &Broker,
     approval: &Approval,
     lines: &Receiver<Option<String>>,
+    countdown: Option<&str>,
 ) -> Result<Option<Answer>, Failure> {
+    let mut shown = seconds_left(approval);
     loop {
+        if let Some(choices) = countdown {
+            let left = seconds_left(approval);
+            if left != shown {
+                shown = left;
+                prompt(&format!("\r{choices}  (auto-deny in {left}s) > "));
+            }
+        }
         match lines.recv_timeout(TICK) {
             Ok(Some(line)) => return Ok(Some(Answer::Line(line))),
             Ok(None) | Err(RecvTimeoutError::Disconnected) => return Ok(None),

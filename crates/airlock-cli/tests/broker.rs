@@ -334,8 +334,8 @@ fn pending_approvals_survive_a_restart_and_a_waiting_call_resumes() {
 fn an_interrupted_waiting_call_cancels_its_approval() {
     let ws = Ws::new("");
     let args = json!({"path": "a.txt", "content": "x"}).to_string();
-    let child = ws.spawn(&["call", "write_file", "--args", &args]);
-    let id = wait_for_pending(&ws);
+    let mut child = ws.spawn(&["call", "write_file", "--args", &args]);
+    let id = wait_for_pending_of(&ws, Some(&mut child));
     rustix::process::kill_process(
         rustix::process::Pid::from_child(&child),
         rustix::process::Signal::INT,
@@ -672,6 +672,18 @@ fn killing_applies_at_random_points_leaves_old_or_new_and_a_verifying_audit() {
         );
     }
     assert!(killed > 0, "no run was killed; the test proves nothing");
+    // No approval was applied twice.
+    let mut applied = std::collections::BTreeMap::<String, usize>::new();
+    for record in ws
+        .audit()
+        .iter()
+        .filter(|r| r["event"] == "write_file_apply" && r["status"] == "allowed")
+    {
+        *applied
+            .entry(record["hitl_id"].as_str().unwrap().to_owned())
+            .or_default() += 1;
+    }
+    assert!(applied.values().all(|count| *count == 1), "{applied:?}");
     // The next command recovers interrupted applies; the chain verifies.
     let verify = ws.run(&["audit", "verify"]);
     assert_eq!(verify.code, 0, "{}{}", verify.stdout, verify.stderr);
@@ -679,7 +691,7 @@ fn killing_applies_at_random_points_leaves_old_or_new_and_a_verifying_audit() {
     assert_eq!(pending.code, 0);
     let db = rusqlite_free_status(&ws);
     assert!(
-        !db.contains("applying"),
+        !db.contains("applying") && !db.contains("approved"),
         "an apply was left half done: {db}"
     );
 }
@@ -703,8 +715,24 @@ fn rusqlite_free_status(ws: &Ws) -> String {
 }
 
 fn wait_for_pending(ws: &Ws) -> String {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    wait_for_pending_of(ws, None)
+}
+
+/// Waits for the first pending approval; if `child` (the waiting call) ends
+/// first, fails with what it printed.
+fn wait_for_pending_of(ws: &Ws, mut child: Option<&mut Child>) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
+        if let Some(child) = child.as_deref_mut()
+            && let Some(status) = child.try_wait().unwrap()
+        {
+            let mut stderr = String::new();
+            if let Some(pipe) = child.stderr.as_mut() {
+                use std::io::Read;
+                let _ = pipe.read_to_string(&mut stderr);
+            }
+            panic!("the waiting call ended early ({status}): {stderr}");
+        }
         let run = ws.run(&["pending", "--json"]);
         if let Some(id) = run.json.get(0).and_then(|a| a["id"].as_str()) {
             return id.to_owned();
@@ -712,4 +740,218 @@ fn wait_for_pending(ws: &Ws) -> String {
         assert!(Instant::now() < deadline, "no pending approval appeared");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+#[test]
+fn a_killed_waiting_call_leaves_nothing_anyone_can_apply() {
+    let ws = Ws::new("");
+    let args = json!({"path": "a.txt", "content": "abandoned\n"}).to_string();
+    let mut child = ws.spawn(&["call", "write_file", "--args", &args]);
+    let id = wait_for_pending(&ws);
+    // SIGKILL: no handler runs; the waiter's pid is what tells it is gone.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let approve = ws.run(&["approve", &id]);
+    assert_eq!(approve.code, 5);
+    assert!(
+        approve.stderr.contains("already_decided") && approve.stderr.contains("cancelled"),
+        "{}",
+        approve.stderr
+    );
+    assert_eq!(ws.read("a.txt"), None);
+    assert_eq!(ws.run(&["show", &id, "--json"]).json["status"], "cancelled");
+    assert!(
+        ws.run(&["pending", "--json"])
+            .json
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[test]
+fn yes_on_a_risk_that_needs_a_reason_fails_audited_and_leaves_nothing_pending() {
+    let ws =
+        Ws::new("security:\n  hitl:\n    rules:\n      - {tools: [write_file], risk: critical}\n");
+    let args = json!({"path": "a.txt", "content": "x"}).to_string();
+    let run = ws.run(&["call", "write_file", "--args", &args, "--yes"]);
+    assert_eq!(run.code, 5, "{}", run.stdout);
+    assert_eq!(run.json["error"]["code"], "invalid_input");
+    assert!(
+        run.json["audit"]["event_hash"].is_string(),
+        "the failure is audited: {}",
+        run.stdout
+    );
+    assert!(
+        ws.run(&["pending", "--json"])
+            .json
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    let run = ws.run(&[
+        "call",
+        "write_file",
+        "--args",
+        &args,
+        "--yes",
+        "--reason",
+        "ticket 42",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.json["decision"]["reason"], "ticket 42");
+}
+
+#[test]
+fn a_duplicate_proposal_shows_the_stored_plan_and_is_audited() {
+    let ws = Ws::new("");
+    ws.write("a.txt", "hello\n");
+    let args = json!({"path": "a.txt", "content": "X\n"}).to_string();
+    let first = ws.run(&[
+        "call",
+        "write_file",
+        "--args",
+        &args,
+        "--defer",
+        "--session",
+        "s1",
+    ]);
+    assert!(
+        first.json["audit"]["event_hash"].is_string(),
+        "hitl_required carries its audit record"
+    );
+    ws.write("a.txt", "other\n");
+    let second = ws.run(&[
+        "call",
+        "write_file",
+        "--args",
+        &args,
+        "--defer",
+        "--session",
+        "s1",
+    ]);
+    assert_eq!(
+        second.json["hitl"]["hitl_id"],
+        first.json["hitl"]["hitl_id"]
+    );
+    assert_eq!(
+        second.json["hitl"]["diff_preview"],
+        first.json["hitl"]["diff_preview"]
+    );
+    assert!(
+        second.json["hitl"]["diff_preview"]
+            .as_str()
+            .unwrap()
+            .contains("-hello")
+    );
+    let proposals: Vec<Value> = ws
+        .audit()
+        .into_iter()
+        .filter(|r| r["event"] == "write_file_propose")
+        .collect();
+    assert_eq!(proposals.len(), 2);
+    assert_eq!(proposals[1]["deduplicated"], true);
+}
+
+#[test]
+fn sandbox_refusals_from_the_file_system_are_denials() {
+    let ws = Ws::new("");
+    ws.write(".env", "SECRET=1\n");
+    std::os::unix::fs::symlink(".env", ws.path("harmless.txt")).unwrap();
+    let run = ws.run(&["call", "read_file", "--args", r#"{"path": "harmless.txt"}"#]);
+    assert_eq!(
+        (
+            run.code,
+            run.json["status"].as_str(),
+            run.json["error"]["code"].as_str()
+        ),
+        (4, Some("denied"), Some("path_denied"))
+    );
+    assert!(!run.stdout.contains("SECRET"));
+}
+
+#[test]
+fn the_default_config_file_is_protected_when_another_is_in_use() {
+    let ws = Ws::new("");
+    std::fs::create_dir(ws.path("conf")).unwrap();
+    ws.write("conf/airlock.yaml", "");
+    let args = json!({"path": "airlock.yaml", "content": "security: {hitl: {enabled: false}}"})
+        .to_string();
+    let run = ws.run(&[
+        "--config",
+        "conf/airlock.yaml",
+        "call",
+        "write_file",
+        "--args",
+        &args,
+        "--yes",
+    ]);
+    assert_eq!(
+        (run.code, run.json["error"]["code"].as_str()),
+        (4, Some("path_forbidden")),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn a_repaired_log_stays_reported_by_verify() {
+    let ws = Ws::new("");
+    ws.write("a.txt", "x\n");
+    for _ in 0..4 {
+        ws.run(&["call", "read_file", "--args", r#"{"path": "a.txt"}"#]);
+    }
+    let log = ws.path(".airlock/audit.jsonl");
+    let original = std::fs::read_to_string(&log).unwrap();
+    let kept: Vec<&str> = original.lines().take(2).collect();
+    std::fs::write(&log, format!("{}\n", kept.join("\n"))).unwrap();
+    // Later commands continue the chain and record the repair...
+    for _ in 0..4 {
+        ws.run(&["call", "read_file", "--args", r#"{"path": "a.txt"}"#]);
+    }
+    assert!(ws.events().contains(&"audit_truncated_tail".to_owned()));
+    // ...and verify keeps saying so.
+    let verify = ws.run(&["audit", "verify"]);
+    assert_eq!(verify.code, 6, "{}", verify.stdout);
+    assert!(
+        verify.stdout.contains("repaired") && verify.stdout.contains("audit_truncated_tail"),
+        "{}",
+        verify.stdout
+    );
+}
+
+#[test]
+fn a_keyed_chain_refuses_to_continue_without_its_key() {
+    let ws = Ws::new("");
+    ws.write("a.txt", "x\n");
+    let keyed = ws
+        .command(&["call", "read_file", "--args", r#"{"path": "a.txt"}"#])
+        .env("AIRLOCK_AUDIT_KEY", "k3y")
+        .output()
+        .unwrap();
+    assert_eq!(keyed.status.code(), Some(0));
+    assert!(
+        ws.audit()[0]["event_hash"]
+            .as_str()
+            .unwrap()
+            .starts_with("hmac-sha256:")
+    );
+    let run = ws.run(&["call", "read_file", "--args", r#"{"path": "a.txt"}"#]);
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stderr.contains("keyed") && run.stderr.contains("no key"),
+        "{}",
+        run.stderr
+    );
+    let verify = ws
+        .command(&["audit", "verify"])
+        .env("AIRLOCK_AUDIT_KEY", "k3y")
+        .output()
+        .unwrap();
+    assert_eq!(
+        verify.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&verify.stdout)
+    );
 }

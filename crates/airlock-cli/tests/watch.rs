@@ -154,6 +154,18 @@ fn watch_approves_views_denies_and_asks_for_reasons_at_a_terminal() {
     assert_eq!(show["reason"], "reviewed the file");
     assert_eq!(show["channel"], "terminal");
 
+    // `a` approves and always allows (medium risk allows skipping).
+    let always = propose(dir.path(), "e.txt", "always\n");
+    terminal.expect(&always);
+    terminal.expect("> ");
+    terminal.send("a\n");
+    terminal.expect(&format!("{always}: approved"));
+    let log = std::fs::read_to_string(dir.path().join(".airlock/audit.jsonl")).unwrap();
+    assert!(
+        log.contains("\"event\":\"grant_created\""),
+        "no grant was recorded"
+    );
+
     // Decided elsewhere while the prompt waits.
     let fourth = propose(dir.path(), "d.txt", "x\n");
     terminal.expect(&fourth);
@@ -165,4 +177,60 @@ fn watch_approves_views_denies_and_asks_for_reasons_at_a_terminal() {
     terminal.send("\x04");
     let status = child.wait().unwrap();
     assert!(status.success(), "{status}");
+}
+
+#[test]
+fn the_countdown_runs_out_and_denies() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("airlock.yaml"),
+        "file_broker:\n  hitl_ttl_seconds: 2\n",
+    )
+    .unwrap();
+    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC).unwrap();
+    grantpt(&master).unwrap();
+    unlockpt(&master).unwrap();
+    let slave_name = ptsname(&master, Vec::new()).unwrap();
+    let slave = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(slave_name.to_str().unwrap())
+        .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .arg("watch")
+        .current_dir(dir.path())
+        .env("AIRLOCK_USER", "tester")
+        .stdin(slave.try_clone().unwrap())
+        .stdout(slave.try_clone().unwrap())
+        .stderr(slave)
+        .spawn()
+        .unwrap();
+    let master = File::from(master);
+    let mut reader = master.try_clone().unwrap();
+    let (sender, output) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buffer = [0u8; 4096];
+        while let Ok(read) = reader.read(&mut buffer) {
+            if read == 0 || sender.send(buffer[..read].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    let mut terminal = Terminal {
+        writer: master,
+        output,
+        seen: String::new(),
+    };
+    terminal.expect("watching for approvals");
+    let id = propose(dir.path(), "late.txt", "x\n");
+    terminal.expect(&id);
+    // The countdown is redrawn as it runs, then the request is denied.
+    terminal.expect("(auto-deny in 1s) > ");
+    terminal.expect(&format!("{id}: timed out, denied"));
+    let show = airlock(dir.path(), &["show", &id, "--json"]);
+    assert_eq!(show["status"], "expired");
+    assert_eq!(show["decided_by"], "timeout");
+    assert!(!dir.path().join("late.txt").exists());
+    terminal.send("\x04");
+    assert!(child.wait().unwrap().success());
 }

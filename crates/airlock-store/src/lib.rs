@@ -145,6 +145,9 @@ pub struct NewApproval {
     pub plan_json: String,
     pub created_ms: Millis,
     pub expires_ms: Millis,
+    /// The process blocked waiting for this approval (wait mode); when it is
+    /// gone, the approval is cancelled rather than applied for nobody.
+    pub waiter_pid: Option<u32>,
 }
 
 /// A stored approval.
@@ -161,6 +164,8 @@ pub struct Approval {
     pub decided_ms: Option<Millis>,
     /// The final envelope (JSON) once the call is settled.
     pub result_json: Option<String>,
+    /// The process that decided or is applying it.
+    pub owner_pid: Option<u32>,
 }
 
 impl std::ops::Deref for Approval {
@@ -248,7 +253,8 @@ CREATE TABLE IF NOT EXISTS approvals (
     status TEXT NOT NULL,
     decided_by TEXT, decided_user TEXT, channel TEXT, reason TEXT, decided_ms INTEGER,
     result_json TEXT,
-    owner_pid INTEGER
+    owner_pid INTEGER,
+    waiter_pid INTEGER
 );
 CREATE INDEX IF NOT EXISTS approvals_pending ON approvals (status, dedup_key);
 CREATE TABLE IF NOT EXISTS grants (
@@ -282,7 +288,8 @@ CREATE TABLE IF NOT EXISTS kv (
 
 const APPROVAL_COLUMNS: &str = "seq, id, tool, args_json, args_display, dedup_key, user, agent, \
      session, tool_call_id, risk, decision_json, path, summary, diff, plan_json, created_ms, \
-     expires_ms, status, decided_by, decided_user, channel, reason, decided_ms, result_json";
+     expires_ms, status, decided_by, decided_user, channel, reason, decided_ms, result_json, \
+     waiter_pid, owner_pid";
 
 impl Store {
     /// Opens (creating if needed) the database at `path`, in WAL mode.
@@ -295,9 +302,23 @@ impl Store {
         }
         let conn = Connection::open(path)?;
         conn.busy_timeout(Duration::from_secs(10))?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(None, "synchronous", "FULL")?;
-        conn.execute_batch(SCHEMA)?;
+        // Switching a new database to WAL and creating the schema can report
+        // "busy" at once, without the busy handler, when several processes open
+        // it together; retry until the deadline.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let setup = conn
+                .pragma_update(None, "journal_mode", "WAL")
+                .and_then(|()| conn.pragma_update(None, "synchronous", "FULL"))
+                .and_then(|()| conn.execute_batch(SCHEMA));
+            match setup {
+                Ok(()) => break,
+                Err(error) if is_busy(&error) && std::time::Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
         Ok(Store {
             conn: Mutex::new(conn),
         })
@@ -367,8 +388,8 @@ impl Store {
             tx.execute(
                 "INSERT INTO approvals (id, tool, args_json, args_display, dedup_key, user, agent, \
                  session, tool_call_id, risk, decision_json, path, summary, diff, plan_json, \
-                 created_ms, expires_ms, status) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, 'pending')",
+                 created_ms, expires_ms, status, waiter_pid) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, 'pending', ?18)",
                 params![
                     new.id,
                     new.tool,
@@ -387,6 +408,7 @@ impl Store {
                     new.plan_json,
                     new.created_ms as i64,
                     new.expires_ms as i64,
+                    new.waiter_pid,
                 ],
             )?;
             let created = get_in(&tx, &new.id)?;
@@ -523,16 +545,35 @@ impl Store {
     ) -> Result<Vec<(Approval, u32)>, StoreError> {
         self.with(|conn| {
             let mut statement = conn.prepare(&format!(
-                "SELECT {APPROVAL_COLUMNS}, owner_pid FROM approvals \
+                "SELECT {APPROVAL_COLUMNS} FROM approvals \
                  WHERE status IN ('approved', 'applying') ORDER BY seq"
             ))?;
             let mut rows = statement.query([])?;
             let mut out = Vec::new();
             while let Some(row) = rows.next()? {
-                let owner: Option<i64> = row.get(25)?;
-                let owner = owner.and_then(|pid| u32::try_from(pid).ok()).unwrap_or(0);
+                let approval = approval_from_row(row)??;
+                let owner = approval.owner_pid.unwrap_or(0);
                 if owner == 0 || !alive(owner) {
-                    out.push((approval_from_row(row)??, owner));
+                    out.push((approval, owner));
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    /// Pending approvals whose waiting process is gone.
+    pub fn abandoned(&self, alive: &dyn Fn(u32) -> bool) -> Result<Vec<Approval>, StoreError> {
+        self.with(|conn| {
+            let mut statement = conn.prepare(&format!(
+                "SELECT {APPROVAL_COLUMNS} FROM approvals \
+                 WHERE status = 'pending' AND waiter_pid IS NOT NULL ORDER BY seq"
+            ))?;
+            let mut rows = statement.query([])?;
+            let mut out = Vec::new();
+            while let Some(row) = rows.next()? {
+                let approval = approval_from_row(row)??;
+                if approval.waiter_pid.is_some_and(|pid| !alive(pid)) {
+                    out.push(approval);
                 }
             }
             Ok(out)
@@ -773,6 +814,13 @@ impl Store {
     }
 }
 
+fn is_busy(error: &rusqlite::Error) -> bool {
+    matches!(
+        error.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
+}
+
 fn get_in(conn: &Connection, id: &str) -> Result<Approval, StoreError> {
     conn.query_row(
         &format!("SELECT {APPROVAL_COLUMNS} FROM approvals WHERE id = ?1"),
@@ -810,6 +858,9 @@ fn approval_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Approval, StoreEr
             plan_json: row.get(15)?,
             created_ms: millis(row.get(16)?),
             expires_ms: millis(row.get(17)?),
+            waiter_pid: row
+                .get::<_, Option<i64>>(25)?
+                .and_then(|pid| u32::try_from(pid).ok()),
         },
         status,
         decided_by: row.get(19)?,
@@ -818,5 +869,8 @@ fn approval_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Approval, StoreEr
         reason: row.get(22)?,
         decided_ms: row.get::<_, Option<i64>>(23)?.map(millis),
         result_json: row.get(24)?,
+        owner_pid: row
+            .get::<_, Option<i64>>(26)?
+            .and_then(|pid| u32::try_from(pid).ok()),
     }))
 }

@@ -257,3 +257,74 @@ fn the_audit_head_only_moves_forward() {
         Some((5, "sha256:5".to_owned()))
     );
 }
+
+#[test]
+fn orphans_are_taken_over_by_exactly_one_process_and_abandoned_waits_are_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("a.db")).unwrap();
+    created(&store, &new("decided", "s1", "k1"));
+    store.decide("decided", &approve(2_000)).unwrap();
+    // The owner (this process) is alive: nothing is orphaned.
+    assert!(store.orphaned(&|_| true).unwrap().is_empty());
+    // Once it is gone, the approval is an orphan, and only one taker wins.
+    let orphans = store.orphaned(&|_| false).unwrap();
+    assert_eq!(orphans.len(), 1);
+    let (orphan, owner) = &orphans[0];
+    assert_eq!(
+        (orphan.id.as_str(), *owner),
+        ("decided", std::process::id())
+    );
+    // Taking over is a compare-and-set on the owner: naming another owner than
+    // the recorded one changes nothing.
+    let second = Store::open(&dir.path().join("a.db")).unwrap();
+    assert!(
+        second
+            .take_over("decided", owner.wrapping_add(1))
+            .unwrap()
+            .is_none()
+    );
+    let taken = store.take_over("decided", *owner).unwrap().unwrap();
+    assert_eq!(
+        (taken.status, taken.owner_pid),
+        (ApprovalStatus::Approved, Some(std::process::id()))
+    );
+
+    let mut waited = new("waited", "s1", "k2");
+    waited.waiter_pid = Some(4_000_000);
+    created(&store, &waited);
+    let abandoned = store.abandoned(&|pid| pid != 4_000_000).unwrap();
+    assert_eq!(
+        abandoned.iter().map(|a| a.id.as_str()).collect::<Vec<_>>(),
+        ["waited"]
+    );
+    assert!(store.abandoned(&|_| true).unwrap().is_empty());
+    assert_eq!(
+        store.cancel("waited", 3_000).unwrap().unwrap().status,
+        ApprovalStatus::Cancelled
+    );
+}
+
+#[test]
+fn many_processes_opening_a_new_database_at_once_all_succeed() {
+    // Regression: concurrent first opens reported "database is locked".
+    for round in 0..10 {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fresh.db");
+        let barrier = Arc::new(Barrier::new(6));
+        let handles: Vec<_> = (0..6)
+            .map(|_| {
+                let (path, barrier) = (path.clone(), barrier.clone());
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    Store::open(&path).map(|_| ())
+                })
+            })
+            .collect();
+        for handle in handles {
+            handle
+                .join()
+                .unwrap()
+                .unwrap_or_else(|error| panic!("round {round}: {error}"));
+        }
+    }
+}

@@ -187,10 +187,14 @@ impl PathGuard {
 
     fn derive_protected(&mut self) {
         let mut protected = Vec::new();
+        // The default config file is protected even when --config names another:
+        // it is what every run without --config reads.
+        let default_config = "airlock.yaml".to_owned();
         for (path, what) in [
             (&self.state_dir, Protected::StateDir),
             (&self.audit_log, Protected::AuditLog),
             (&self.config_file, Protected::ConfigFile),
+            (&default_config, Protected::ConfigFile),
         ] {
             match self.locate(path) {
                 Location::Inside(rel) => protected.push((rel.to_lowercase(), what)),
