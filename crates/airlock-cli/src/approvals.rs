@@ -3,6 +3,7 @@
 
 use std::fmt::Write as _;
 use std::io::IsTerminal;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use airlock_broker::{AlwaysAllow, Broker, DecideRequest, Mode, now_ms};
@@ -114,18 +115,25 @@ pub(crate) fn terminal_user() -> String {
 pub(crate) fn call(broker: Broker, args: &CallArgs) -> Result<u8, Failure> {
     let broker = std::sync::Arc::new(broker);
     // The approval this call waits for, if any: an interrupt cancels it, so that
-    // nobody approves a change whose caller is gone.
+    // nobody approves a change whose caller is gone. The main thread reports it,
+    // so the exit code cannot race the waiting loop seeing the cancellation.
     let waiting: std::sync::Arc<std::sync::Mutex<Option<String>>> = Default::default();
+    let interrupt = std::sync::Arc::new(std::sync::atomic::AtomicU8::new(NOT_INTERRUPTED));
     {
-        let (broker, waiting) = (broker.clone(), waiting.clone());
+        let (broker, waiting, interrupt) = (broker.clone(), waiting.clone(), interrupt.clone());
         ctrlc::set_handler(move || {
-            let id = waiting.lock().ok().and_then(|mut id| id.take());
-            if let Some(id) = id
-                && broker.cancel(&id).is_some()
-            {
-                eprintln!("interrupted: {id} cancelled");
-            }
-            std::process::exit(130);
+            let id = waiting.lock().ok().and_then(|id| id.clone());
+            let Some(id) = id else {
+                std::process::exit(130);
+            };
+            interrupt.store(CANCELLING, Ordering::SeqCst);
+            let outcome = if broker.cancel(&id).is_some() {
+                CANCELLED
+            } else {
+                // Already decided: the call finishes with that decision.
+                NOT_INTERRUPTED
+            };
+            interrupt.store(outcome, Ordering::SeqCst);
         })
         .map_err(Failure::internal)?;
     }
@@ -174,8 +182,24 @@ pub(crate) fn call(broker: Broker, args: &CallArgs) -> Result<u8, Failure> {
             summary = approval.summary,
         );
     });
+    while interrupt.load(Ordering::SeqCst) == CANCELLING {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    if interrupt.load(Ordering::SeqCst) == CANCELLED {
+        let id = envelope
+            .hitl
+            .as_ref()
+            .map_or("", |hitl| hitl.hitl_id.as_str());
+        eprintln!("interrupted: {id} cancelled");
+        print_envelope(&envelope)?;
+        return Ok(130);
+    }
     print_envelope(&envelope)
 }
+
+const NOT_INTERRUPTED: u8 = 0;
+const CANCELLING: u8 = 1;
+const CANCELLED: u8 = 2;
 
 pub(crate) fn print_envelope(envelope: &Envelope) -> Result<u8, Failure> {
     let text = serde_json::to_string_pretty(envelope).map_err(Failure::internal)?;
