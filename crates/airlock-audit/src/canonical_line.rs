@@ -10,7 +10,7 @@
 //! [`airlock_core::canonical::write_canonical`] (a property test checks this), and it is
 //! stricter in one place: a repeated member name is an error rather than "last wins".
 
-use std::borrow::Cow;
+use std::cmp::Ordering;
 use std::ops::Range;
 
 use airlock_core::canonical::{self, CanonicalError};
@@ -43,16 +43,32 @@ pub(crate) struct ChainFields {
     pub(crate) event_hash: Option<Range<usize>>,
 }
 
-/// Reusable scratch space: one buffer per nesting level, so a line allocates nothing
-/// once the buffers have grown.
+/// The scratch space of one nesting level, reused from line to line.
+#[derive(Default)]
+struct Level {
+    /// The canonical values of the object's members, one after another.
+    buffer: Vec<u8>,
+    members: Vec<Member>,
+    /// The decoded names of members whose names have escapes.
+    names: Vec<u8>,
+    /// The order the members were sorted into last time: records of one log mostly
+    /// share their shape, so it is tried first (and checked) before sorting again.
+    order: Vec<u32>,
+}
+
+/// Reusable scratch space: one set of buffers per nesting level, so a line allocates
+/// nothing once the buffers have grown.
 pub(crate) struct LineCanonicalizer {
-    levels: Vec<Vec<u8>>,
+    levels: Vec<Level>,
+    /// The decoded text of the last string with escapes.
+    scratch: String,
 }
 
 impl LineCanonicalizer {
     pub(crate) fn new() -> Self {
         LineCanonicalizer {
-            levels: (0..=MAX_DEPTH).map(|_| Vec::new()).collect(),
+            levels: (0..=MAX_DEPTH).map(|_| Level::default()).collect(),
+            scratch: String::new(),
         }
     }
 
@@ -69,18 +85,11 @@ impl LineCanonicalizer {
             text,
             bytes: text.as_bytes(),
             position: 0,
+            scratch: std::mem::take(&mut self.scratch),
         };
-        parser.skip_whitespace();
-        if parser.peek() != Some(b'{') {
-            return Err(parser.error("expected an object"));
-        }
-        let mut fields = ChainFields::default();
-        parser.object(&mut self.levels, out, Some(&mut fields))?;
-        parser.skip_whitespace();
-        if parser.position != parser.bytes.len() {
-            return Err(parser.error("trailing characters"));
-        }
-        Ok(fields)
+        let result = parser.record(&mut self.levels, out);
+        self.scratch = parser.scratch;
+        result
     }
 }
 
@@ -88,14 +97,58 @@ struct Parser<'text> {
     text: &'text str,
     bytes: &'text [u8],
     position: usize,
+    /// Where [`Parser::string`] decodes a string with escapes.
+    scratch: String,
 }
 
-/// One member of an object: its name and where its canonical value sits in the
-/// level's buffer.
-struct Member<'text> {
-    name: Cow<'text, str>,
+/// Where the text of a string is.
+#[derive(Clone, Copy)]
+enum Text {
+    /// In the line, between these offsets: it has no escapes.
+    Raw(usize, usize),
+    /// Decoded in the parser's scratch.
+    Decoded,
+}
+
+/// One member of an object: where its name is (in the line, or decoded in the level's
+/// `names`) and where its canonical value sits in the level's buffer.
+#[derive(Clone, Copy)]
+struct Member {
+    name_start: usize,
+    name_end: usize,
+    decoded: bool,
     start: usize,
     end: usize,
+}
+
+impl Member {
+    fn name<'a>(&self, line: &'a [u8], names: &'a [u8]) -> &'a [u8] {
+        let source = if self.decoded { names } else { line };
+        source
+            .get(self.name_start..self.name_end)
+            .unwrap_or_default()
+    }
+}
+
+/// The order of two member names by their UTF-16 code units, as RFC 8785 sorts them.
+/// UTF-8 byte order is code point order, which differs from UTF-16 order only between
+/// a character in U+E000..U+FFFF (lead byte 0xEE or 0xEF) and one above U+FFFF (lead
+/// byte 0xF0 and up); only then is the exact comparison needed.
+fn name_cmp(left: &[u8], right: &[u8]) -> Ordering {
+    let common = left.len().min(right.len());
+    let (left_common, right_common) = (&left[..common], &right[..common]);
+    match left_common
+        .iter()
+        .zip(right_common)
+        .position(|(a, b)| a != b)
+    {
+        None => left.len().cmp(&right.len()),
+        Some(index) if left[index] < 0xEE && right[index] < 0xEE => left[index].cmp(&right[index]),
+        Some(_) => canonical::utf16_cmp(
+            std::str::from_utf8(left).unwrap_or_default(),
+            std::str::from_utf8(right).unwrap_or_default(),
+        ),
+    }
 }
 
 impl<'text> Parser<'text> {
@@ -123,22 +176,47 @@ impl<'text> Parser<'text> {
         }
     }
 
-    fn value(&mut self, levels: &mut [Vec<u8>], out: &mut Vec<u8>) -> Result<(), LineError> {
+    /// The whole line: one object and nothing else but whitespace.
+    fn record(
+        &mut self,
+        levels: &mut [Level],
+        out: &mut Vec<u8>,
+    ) -> Result<ChainFields, LineError> {
+        self.skip_whitespace();
+        if self.peek() != Some(b'{') {
+            return Err(self.error("expected an object"));
+        }
+        let mut fields = ChainFields::default();
+        self.object(levels, out, Some(&mut fields))?;
+        self.skip_whitespace();
+        if self.position != self.bytes.len() {
+            return Err(self.error("trailing characters"));
+        }
+        Ok(fields)
+    }
+
+    /// Appends the canonical text of the string `text` to `out`.
+    fn write_string(&self, text: Text, out: &mut Vec<u8>) {
+        match text {
+            // Text without escapes, quotes or control characters is its own canonical
+            // form.
+            Text::Raw(start, end) => {
+                out.push(b'"');
+                out.extend_from_slice(&self.bytes[start..end]);
+                out.push(b'"');
+            }
+            Text::Decoded => canonical::write_canonical_str(&self.scratch, out),
+        }
+    }
+
+    fn value(&mut self, levels: &mut [Level], out: &mut Vec<u8>) -> Result<(), LineError> {
         self.skip_whitespace();
         match self.peek() {
             Some(b'{') => self.object(levels, out, None),
             Some(b'[') => self.array(levels, out),
             Some(b'"') => {
-                match self.string()? {
-                    // Text without escapes, quotes or control characters is its own
-                    // canonical form.
-                    Cow::Borrowed(raw) => {
-                        out.push(b'"');
-                        out.extend_from_slice(raw.as_bytes());
-                        out.push(b'"');
-                    }
-                    Cow::Owned(decoded) => canonical::write_canonical_str(&decoded, out),
-                }
+                let text = self.string()?;
+                self.write_string(text, out);
                 Ok(())
             }
             Some(b't') => self.literal("true", out),
@@ -163,16 +241,17 @@ impl<'text> Parser<'text> {
     /// record: its `event_hash` is left out and the chain fields are picked up.
     fn object(
         &mut self,
-        levels: &mut [Vec<u8>],
+        levels: &mut [Level],
         out: &mut Vec<u8>,
         mut chain: Option<&mut ChainFields>,
     ) -> Result<(), LineError> {
-        let Some((buffer, deeper)) = levels.split_first_mut() else {
+        let Some((level, deeper)) = levels.split_first_mut() else {
             return Err(self.error("nested too deeply"));
         };
         self.position += 1;
-        buffer.clear();
-        let mut members: Vec<Member<'text>> = Vec::new();
+        level.buffer.clear();
+        level.members.clear();
+        level.names.clear();
         let mut seen_event_hash = false;
         self.skip_whitespace();
         if self.peek() == Some(b'}') {
@@ -183,12 +262,27 @@ impl<'text> Parser<'text> {
                 if self.peek() != Some(b'"') {
                     return Err(self.error("expected a member name"));
                 }
-                let name = self.string()?;
+                let (name_start, name_end, decoded) = match self.string()? {
+                    Text::Raw(start, end) => (start, end, false),
+                    Text::Decoded => {
+                        let start = level.names.len();
+                        level.names.extend_from_slice(self.scratch.as_bytes());
+                        (start, level.names.len(), true)
+                    }
+                };
                 self.expect(b':')?;
+                let buffer = &mut level.buffer;
                 let start = buffer.len();
                 let mut keep = true;
+                let name: &[u8] = if decoded {
+                    &level.names[name_start..name_end]
+                } else {
+                    &self.bytes[name_start..name_end]
+                };
                 match chain.as_deref_mut() {
-                    Some(fields) if CHAIN_FIELDS.contains(&name.as_ref()) => {
+                    Some(fields) if CHAIN_FIELDS.iter().any(|field| field.as_bytes() == name) => {
+                        let is_event_hash = name == b"event_hash";
+                        let is_prev_hash = name == b"prev_hash";
                         self.skip_whitespace();
                         let value_start = self.position;
                         self.value(deeper, buffer)?;
@@ -203,29 +297,33 @@ impl<'text> Parser<'text> {
                                 .get(raw.clone())
                                 .is_some_and(|raw| !raw.contains(&b'\\')))
                         .then_some(raw);
-                        match name.as_ref() {
-                            "event_hash" => {
-                                if seen_event_hash {
-                                    return Err(self.error("repeated member name in an object"));
-                                }
-                                seen_event_hash = true;
-                                fields.event_hash = text;
-                                buffer.truncate(start);
-                                keep = false;
+                        if is_event_hash {
+                            if seen_event_hash {
+                                return Err(self.error("repeated member name in an object"));
                             }
-                            "prev_hash" => fields.prev_hash = text,
-                            _ => {
-                                fields.seq = std::str::from_utf8(value)
-                                    .ok()
-                                    .and_then(|digits| digits.parse().ok());
-                            }
+                            seen_event_hash = true;
+                            fields.event_hash = text;
+                            buffer.truncate(start);
+                            keep = false;
+                        } else if is_prev_hash {
+                            fields.prev_hash = text;
+                        } else {
+                            fields.seq = std::str::from_utf8(value)
+                                .ok()
+                                .and_then(|digits| digits.parse().ok());
                         }
                     }
                     _ => self.value(deeper, buffer)?,
                 }
-                let end = buffer.len();
+                let end = level.buffer.len();
                 if keep {
-                    members.push(Member { name, start, end });
+                    level.members.push(Member {
+                        name_start,
+                        name_end,
+                        decoded,
+                        start,
+                        end,
+                    });
                 }
                 self.skip_whitespace();
                 match self.peek() {
@@ -238,22 +336,51 @@ impl<'text> Parser<'text> {
                 }
             }
         }
-        members.sort_unstable_by(|left, right| canonical::utf16_cmp(&left.name, &right.name));
-        if members.windows(2).any(|pair| pair[0].name == pair[1].name) {
-            return Err(self.error("repeated member name in an object"));
+        let Level {
+            buffer,
+            members,
+            names,
+            order,
+        } = level;
+        let line = self.bytes;
+        let names: &[u8] = names;
+        let members: &[Member] = members;
+        let name = |index: u32| {
+            members
+                .get(index as usize)
+                .map_or(&[][..], |member| member.name(line, names))
+        };
+        // Strictly ascending names are sorted and unique.
+        let ascending = |order: &[u32]| {
+            order
+                .windows(2)
+                .all(|pair| name_cmp(name(pair[0]), name(pair[1])) == Ordering::Less)
+        };
+        if order.len() != members.len() || !ascending(order) {
+            order.clear();
+            order.extend(0..u32::try_from(members.len()).unwrap_or(u32::MAX));
+            order.sort_unstable_by(|&left, &right| name_cmp(name(left), name(right)));
+            if !ascending(order) {
+                return Err(self.error("repeated member name in an object"));
+            }
         }
         out.push(b'{');
-        for (index, member) in members.iter().enumerate() {
-            if index > 0 {
+        for (position, &index) in order.iter().enumerate() {
+            let Some(member) = members.get(index as usize) else {
+                continue;
+            };
+            if position > 0 {
                 out.push(b',');
             }
-            match &member.name {
-                Cow::Borrowed(raw) => {
-                    out.push(b'"');
-                    out.extend_from_slice(raw.as_bytes());
-                    out.push(b'"');
-                }
-                Cow::Owned(decoded) => canonical::write_canonical_str(decoded, out),
+            if member.decoded {
+                canonical::write_canonical_str(
+                    std::str::from_utf8(member.name(line, names)).unwrap_or_default(),
+                    out,
+                );
+            } else {
+                out.push(b'"');
+                out.extend_from_slice(member.name(line, names));
+                out.push(b'"');
             }
             out.push(b':');
             out.extend_from_slice(&buffer[member.start..member.end]);
@@ -262,7 +389,7 @@ impl<'text> Parser<'text> {
         Ok(())
     }
 
-    fn array(&mut self, levels: &mut [Vec<u8>], out: &mut Vec<u8>) -> Result<(), LineError> {
+    fn array(&mut self, levels: &mut [Level], out: &mut Vec<u8>) -> Result<(), LineError> {
         let Some((_, deeper)) = levels.split_first_mut() else {
             return Err(self.error("nested too deeply"));
         };
@@ -292,15 +419,15 @@ impl<'text> Parser<'text> {
         }
     }
 
-    /// The content of the string at `self.position` (on its opening quote): borrowed
-    /// when it has no escapes, decoded otherwise.
-    fn string(&mut self) -> Result<Cow<'text, str>, LineError> {
+    /// The string at `self.position` (on its opening quote): where it is in the line
+    /// when it has no escapes, else decoded into `self.scratch`.
+    fn string(&mut self) -> Result<Text, LineError> {
         let start = self.position + 1;
-        let mut position = find_special(self.bytes, start);
+        let position = find_special(self.bytes, start);
         match self.bytes.get(position) {
             Some(b'"') => {
                 self.position = position + 1;
-                return Ok(Cow::Borrowed(&self.text[start..position]));
+                return Ok(Text::Raw(start, position));
             }
             Some(b'\\') => {}
             Some(_) => {
@@ -312,7 +439,21 @@ impl<'text> Parser<'text> {
                 return Err(self.error("unterminated string"));
             }
         }
-        let mut decoded = String::with_capacity(position - start + 16);
+        let mut decoded = std::mem::take(&mut self.scratch);
+        decoded.clear();
+        let result = self.decode(start, position, &mut decoded);
+        self.scratch = decoded;
+        result.map(|()| Text::Decoded)
+    }
+
+    /// Decodes the string whose text starts at `start` and has its first escape at
+    /// `position` into `decoded`.
+    fn decode(
+        &mut self,
+        start: usize,
+        mut position: usize,
+        decoded: &mut String,
+    ) -> Result<(), LineError> {
         decoded.push_str(&self.text[start..position]);
         loop {
             // `position` is on a backslash.
@@ -357,7 +498,7 @@ impl<'text> Parser<'text> {
             match self.bytes.get(position) {
                 Some(b'"') => {
                     self.position = position + 1;
-                    return Ok(Cow::Owned(decoded));
+                    return Ok(());
                 }
                 Some(b'\\') => {}
                 Some(_) => {
@@ -485,7 +626,9 @@ fn find_special(bytes: &[u8], from: usize) -> usize {
             | (backslashes.wrapping_sub(ONES) & !backslashes)
             | (word.wrapping_sub(ONES * 0x20) & !word);
         if special & HIGH != 0 {
-            break;
+            // The lowest flagged byte is exact (only bytes above it can be flagged
+            // falsely, by a borrow).
+            return position + (special & HIGH).trailing_zeros() as usize / 8;
         }
         position += 8;
     }
@@ -542,6 +685,34 @@ mod tests {
             r#"{"n":[9007199254740992,-9007199254740992,1152921504606846976,18446744073709551616,-9223372036854775809,123456789012345678901234567890]}"#,
         );
         check_same(r#"{"f":[0.1,1e21,1e-400,333333333.33333329,5e-324,-1.5e+300]}"#);
+    }
+
+    #[test]
+    fn a_reused_canonicalizer_sorts_every_shape_anew() {
+        let mut canonicalizer = LineCanonicalizer::new();
+        let mut out = Vec::new();
+        for line in [
+            r#"{"b":1,"a":{"y":1,"x":2},"c":3}"#,
+            r#"{"b":1,"a":{"y":1,"x":2},"c":3}"#,
+            r#"{"c":1,"b":{"x":1,"y":2},"a":3}"#,
+            r#"{"a":1,"b":2,"c":3}"#,
+            r#"{"\u0063":1,"b":2,"\ud83d\ude00":3,"\ufb33":4}"#,
+            r#"{"\ufb33":1,"b":2,"\ud83d\ude00":3,"c":4}"#,
+        ] {
+            out.clear();
+            canonicalizer
+                .canonicalize(line.as_bytes(), &mut out)
+                .unwrap();
+            assert_eq!(
+                String::from_utf8(out.clone()).unwrap(),
+                reference(line).unwrap()
+            );
+        }
+        out.clear();
+        assert!(matches!(
+            canonicalizer.canonicalize(br#"{"c":1,"b":2,"c":3}"#, &mut out),
+            Err(LineError::Json(_))
+        ));
     }
 
     #[test]

@@ -2,9 +2,10 @@
 
 use std::fmt;
 use std::fs::File;
-use std::io::Read as _;
 use std::ops::Range;
+use std::os::unix::fs::FileExt as _;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use airlock_core::canonical::ZERO_HASH;
 
@@ -133,40 +134,270 @@ impl fmt::Display for ProblemKind {
 /// unusable key), never a broken chain.
 ///
 /// Each line carries its own `prev_hash`, so its hash can be checked without the lines
-/// before it: the file is read in large blocks, each block is split between the cores
-/// at line boundaries, every core canonicalizes and hashes its lines into small fixed-
-/// size summaries, and then the summaries are linked in order. Only a line that does
-/// not link is examined again, slowly, to say exactly what is wrong with it.
+/// before it: the file is cut into one contiguous range per core, every core reads,
+/// canonicalizes, hashes and links the lines of its range on its own, and then the
+/// ranges are linked in order. Only when something does not verify is the log walked
+/// again, one line after another, to say exactly what is wrong and where.
 pub fn verify(
     path: &Path,
     key: Option<&[u8]>,
     stored_head: Option<&Head>,
 ) -> Result<VerifyReport, AuditError> {
-    const READ_SIZE: u64 = 8 * 1024 * 1024;
+    const WORTH_A_THREAD: u64 = 256 * 1024;
     let hasher = ChainHasher::new(key)?;
-    let mut file = File::open(path).map_err(|error| AuditError::io(path, error))?;
+    let file = File::open(path).map_err(|error| AuditError::io(path, error))?;
+    let size = file
+        .metadata()
+        .map_err(|error| AuditError::io(path, error))?
+        .len();
     let workers = std::thread::available_parallelism()
         .map_or(1, usize::from)
-        .min(16);
+        .min(16)
+        .min(usize::try_from(size / WORTH_A_THREAD).unwrap_or(usize::MAX))
+        .max(1);
+    let stored_seq = stored_head.map(|stored| stored.seq);
+    let ranges = scan_ranges(&file, size, workers, &hasher, stored_seq)
+        .map_err(|error| AuditError::io(path, error))?;
+    if let Some(chain) = link_ranges(&ranges, stored_head) {
+        let problem = chain.check_stored_head();
+        return Ok(chain.report(problem));
+    }
+    // Something does not verify: walk again, one line at a time, for the exact verdict.
+    walk(&file, path, &hasher, stored_head)
+}
+
+/// What one core learned about its range: its lines all verify and link one to the
+/// next. `None` in its place means some line of the range does not.
+struct RangeSummary {
+    lines: u64,
+    /// The `seq` and `prev_hash` of the first line, when there is one.
+    first: Option<(u64, HashText)>,
+    /// The `seq` and `event_hash` of the last line.
+    last: (u64, HashText),
+    /// The `event_hash` of the line at the stored head's `seq`, when in the range.
+    at_stored: Option<HashText>,
+}
+
+/// Scans `workers` contiguous ranges of the file, one per thread.
+fn scan_ranges(
+    file: &File,
+    size: u64,
+    workers: usize,
+    hasher: &ChainHasher,
+    stored_seq: Option<u64>,
+) -> std::io::Result<Vec<Option<RangeSummary>>> {
+    let workers_u64 = workers as u64;
+    let bounds = |index: usize| {
+        let begin = size * index as u64 / workers_u64;
+        // The last range reads to the end, whatever the size is by then.
+        let end = if index + 1 == workers {
+            u64::MAX
+        } else {
+            size * (index as u64 + 1) / workers_u64
+        };
+        (begin, end)
+    };
+    let abort = AtomicBool::new(false);
+    let abort = &abort;
+    if workers == 1 {
+        return Ok(vec![scan_range(
+            file,
+            0,
+            u64::MAX,
+            hasher,
+            stored_seq,
+            abort,
+        )?]);
+    }
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (1..workers)
+            .map(|index| {
+                let (begin, end) = bounds(index);
+                scope.spawn(move || scan_range(file, begin, end, hasher, stored_seq, abort))
+            })
+            .collect();
+        let (begin, end) = bounds(0);
+        let mut summaries = vec![scan_range(file, begin, end, hasher, stored_seq, abort)?];
+        for handle in handles {
+            match handle.join() {
+                Ok(summary) => summaries.push(summary?),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+        Ok(summaries)
+    })
+}
+
+/// Verifies the lines that start in `begin..end` of the file (a line that starts
+/// before `end` is read to its `\n` even past it). `None` when a line does not verify
+/// or link to the one before it, when the range ends in a torn line, or when another
+/// range gave up (`abort`).
+fn scan_range(
+    file: &File,
+    begin: u64,
+    end: u64,
+    hasher: &ChainHasher,
+    stored_seq: Option<u64>,
+    abort: &AtomicBool,
+) -> std::io::Result<Option<RangeSummary>> {
+    const READ_SIZE: usize = 1024 * 1024;
+    let give_up = || {
+        abort.store(true, Ordering::Relaxed);
+        Ok(None)
+    };
+    let mut canonicalizer = LineCanonicalizer::new();
+    let mut canonical = Vec::with_capacity(4096);
+    let mut buffer = vec![0u8; READ_SIZE];
+    let mut filled = 0;
+    // The file offset of `buffer[0]`. A range after the first starts after the first
+    // `\n` at or after `begin - 1`: a line that starts before `begin` is the previous
+    // range's.
+    let mut offset = begin.saturating_sub(1);
+    let mut skipping = begin > 0;
+    let mut summary = RangeSummary {
+        lines: 0,
+        first: None,
+        last: (0, HashText::EMPTY),
+        at_stored: None,
+    };
+    loop {
+        if abort.load(Ordering::Relaxed) {
+            return Ok(None);
+        }
+        if filled == buffer.len() {
+            buffer.resize(buffer.len() * 2, 0);
+        }
+        let read = match file.read_at(&mut buffer[filled..], offset + filled as u64) {
+            Ok(read) => read,
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(error) => return Err(error),
+        };
+        filled += read;
+        let bytes = &buffer[..filled];
+        let mut start = 0;
+        if skipping {
+            match find_newline(bytes, 0) {
+                Some(newline) => {
+                    start = newline + 1;
+                    skipping = false;
+                }
+                None if read == 0 => return Ok(Some(summary)),
+                None => {
+                    offset += filled as u64;
+                    filled = 0;
+                    continue;
+                }
+            }
+        }
+        while let Some(newline) = find_newline(bytes, start) {
+            if offset + start as u64 >= end {
+                return Ok(Some(summary));
+            }
+            let line = &bytes[start..newline];
+            canonical.clear();
+            let Ok(ChainFields {
+                seq: Some(seq),
+                prev_hash: Some(prev_hash),
+                event_hash: Some(event_hash),
+            }) = canonicalizer.canonicalize(line, &mut canonical)
+            else {
+                return give_up();
+            };
+            let (Some(prev_text), Some(event_text)) = (
+                HashText::new(&line[prev_hash]),
+                HashText::new(&line[event_hash]),
+            ) else {
+                return give_up();
+            };
+            if !hasher.matches(prev_text.as_str(), &canonical, event_text.as_str()) {
+                return give_up();
+            }
+            if summary.lines == 0 {
+                summary.first = Some((seq, prev_text));
+            } else if summary.last.0.checked_add(1) != Some(seq) || summary.last.1 != prev_text {
+                return give_up();
+            }
+            if stored_seq == Some(seq) {
+                summary.at_stored = Some(event_text);
+            }
+            summary.last = (seq, event_text);
+            summary.lines += 1;
+            start = newline + 1;
+        }
+        if read == 0 {
+            // A torn last line is a problem: the walk reports it.
+            return if start < filled {
+                give_up()
+            } else {
+                Ok(Some(summary))
+            };
+        }
+        if offset + start as u64 >= end {
+            return Ok(Some(summary));
+        }
+        buffer.copy_within(start..filled, 0);
+        filled -= start;
+        offset += start as u64;
+    }
+}
+
+/// Links the ranges in order into the whole chain, or `None` when they do not link.
+fn link_ranges<'stored>(
+    ranges: &[Option<RangeSummary>],
+    stored_head: Option<&'stored Head>,
+) -> Option<Chain<'stored>> {
+    let mut chain = Chain::new(stored_head);
+    for range in ranges {
+        let range = range.as_ref()?;
+        let Some((first_seq, first_prev)) = &range.first else {
+            continue;
+        };
+        if *first_seq != chain.expected_seq || first_prev.as_str() != chain.last_hash {
+            return None;
+        }
+        chain.lines += range.lines;
+        chain.records += range.lines - 1;
+        chain.accept(range.last.0, range.last.1.as_str());
+        if let Some(at_stored) = &range.at_stored {
+            chain.found_at_stored_seq = Some(at_stored.as_str().to_owned());
+        }
+    }
+    Some(chain)
+}
+
+/// The walk one line after another, which says exactly what the first problem is.
+fn walk(
+    file: &File,
+    path: &Path,
+    hasher: &ChainHasher,
+    stored_head: Option<&Head>,
+) -> Result<VerifyReport, AuditError> {
+    const READ_SIZE: u64 = 8 * 1024 * 1024;
     let mut chain = Chain::new(stored_head);
     let mut buffer: Vec<u8> = Vec::with_capacity(READ_SIZE as usize + 64 * 1024);
+    let mut position = 0u64;
     loop {
-        let read = (&mut file)
-            .take(READ_SIZE)
-            .read_to_end(&mut buffer)
-            .map_err(|error| AuditError::io(path, error))?;
+        let before = buffer.len();
+        buffer.resize(before + READ_SIZE as usize, 0);
+        let read = loop {
+            match file.read_at(&mut buffer[before..], position) {
+                Ok(read) => break read,
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(error) => return Err(AuditError::io(path, error)),
+            }
+        };
+        buffer.truncate(before + read);
+        position += read as u64;
         if read == 0 {
             break;
         }
         let Some(last_newline) = buffer.iter().rposition(|&byte| byte == b'\n') else {
             continue;
         };
-        let parts = split_at_lines(&buffer[..=last_newline], workers);
-        for (part, summaries) in parts.iter().zip(summarize_parts(&parts, &hasher)) {
-            for summary in &summaries {
-                if let Some(problem) = chain.link(part, summary, &hasher) {
-                    return Ok(chain.report(Some(problem)));
-                }
+        let part = &buffer[..=last_newline];
+        for summary in &summarize(part, hasher) {
+            if let Some(problem) = chain.link(part, summary, hasher) {
+                return Ok(chain.report(Some(problem)));
             }
         }
         buffer.drain(..=last_newline);
@@ -223,46 +454,6 @@ struct Summary {
     seq: u64,
     prev_hash: HashText,
     event_hash: HashText,
-}
-
-/// Cuts `bytes` (which ends with `\n`) into at most `parts` pieces of similar size,
-/// each ending with `\n`.
-fn split_at_lines(bytes: &[u8], parts: usize) -> Vec<&[u8]> {
-    const WORTH_A_THREAD: usize = 256 * 1024;
-    let parts = parts.min(bytes.len() / WORTH_A_THREAD).max(1);
-    let mut pieces = Vec::with_capacity(parts);
-    let mut start = 0;
-    for index in 1..parts {
-        let target = (bytes.len() * index / parts).max(start);
-        let Some(newline) = find_newline(bytes, target) else {
-            break;
-        };
-        pieces.push(&bytes[start..=newline]);
-        start = newline + 1;
-    }
-    if start < bytes.len() {
-        pieces.push(&bytes[start..]);
-    }
-    pieces
-}
-
-fn summarize_parts(parts: &[&[u8]], hasher: &ChainHasher) -> Vec<Vec<Summary>> {
-    if let [only] = parts {
-        return vec![summarize(only, hasher)];
-    }
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = parts
-            .iter()
-            .map(|part| scope.spawn(move || summarize(part, hasher)))
-            .collect();
-        handles
-            .into_iter()
-            .map(|handle| match handle.join() {
-                Ok(summaries) => summaries,
-                Err(panic) => std::panic::resume_unwind(panic),
-            })
-            .collect()
-    })
 }
 
 /// Summarizes every line of `part` (which ends with `\n`).
