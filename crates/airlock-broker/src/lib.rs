@@ -245,13 +245,10 @@ impl Broker {
                 envelope.audit = Some(audit);
                 envelope
             }
-            None => Envelope::failure(
-                Status::Error,
+            None => audit_unwritable(
                 &envelope.op.method,
                 &envelope.op.tool,
                 envelope.op.path.as_deref(),
-                ErrorCode::IoError,
-                "the audit log could not be written",
             ),
         }
     }
@@ -566,14 +563,7 @@ impl Broker {
                     record = record.flag("deduplicated", true);
                 }
                 let Some(audit) = self.log(record) else {
-                    return Envelope::failure(
-                        Status::Error,
-                        "fs.propose_patch",
-                        "write_file",
-                        path,
-                        ErrorCode::IoError,
-                        "the audit log could not be written",
-                    );
+                    return audit_unwritable("fs.propose_patch", "write_file", path);
                 };
                 (approval, (plan, audit))
             }
@@ -619,14 +609,7 @@ impl Broker {
                 );
                 if used.is_none() {
                     self.cancel(&approval.id);
-                    return Envelope::failure(
-                        Status::Error,
-                        "fs.propose_patch",
-                        "write_file",
-                        path,
-                        ErrorCode::IoError,
-                        "the audit log could not be written",
-                    );
+                    return audit_unwritable("fs.propose_patch", "write_file", path);
                 }
             }
             let verdict = Verdict {
@@ -1285,6 +1268,18 @@ fn process_alive(pid: u32) -> bool {
         ),
         None => false,
     }
+}
+
+/// The result when the audit log cannot be written: nothing goes unaudited.
+fn audit_unwritable(method: &str, tool: &str, path: Option<&str>) -> Envelope {
+    Envelope::failure(
+        Status::Error,
+        method,
+        tool,
+        path,
+        ErrorCode::IoError,
+        "the audit log could not be written",
+    )
 }
 
 /// Sandbox refusals are denials (exit 4), like the policy's; other failures are

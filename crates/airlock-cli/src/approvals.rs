@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use airlock_broker::{AlwaysAllow, Broker, DecideRequest, Mode, now_ms};
 use airlock_core::envelope::Envelope;
-use airlock_core::{Principal, ToolCall};
 use airlock_store::Approval;
 use anyhow::anyhow;
 use clap::{Args, ValueEnum};
@@ -18,23 +17,8 @@ use crate::{Failure, print};
 
 #[derive(Debug, Args)]
 pub(crate) struct CallArgs {
-    /// The tool name.
-    tool: String,
-    /// The call's arguments, a JSON object.
-    #[arg(long, value_name = "JSON", default_value = "{}")]
-    args: String,
-    /// The session the call belongs to.
-    #[arg(long, value_name = "S")]
-    session: Option<String>,
-    /// The user the call is made for.
-    #[arg(long, value_name = "U")]
-    user: Option<String>,
-    /// The agent making the call.
-    #[arg(long, value_name = "A")]
-    agent: Option<String>,
-    /// The profile bound to the call [default: default_profile].
-    #[arg(long, value_name = "P")]
-    profile: Option<String>,
+    #[command(flatten)]
+    call: crate::check::CallSpec,
     /// Return hitl_required at once instead of waiting for a decision.
     #[arg(long, conflicts_with = "yes")]
     defer: bool,
@@ -138,28 +122,7 @@ pub(crate) fn call(broker: Broker, args: &CallArgs) -> Result<u8, Failure> {
         .map_err(Failure::internal)?;
     }
     let broker = broker.as_ref();
-    let arguments: Value = serde_json::from_str(&args.args)
-        .map_err(|error| Failure::usage(anyhow!("--args is not valid JSON: {error}")))?;
-    if !arguments.is_object() {
-        return Err(Failure::usage(anyhow!("--args must be a JSON object")));
-    }
-    if let Some(profile) = &args.profile
-        && !broker.policy().profile_names().any(|name| name == profile)
-    {
-        return Err(Failure::usage(anyhow!("unknown profile {profile}")));
-    }
-    let mut call = ToolCall::new(
-        args.tool.clone(),
-        arguments,
-        broker.policy().origin_of(&args.tool, None),
-        now_ms(),
-    );
-    call.principal = Principal {
-        user: args.user.clone(),
-        agent: args.agent.clone(),
-    };
-    call.session = args.session.clone();
-    call.profile = args.profile.clone();
+    let call = args.call.to_call(broker.policy(), None)?;
     let mode = if args.yes {
         Mode::ApproveNow {
             user: terminal_user(),

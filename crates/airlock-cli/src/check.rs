@@ -1,10 +1,10 @@
 //! `airlock check`: explain the policy decision for one call, changing nothing.
 
 use std::fmt::Write as _;
-use std::time::{SystemTime, UNIX_EPOCH};
 
+use airlock_broker::now_ms;
 use airlock_core::config::is_profile_name;
-use airlock_core::{Decision, Disposition, Principal, ToolAnnotations, ToolCall, policy};
+use airlock_core::{Decision, Disposition, Policy, Principal, ToolAnnotations, ToolCall, policy};
 use anyhow::anyhow;
 use clap::Args;
 use serde_json::Value;
@@ -12,25 +12,76 @@ use serde_json::Value;
 use crate::workspace::Workspace;
 use crate::{Failure, print};
 
+/// The call a command describes: the same flags for `check` and `call`.
 #[derive(Debug, Args)]
-pub(crate) struct CheckArgs {
+pub(crate) struct CallSpec {
     /// The tool name, as the agent would call it.
-    tool: String,
+    pub tool: String,
     /// The call's arguments, a JSON object.
     #[arg(long, value_name = "JSON", default_value = "{}")]
-    args: String,
+    pub args: String,
     /// The user the call is made for.
     #[arg(long, value_name = "U")]
-    user: Option<String>,
+    pub user: Option<String>,
     /// The agent making the call.
     #[arg(long, value_name = "A")]
-    agent: Option<String>,
+    pub agent: Option<String>,
     /// The session the call belongs to.
     #[arg(long, value_name = "S")]
-    session: Option<String>,
+    pub session: Option<String>,
     /// The profile bound to the call's endpoint [default: default_profile].
     #[arg(long, value_name = "P")]
-    profile: Option<String>,
+    pub profile: Option<String>,
+}
+
+impl CallSpec {
+    /// The `ToolCall` these flags describe; bad input is a usage failure.
+    pub(crate) fn to_call(
+        &self,
+        policy: &Policy,
+        annotations: Option<ToolAnnotations>,
+    ) -> Result<ToolCall, Failure> {
+        if self.tool.is_empty() {
+            return Err(Failure::usage(anyhow!("the tool name must not be empty")));
+        }
+        let arguments: Value = serde_json::from_str(&self.args)
+            .map_err(|error| Failure::usage(anyhow!("--args is not valid JSON: {error}")))?;
+        if !arguments.is_object() {
+            return Err(Failure::usage(anyhow!("--args must be a JSON object")));
+        }
+        if let Some(profile) = &self.profile
+            && !(is_profile_name(profile) && policy.profile_names().any(|name| name == profile))
+        {
+            let known: Vec<&str> = policy.profile_names().collect();
+            return Err(Failure::usage(anyhow!(
+                "unknown profile {profile} (configured: {})",
+                if known.is_empty() {
+                    "none".to_owned()
+                } else {
+                    known.join(", ")
+                }
+            )));
+        }
+        let mut call = ToolCall::new(
+            self.tool.clone(),
+            arguments,
+            policy.origin_of(&self.tool, annotations),
+            now_ms(),
+        );
+        call.principal = Principal {
+            user: self.user.clone(),
+            agent: self.agent.clone(),
+        };
+        call.session = self.session.clone();
+        call.profile = self.profile.clone();
+        Ok(call)
+    }
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CheckArgs {
+    #[command(flatten)]
+    call: CallSpec,
     /// MCP annotations of an upstream tool, a JSON object such as
     /// '{"readOnlyHint": true}'.
     #[arg(long, value_name = "JSON")]
@@ -42,14 +93,6 @@ pub(crate) struct CheckArgs {
 
 pub(crate) fn run(workspace: &Workspace, args: &CheckArgs) -> Result<(), Failure> {
     let policy = &workspace.loaded.policy;
-    if args.tool.is_empty() {
-        return Err(Failure::usage(anyhow!("the tool name must not be empty")));
-    }
-    let arguments: Value = serde_json::from_str(&args.args)
-        .map_err(|error| Failure::usage(anyhow!("--args is not valid JSON: {error}")))?;
-    if !arguments.is_object() {
-        return Err(Failure::usage(anyhow!("--args must be a JSON object")));
-    }
     let annotations = match &args.annotations {
         None => None,
         Some(text) => Some(
@@ -60,37 +103,12 @@ pub(crate) fn run(workspace: &Workspace, args: &CheckArgs) -> Result<(), Failure
             })?,
         ),
     };
-    if let Some(profile) = &args.profile
-        && !(is_profile_name(profile) && policy.profile_names().any(|name| name == profile))
-    {
-        let known: Vec<&str> = policy.profile_names().collect();
-        return Err(Failure::usage(anyhow!(
-            "unknown profile {profile} (configured: {})",
-            if known.is_empty() {
-                "none".to_owned()
-            } else {
-                known.join(", ")
-            }
-        )));
-    }
-
-    let mut call = ToolCall::new(
-        args.tool.clone(),
-        arguments,
-        policy.origin_of(&args.tool, annotations),
-        now_millis(),
-    );
-    call.principal = Principal {
-        user: args.user.clone(),
-        agent: args.agent.clone(),
-    };
-    call.session = args.session.clone();
-    call.profile = args.profile.clone();
+    let call = args.call.to_call(policy, annotations)?;
     let decision = policy::evaluate(policy, &call, &[]);
 
     if args.json {
         let mut object = serde_json::Map::new();
-        object.insert("tool".to_owned(), Value::String(args.tool.clone()));
+        object.insert("tool".to_owned(), Value::String(args.call.tool.clone()));
         if let Value::Object(fields) = serde_json::to_value(&decision).map_err(Failure::internal)? {
             object.extend(fields);
         }
@@ -98,7 +116,7 @@ pub(crate) fn run(workspace: &Workspace, args: &CheckArgs) -> Result<(), Failure
             serde_json::to_string_pretty(&Value::Object(object)).map_err(Failure::internal)?;
         print(&text);
     } else {
-        print(&explain(&args.tool, &decision));
+        print(&explain(&args.call.tool, &decision));
     }
     Ok(())
 }
@@ -141,12 +159,4 @@ fn explain(tool: &str, decision: &Decision) -> String {
         }
     }
     out
-}
-
-fn now_millis() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |elapsed| {
-            u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
-        })
 }

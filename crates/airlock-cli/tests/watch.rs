@@ -46,6 +46,47 @@ impl Terminal {
     }
 }
 
+/// Starts `airlock watch` in `dir` on a fresh pseudo-terminal.
+fn start_watch(dir: &std::path::Path) -> (std::process::Child, Terminal) {
+    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC).unwrap();
+    grantpt(&master).unwrap();
+    unlockpt(&master).unwrap();
+    let slave_name = ptsname(&master, Vec::new()).unwrap();
+    let slave = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(slave_name.to_str().unwrap())
+        .unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .arg("watch")
+        .current_dir(dir)
+        .env("AIRLOCK_USER", "tester")
+        .stdin(slave.try_clone().unwrap())
+        .stdout(slave.try_clone().unwrap())
+        .stderr(slave)
+        .spawn()
+        .unwrap();
+    let master = File::from(master);
+    let mut reader = master.try_clone().unwrap();
+    let (sender, output) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buffer = [0u8; 4096];
+        while let Ok(read) = reader.read(&mut buffer) {
+            if read == 0 || sender.send(buffer[..read].to_vec()).is_err() {
+                break;
+            }
+        }
+    });
+    (
+        child,
+        Terminal {
+            writer: master,
+            output,
+            seen: String::new(),
+        },
+    )
+}
+
 fn airlock(dir: &std::path::Path, args: &[&str]) -> Value {
     let output = Command::new(env!("CARGO_BIN_EXE_airlock"))
         .args(args)
@@ -73,40 +114,7 @@ fn watch_approves_views_denies_and_asks_for_reasons_at_a_terminal() {
     .unwrap();
     std::fs::write(dir.path().join("a.txt"), "old line\n").unwrap();
 
-    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC).unwrap();
-    grantpt(&master).unwrap();
-    unlockpt(&master).unwrap();
-    let slave_name = ptsname(&master, Vec::new()).unwrap();
-    let slave = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(slave_name.to_str().unwrap())
-        .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_airlock"))
-        .arg("watch")
-        .current_dir(dir.path())
-        .env("AIRLOCK_USER", "tester")
-        .stdin(slave.try_clone().unwrap())
-        .stdout(slave.try_clone().unwrap())
-        .stderr(slave)
-        .spawn()
-        .unwrap();
-    let master = File::from(master);
-    let mut reader = master.try_clone().unwrap();
-    let (sender, output) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut buffer = [0u8; 4096];
-        while let Ok(read) = reader.read(&mut buffer) {
-            if read == 0 || sender.send(buffer[..read].to_vec()).is_err() {
-                break;
-            }
-        }
-    });
-    let mut terminal = Terminal {
-        writer: master,
-        output,
-        seen: String::new(),
-    };
+    let (mut child, mut terminal) = start_watch(dir.path());
     terminal.expect("watching for approvals");
 
     // A modification: shown with its diff in colour and a countdown; viewed; approved.
@@ -187,40 +195,7 @@ fn the_countdown_runs_out_and_denies() {
         "file_broker:\n  hitl_ttl_seconds: 2\n",
     )
     .unwrap();
-    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY | OpenptFlags::CLOEXEC).unwrap();
-    grantpt(&master).unwrap();
-    unlockpt(&master).unwrap();
-    let slave_name = ptsname(&master, Vec::new()).unwrap();
-    let slave = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(slave_name.to_str().unwrap())
-        .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_airlock"))
-        .arg("watch")
-        .current_dir(dir.path())
-        .env("AIRLOCK_USER", "tester")
-        .stdin(slave.try_clone().unwrap())
-        .stdout(slave.try_clone().unwrap())
-        .stderr(slave)
-        .spawn()
-        .unwrap();
-    let master = File::from(master);
-    let mut reader = master.try_clone().unwrap();
-    let (sender, output) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut buffer = [0u8; 4096];
-        while let Ok(read) = reader.read(&mut buffer) {
-            if read == 0 || sender.send(buffer[..read].to_vec()).is_err() {
-                break;
-            }
-        }
-    });
-    let mut terminal = Terminal {
-        writer: master,
-        output,
-        seen: String::new(),
-    };
+    let (mut child, mut terminal) = start_watch(dir.path());
     terminal.expect("watching for approvals");
     let id = propose(dir.path(), "late.txt", "x\n");
     terminal.expect(&id);
