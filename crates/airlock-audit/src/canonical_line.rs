@@ -608,27 +608,40 @@ impl<'text> Parser<'text> {
     }
 }
 
+/// `0x01` in every byte of a word.
+pub(crate) const ONES: u64 = 0x0101_0101_0101_0101;
+/// `0x80` in every byte of a word.
+pub(crate) const HIGH: u64 = 0x8080_8080_8080_8080;
+
+/// The eight bytes of `bytes` at `position` as a little-endian word, if there are
+/// eight.
+pub(crate) fn word_at(bytes: &[u8], position: usize) -> Option<u64> {
+    let chunk = bytes.get(position..position.checked_add(8)?)?;
+    let mut word_bytes = [0u8; 8];
+    word_bytes.copy_from_slice(chunk);
+    Some(u64::from_le_bytes(word_bytes))
+}
+
+/// Flags (the high bit of each byte) the bytes of `word` equal to `byte`. The
+/// lowest flag is exact; bytes above it can be flagged falsely, by a borrow.
+pub(crate) fn bytes_equal(word: u64, byte: u8) -> u64 {
+    let zeroed = word ^ (ONES * u64::from(byte));
+    zeroed.wrapping_sub(ONES) & !zeroed & HIGH
+}
+
 /// The index of the first `"`, `\\` or control character at or after `from`, or
 /// `bytes.len()`. Eight bytes at a time while none of them is one.
 fn find_special(bytes: &[u8], from: usize) -> usize {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
     let mut position = from;
-    while let Some(chunk) = bytes.get(position..position + 8) {
-        let mut word_bytes = [0u8; 8];
-        word_bytes.copy_from_slice(chunk);
-        let word = u64::from_le_bytes(word_bytes);
-        let quotes = word ^ (ONES * u64::from(b'"'));
-        let backslashes = word ^ (ONES * u64::from(b'\\'));
-        // Each term is non-zero exactly when some byte is zero (for the XORs) or below
-        // 0x20 (for the word itself).
-        let special = (quotes.wrapping_sub(ONES) & !quotes)
-            | (backslashes.wrapping_sub(ONES) & !backslashes)
-            | (word.wrapping_sub(ONES * 0x20) & !word);
-        if special & HIGH != 0 {
+    while let Some(word) = word_at(bytes, position) {
+        // Quotes, backslashes, and bytes below 0x20.
+        let special = bytes_equal(word, b'"')
+            | bytes_equal(word, b'\\')
+            | (word.wrapping_sub(ONES * 0x20) & !word & HIGH);
+        if special != 0 {
             // The lowest flagged byte is exact (only bytes above it can be flagged
             // falsely, by a borrow).
-            return position + (special & HIGH).trailing_zeros() as usize / 8;
+            return position + special.trailing_zeros() as usize / 8;
         }
         position += 8;
     }

@@ -495,14 +495,9 @@ fn summarize(part: &[u8], hasher: &ChainHasher) -> Vec<Summary> {
 
 /// The index of the first `\n` at or after `from`, eight bytes at a time.
 fn find_newline(bytes: &[u8], from: usize) -> Option<usize> {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGH: u64 = 0x8080_8080_8080_8080;
     let mut position = from;
-    while let Some(chunk) = bytes.get(position..position + 8) {
-        let mut word_bytes = [0u8; 8];
-        word_bytes.copy_from_slice(chunk);
-        let newlines = u64::from_le_bytes(word_bytes) ^ (ONES * u64::from(b'\n'));
-        if newlines.wrapping_sub(ONES) & !newlines & HIGH != 0 {
+    while let Some(word) = crate::canonical_line::word_at(bytes, position) {
+        if crate::canonical_line::bytes_equal(word, b'\n') != 0 {
             break;
         }
         position += 8;

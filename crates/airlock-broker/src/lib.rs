@@ -476,20 +476,7 @@ impl Broker {
         let plan = match airlock_fs::prepare_write(&self.sandbox, &params) {
             Ok(plan) => plan,
             Err(error) => {
-                let envelope = Envelope::failure(
-                    failure_status(error.code()),
-                    "fs.propose_patch",
-                    "write_file",
-                    path,
-                    error.code(),
-                    error.to_string(),
-                );
-                return self.audited(
-                    envelope,
-                    base.event("write_file_propose")
-                        .text("status", "error")
-                        .text("code", error.code().as_str()),
-                );
+                return self.propose_failed(base, path, error.code(), &error.to_string());
             }
         };
 
@@ -569,20 +556,7 @@ impl Broker {
             }
             Err(error) => {
                 let error = BrokerError::from(error);
-                let envelope = Envelope::failure(
-                    Status::Error,
-                    "fs.propose_patch",
-                    "write_file",
-                    path,
-                    error.code(),
-                    error.to_string(),
-                );
-                return self.audited(
-                    envelope,
-                    base.event("write_file_propose")
-                        .text("status", "error")
-                        .text("code", error.code().as_str()),
-                );
+                return self.propose_failed(base, path, error.code(), &error.to_string());
             }
         };
         let (plan, propose_audit) = proposed;
@@ -662,6 +636,31 @@ impl Broker {
                 self.wait(&approval.id)
             }
         }
+    }
+
+    /// A write that could not be proposed: denied for sandbox refusals, an error
+    /// otherwise; audited as a failed `write_file_propose`.
+    fn propose_failed(
+        &self,
+        base: Record,
+        path: Option<&str>,
+        code: ErrorCode,
+        message: &str,
+    ) -> Envelope {
+        let envelope = Envelope::failure(
+            failure_status(code),
+            "fs.propose_patch",
+            "write_file",
+            path,
+            code,
+            message,
+        );
+        self.audited(
+            envelope,
+            base.event("write_file_propose")
+                .text("status", "error")
+                .text("code", code.as_str()),
+        )
     }
 
     fn store_failure(&self, call: &ToolCall, path: Option<&str>, error: StoreError) -> Envelope {
