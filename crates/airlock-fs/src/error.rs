@@ -87,6 +87,31 @@ pub enum FsError {
     #[error("invalid arguments: {message}")]
     InvalidInput { message: String },
 
+    #[error("old_string is empty; give the exact text to replace")]
+    EmptyOldString,
+
+    #[error(
+        "`{path}`: old_string was not found (neither exactly nor with whitespace and punctuation normalised)"
+    )]
+    EditTargetNotFound { path: String },
+
+    /// More than one place matches and the tool may not guess.
+    #[error("{message}")]
+    Ambiguous { message: String },
+
+    #[error("the patch cannot be parsed: {message}")]
+    ParseError { message: String },
+
+    /// A patch chunk that cannot be placed in its file.
+    #[error("{message}")]
+    HunkRejected { message: String },
+
+    #[error("invalid regular expression: {message}")]
+    InvalidRegex { message: String },
+
+    #[error("invalid glob pattern: {message}")]
+    InvalidPattern { message: String },
+
     #[error("{context}: {error}")]
     Io { context: String, error: io::Error },
 }
@@ -120,6 +145,13 @@ impl FsError {
             FsError::TooLarge { .. } => ErrorCode::TooLarge,
             FsError::InlineRequiredTooLarge { .. } => ErrorCode::InlineRequiredTooLarge,
             FsError::Io { .. } => ErrorCode::IoError,
+            FsError::EmptyOldString => ErrorCode::InvalidInputEmptyOldString,
+            FsError::EditTargetNotFound { .. } => ErrorCode::EditTargetNotFound,
+            FsError::Ambiguous { .. } => ErrorCode::Ambiguous,
+            FsError::ParseError { .. } => ErrorCode::ParseError,
+            FsError::HunkRejected { .. } => ErrorCode::HunkRejected,
+            FsError::InvalidRegex { .. } => ErrorCode::InvalidRegex,
+            FsError::InvalidPattern { .. } => ErrorCode::InvalidPattern,
         }
     }
 

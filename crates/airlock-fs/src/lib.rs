@@ -44,11 +44,18 @@
 //! # }
 //! ```
 
+mod blob;
+mod change;
 mod error;
 mod hash;
 mod read;
 mod sandbox;
+mod search;
 mod write;
+
+pub use blob::*;
+pub use change::*;
+pub use search::*;
 
 pub use error::FsError;
 pub use hash::{ContentHasher, sha256_hex, sha256_reader};
