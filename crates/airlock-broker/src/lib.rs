@@ -22,10 +22,10 @@ use airlock_core::config::{ApprovalMode, Config, LoadedConfig};
 use airlock_core::envelope::{DecidedBy, DecisionInfo, Envelope, HitlInfo, Status};
 use airlock_core::policy::Reason;
 use airlock_core::{Decision, Disposition, ErrorCode, Grant, GrantScope, Policy, ToolCall, policy};
-use airlock_fs::{ReadParams, Sandbox, WriteParams, WritePlan};
+use airlock_fs::{ChangePlan, CommitOptions, FsError, ReadParams, Sandbox, UndoFile, WriteParams};
 use airlock_store::{
-    Approval, ApprovalStatus, Created, GrantRow, Limits, NewApproval, Snapshot, Store, StoreError,
-    Verdict,
+    Approval, ApprovalStatus, Created, GrantRow, Limits, NewApproval, Snapshot, SnapshotFile,
+    Store, StoreError, Verdict,
 };
 use serde_json::{Map, Value, json};
 
@@ -126,6 +126,8 @@ pub struct Broker {
     store: Arc<Store>,
     audit: AuditLog,
     root: PathBuf,
+    /// Where multi-file applies keep their journal and the apply lock.
+    journal_dir: PathBuf,
 }
 
 /// Milliseconds since the Unix epoch, now.
@@ -179,7 +181,12 @@ impl Broker {
         let audit_path = root.join(&config.audit.path);
         let (audit, recovery) =
             AuditLog::open(&audit_path, key, Some(Arc::new(HeadInStore(store.clone()))))?;
-        let sandbox = Sandbox::open(&root, &config.file_broker, policy.clone())?;
+        let sandbox = Sandbox::open(&root, &config.file_broker, policy.clone())?
+            .with_blob_dir(state_dir.join("blobs"));
+        let journal_dir = state_dir.join("journal");
+        // Multi-file applies that a crash interrupted after their commit point
+        // are finished before anything else runs.
+        airlock_fs::recover(&sandbox, &journal_dir)?;
         let broker = Broker {
             config,
             policy,
@@ -187,6 +194,7 @@ impl Broker {
             store,
             audit,
             root,
+            journal_dir,
         };
         // What the log's recovery found is recorded in the log itself.
         for record in recovery.records() {
@@ -338,7 +346,10 @@ impl Broker {
 
         match call.tool.as_str() {
             "read_file" => self.read(call, &decision, base),
-            "write_file" => self.write(call, &decision, mode, on_pending, base, now),
+            "grep" | "glob" | "list_dir" | "stat" | "exists" => self.look(call, &decision, base),
+            "write_file" | "edit_file" | "apply_patch" | "delete_file" | "move_file" => {
+                self.write(call, &decision, mode, on_pending, base, now)
+            }
             other => {
                 let envelope = Envelope::failure(
                     Status::Error,
@@ -381,20 +392,63 @@ impl Broker {
     }
 
     fn read(&self, call: &ToolCall, decision: &Decision, base: Record) -> Envelope {
-        let path = call.args.get("path").and_then(Value::as_str);
-        let params: ReadParams = match serde_json::from_value(call.args.clone()) {
-            Ok(params) => params,
-            Err(error) => return self.invalid(call, path, &error.to_string(), base),
-        };
-        let mut record = base.event("read_file");
+        self.read_only(call, decision, base, "read_file", || {
+            let params = ReadParams::from_args(&call.args)?;
+            let data = airlock_fs::read_file(&self.sandbox, &params)?;
+            Ok(serde_json::to_value(&data).unwrap_or(Value::Null))
+        })
+    }
+
+    /// grep, glob, list_dir, stat, exists.
+    fn look(&self, call: &ToolCall, decision: &Decision, base: Record) -> Envelope {
+        self.read_only(call, decision, base, "tool_call", || {
+            let sandbox = &self.sandbox;
+            let args = &call.args;
+            let data = match call.tool.as_str() {
+                "grep" => to_value(airlock_fs::grep(
+                    sandbox,
+                    &airlock_fs::GrepParams::from_args(args)?,
+                )?),
+                "glob" => to_value(airlock_fs::glob(
+                    sandbox,
+                    &airlock_fs::GlobParams::from_args(args)?,
+                )?),
+                "list_dir" => to_value(airlock_fs::list_dir(
+                    sandbox,
+                    &airlock_fs::ListDirParams::from_args(args)?,
+                )?),
+                "stat" => to_value(airlock_fs::stat(
+                    sandbox,
+                    &airlock_fs::StatParams::from_args(args)?,
+                )?),
+                _ => to_value(airlock_fs::exists(
+                    sandbox,
+                    &airlock_fs::StatParams::from_args(args)?,
+                )?),
+            };
+            Ok(data)
+        })
+    }
+
+    /// A read-only tool: allowed (or by a grant) runs it at once; one that a
+    /// profile or rule makes ask is refused, never let through: there is
+    /// nothing to apply later, so reads cannot be proposed.
+    fn read_only(
+        &self,
+        call: &ToolCall,
+        decision: &Decision,
+        base: Record,
+        event: &str,
+        run: impl FnOnce() -> Result<Value, FsError>,
+    ) -> Envelope {
+        let path = call_path(call);
+        let method = method_of(&call.tool);
+        let record = base.event(event);
         if decision.disposition == Disposition::Ask {
-            // Reads that a profile or rule makes ask are not proposals: there is
-            // nothing to apply later. Without an approval channel for reads yet,
-            // they are refused, never let through.
             let envelope = Envelope::failure(
                 Status::Denied,
-                "fs.read",
-                "read_file",
+                method,
+                &call.tool,
                 path,
                 ErrorCode::PolicyDenied,
                 "this read needs approval, and reads cannot be proposed",
@@ -404,24 +458,27 @@ impl Broker {
                 record.text("decision", "deny").text("status", "denied"),
             );
         }
-        match airlock_fs::read_file(&self.sandbox, &params) {
+        match run() {
             Ok(data) => {
-                let data = serde_json::to_value(&data).unwrap_or(Value::Null);
-                record = record
+                let mut record = record
                     .text("decision", "allow")
                     .text("decided_by", decided_by_policy_or_grant(decision))
-                    .text("status", "allowed")
-                    .value("base_hash", data.get("base_hash").cloned())
-                    .value("returned_range", data.get("returned_range").cloned());
-                let mut envelope = Envelope::new(Status::Allowed, "fs.read", "read_file", path);
+                    .text("status", "allowed");
+                for key in ["base_hash", "returned_range", "match_count", "count"] {
+                    record = record.value(key, data.get(key).cloned());
+                }
+                if let Some(blob) = data.get("blob").and_then(|blob| blob.get("blob_ref")) {
+                    record = record.value("blob_ref", Some(blob.clone()));
+                }
+                let mut envelope = Envelope::new(Status::Allowed, method, &call.tool, path);
                 envelope.data = Some(data);
                 self.audited(envelope, record)
             }
             Err(error) => {
                 let envelope = Envelope::failure(
                     failure_status(error.code()),
-                    "fs.read",
-                    "read_file",
+                    method,
+                    &call.tool,
                     path,
                     error.code(),
                     error.to_string(),
@@ -434,6 +491,76 @@ impl Broker {
                 )
             }
         }
+    }
+
+    /// The plan of a write-class call, without side effects.
+    fn plan(&self, call: &ToolCall) -> Result<Planned, FsError> {
+        let sandbox = &self.sandbox;
+        let args = &call.args;
+        let plan = match call.tool.as_str() {
+            "write_file" => ChangePlan::from(airlock_fs::prepare_write(
+                sandbox,
+                &WriteParams::from_args(args)?,
+            )?),
+            "edit_file" => {
+                airlock_fs::prepare_edit(sandbox, &airlock_fs::EditParams::from_args(args)?)?
+            }
+            "delete_file" => {
+                airlock_fs::prepare_delete(sandbox, &airlock_fs::DeleteParams::from_args(args)?)?
+            }
+            "move_file" => {
+                airlock_fs::prepare_move(sandbox, &airlock_fs::MoveParams::from_args(args)?)?
+            }
+            "apply_patch" => {
+                let params = airlock_fs::PatchParams::from_args(args)?;
+                let plan = airlock_fs::prepare_patch(sandbox, &params)?;
+                if params.dry_run {
+                    return Ok(Planned::DryRun(plan));
+                }
+                plan
+            }
+            other => {
+                return Err(FsError::InvalidInput {
+                    message: format!("{other} is not a write tool"),
+                });
+            }
+        };
+        Ok(Planned::Plan(plan))
+    }
+
+    /// `apply_patch` with `dry_run`: what would change, nothing written, no
+    /// approval needed (the policy's denials still apply).
+    fn dry_run(
+        &self,
+        call: &ToolCall,
+        decision: &Decision,
+        plan: &ChangePlan,
+        base: Record,
+    ) -> Envelope {
+        let path = plan.primary_path();
+        let mut envelope = Envelope::new(Status::Allowed, "fs.propose_patch", &call.tool, path);
+        let mut data = json!({
+            "dry_run": true,
+            "summary": plan.summary,
+            "patch_hash": plan.patch_hash,
+            "diff": plan.diff_preview(self.config.file_broker.diff_preview_max_chars),
+        });
+        if let Some(object) = data.as_object_mut() {
+            for (key, value) in &plan.report {
+                object.insert(key.clone(), value.clone());
+            }
+        }
+        envelope.data = Some(data);
+        self.audited(
+            envelope,
+            base.event("tool_call")
+                .text("decision", "allow")
+                .text("decided_by", decided_by_policy_or_grant(decision))
+                .flag("dry_run", true)
+                .value("changed_paths", Some(json!(plan.changed_paths())))
+                .text("patch_hash", &plan.patch_hash)
+                .text("status", "allowed"),
+        )
     }
 
     fn invalid(
@@ -468,15 +595,21 @@ impl Broker {
         base: Record,
         now: u64,
     ) -> Envelope {
-        let path = call.args.get("path").and_then(Value::as_str);
-        let params: WriteParams = match serde_json::from_value(call.args.clone()) {
-            Ok(params) => params,
-            Err(error) => return self.invalid(call, path, &error.to_string(), base),
-        };
-        let plan = match airlock_fs::prepare_write(&self.sandbox, &params) {
-            Ok(plan) => plan,
+        let path = call_path(call);
+        let plan = match self.plan(call) {
+            Ok(Planned::Plan(plan)) => plan,
+            Ok(Planned::DryRun(plan)) => return self.dry_run(call, decision, &plan, base),
+            Err(FsError::InvalidInput { message }) => {
+                return self.invalid(call, path, &message, base);
+            }
             Err(error) => {
-                return self.propose_failed(base, path, error.code(), &error.to_string());
+                return self.propose_failed(
+                    &call.tool,
+                    base,
+                    path,
+                    error.code(),
+                    &error.to_string(),
+                );
             }
         };
 
@@ -498,8 +631,8 @@ impl Broker {
             tool_call_id: call.tool_call_id.clone(),
             risk: decision.risk.as_str().to_owned(),
             decision_json: serde_json::to_string(decision).unwrap_or_default(),
-            path: Some(plan.path.clone()),
-            summary: plan.summary(),
+            path: plan.primary_path().map(str::to_owned),
+            summary: plan.summary.clone(),
             diff: plan.diff.clone(),
             plan_json: serde_json::to_string(&plan).unwrap_or_default(),
             created_ms: now,
@@ -526,7 +659,7 @@ impl Broker {
                     Created::Existing(approval) => (approval, true),
                 };
                 // A duplicate shows the plan that was stored, not a new one.
-                let plan = match serde_json::from_str::<WritePlan>(&approval.plan_json) {
+                let plan = match serde_json::from_str::<ChangePlan>(&approval.plan_json) {
                     Ok(plan) => plan,
                     Err(error) => {
                         return self.error_envelope(
@@ -543,20 +676,27 @@ impl Broker {
                     .event("write_file_propose")
                     .text("hitl_id", &approval.id)
                     .text("status", if asks { "hitl_required" } else { "allowed" })
-                    .flag("created", plan.created)
-                    .value("base_hash", plan.base_hash.clone().map(Value::String))
+                    .flag("created", plan.creates_only())
+                    .value("base_hash", single_base_hash(&plan).map(Value::String))
+                    .value("changed_paths", Some(json!(plan.changed_paths())))
                     .text("patch_hash", &plan.patch_hash);
                 if deduplicated {
                     record = record.flag("deduplicated", true);
                 }
                 let Some(audit) = self.log(record) else {
-                    return audit_unwritable("fs.propose_patch", "write_file", path);
+                    return audit_unwritable("fs.propose_patch", &call.tool, path);
                 };
                 (approval, (plan, audit))
             }
             Err(error) => {
                 let error = BrokerError::from(error);
-                return self.propose_failed(base, path, error.code(), &error.to_string());
+                return self.propose_failed(
+                    &call.tool,
+                    base,
+                    path,
+                    error.code(),
+                    &error.to_string(),
+                );
             }
         };
         let (plan, propose_audit) = proposed;
@@ -583,7 +723,7 @@ impl Broker {
                 );
                 if used.is_none() {
                     self.cancel(&approval.id);
-                    return audit_unwritable("fs.propose_patch", "write_file", path);
+                    return audit_unwritable("fs.propose_patch", &call.tool, path);
                 }
             }
             let verdict = Verdict {
@@ -642,6 +782,7 @@ impl Broker {
     /// otherwise; audited as a failed `write_file_propose`.
     fn propose_failed(
         &self,
+        tool: &str,
         base: Record,
         path: Option<&str>,
         code: ErrorCode,
@@ -650,7 +791,7 @@ impl Broker {
         let envelope = Envelope::failure(
             failure_status(code),
             "fs.propose_patch",
-            "write_file",
+            tool,
             path,
             code,
             message,
@@ -681,7 +822,7 @@ impl Broker {
     fn hitl_required(
         &self,
         approval: &Approval,
-        plan: &WritePlan,
+        plan: &ChangePlan,
         decision: &Decision,
     ) -> Envelope {
         let mut envelope = Envelope::new(
@@ -695,13 +836,14 @@ impl Broker {
             hitl_id: approval.id.clone(),
             ttl_seconds: Some(ttl),
             risk: Some(decision.risk),
-            summary: Some(plan.summary()),
+            summary: Some(plan.summary.clone()),
             diff_preview: Some(plan.diff_preview(self.config.file_broker.diff_preview_max_chars)),
         });
         envelope.data = Some(json!({
-            "path": plan.path,
-            "created": plan.created,
-            "base_hash": plan.base_hash,
+            "path": plan.primary_path(),
+            "changed_paths": plan.changed_paths(),
+            "created": plan.creates_only(),
+            "base_hash": single_base_hash(plan),
             "patch_hash": plan.patch_hash,
             "patch_format": "unified_diff",
         }));
@@ -1029,7 +1171,7 @@ impl Broker {
                 .finish(&approval.id, ApprovalStatus::Failed, &to_json(&envelope));
             envelope
         };
-        let plan: WritePlan = match serde_json::from_str(&approval.plan_json) {
+        let plan: ChangePlan = match serde_json::from_str(&approval.plan_json) {
             Ok(plan) => plan,
             Err(error) => {
                 return fail(
@@ -1038,48 +1180,63 @@ impl Broker {
                 );
             }
         };
-        let after_hash = airlock_core::canonical::sha256_hex(plan.new_content.as_bytes());
+        let hashes = |plan: &ChangePlan| -> Vec<FileHashes> {
+            plan.changes
+                .iter()
+                .map(|change| FileHashes {
+                    path: change.path.clone(),
+                    before_hash: change.before_hash.clone(),
+                    after_hash: change.after_hash(),
+                })
+                .collect()
+        };
         if recovering {
-            // A crash may have come after the rename: if the file already holds the
-            // new content, the apply happened.
-            if let Ok(Some(current)) = airlock_fs::current_hash(&self.sandbox, &plan.path)
-                && current == after_hash
-            {
-                return self.applied(
-                    approval,
-                    &plan,
-                    plan.base_hash.clone(),
-                    after_hash,
-                    decision,
-                    true,
-                );
+            // A crash may have come after the renames: if every file already holds
+            // its new content, the apply happened.
+            if let Ok(true) = airlock_fs::already_applied(&self.sandbox, &plan) {
+                let files = hashes(&plan);
+                return self.applied(approval, &plan, files, decision, true);
             }
         }
         // Keep the before-content first, so undo survives a crash after the write.
-        let before = match airlock_fs::snapshot_before(&self.sandbox, &plan) {
+        let before = match airlock_fs::snapshot(&self.sandbox, &plan) {
             Ok(before) => before,
             Err(error) => return fail(error.code(), error.to_string()),
         };
         let snapshot = Snapshot {
             approval_id: approval.id.clone(),
-            path: plan.path.clone(),
-            before,
-            before_hash: plan.base_hash.clone(),
-            after_hash: after_hash.clone(),
+            files: plan
+                .changes
+                .iter()
+                .zip(before)
+                .map(|(change, before)| SnapshotFile {
+                    path: change.path.clone(),
+                    before,
+                    before_hash: change.before_hash.clone(),
+                    after_hash: change.after_hash(),
+                })
+                .collect(),
             undone: false,
         };
         if let Err(error) = self.store.insert_snapshot(&snapshot) {
             return fail(ErrorCode::IoError, error.to_string());
         }
-        match airlock_fs::commit_write(&self.sandbox, &plan) {
-            Ok(applied) => self.applied(
-                approval,
-                &plan,
-                applied.before_hash,
-                applied.after_hash,
-                decision,
-                recovering,
-            ),
+        let options = CommitOptions {
+            journal_dir: Some(&self.journal_dir),
+            interrupt_after: None,
+        };
+        match airlock_fs::commit(&self.sandbox, &plan, options) {
+            Ok(done) => {
+                let files = done
+                    .into_iter()
+                    .map(|file| FileHashes {
+                        path: file.path,
+                        before_hash: file.before_hash,
+                        after_hash: file.after_hash,
+                    })
+                    .collect();
+                self.applied(approval, &plan, files, decision, recovering)
+            }
             Err(error) => fail(error.code(), error.to_string()),
         }
     }
@@ -1087,25 +1244,33 @@ impl Broker {
     fn applied(
         &self,
         approval: &Approval,
-        plan: &WritePlan,
-        before_hash: Option<String>,
-        after_hash: String,
+        plan: &ChangePlan,
+        files: Vec<FileHashes>,
         decision: DecisionInfo,
         recovered: bool,
     ) -> Envelope {
-        let mut envelope = Envelope::new(
-            Status::Allowed,
-            "fs.apply_patch",
-            &approval.tool,
-            Some(&plan.path),
-        );
-        envelope.data = Some(json!({
-            "path": plan.path,
-            "created": plan.created,
+        let path = plan.primary_path();
+        let mut envelope = Envelope::new(Status::Allowed, "fs.apply_patch", &approval.tool, path);
+        let (before_hash, after_hash) = match files.as_slice() {
+            [one] => (one.before_hash.clone(), one.after_hash.clone()),
+            _ => (None, None),
+        };
+        let mut data = json!({
+            "path": path,
+            "created": plan.creates_only(),
             "before_hash": before_hash,
             "after_hash": after_hash,
             "hitl_id": approval.id,
-        }));
+        });
+        if let Some(object) = data.as_object_mut() {
+            if files.len() > 1 {
+                object.insert("files".to_owned(), json!(files));
+            }
+            for (key, value) in &plan.report {
+                object.insert(key.clone(), value.clone());
+            }
+        }
+        envelope.data = Some(data);
         envelope.hitl = Some(hitl_ref(approval));
         let mut record = Record::for_approval(approval)
             .event("write_file_apply")
@@ -1113,9 +1278,10 @@ impl Broker {
             .text("decided_by", decision.by.as_str())
             .value("user", decision.user.clone().map(Value::String))
             .value("channel", decision.channel.clone().map(Value::String))
-            .flag("created", plan.created)
+            .flag("created", plan.creates_only())
             .value("before_hash", before_hash.map(Value::String))
-            .text("after_hash", &after_hash)
+            .value("after_hash", after_hash.map(Value::String))
+            .value("files", (files.len() > 1).then(|| json!(files)))
             .text("patch_hash", &plan.patch_hash)
             .text("status", "allowed");
         envelope.decision = Some(decision);
@@ -1190,47 +1356,63 @@ impl Broker {
                 format!("{id} was already undone"),
             ));
         }
-        let result = airlock_fs::restore(
-            &self.sandbox,
-            &snapshot.path,
-            &snapshot.after_hash,
-            snapshot.before.as_deref(),
-        );
+        let files: Vec<UndoFile> = snapshot
+            .files
+            .iter()
+            .map(|file| UndoFile {
+                path: file.path.clone(),
+                expected: file.after_hash.clone(),
+                restore: file.before.clone(),
+            })
+            .collect();
+        let options = CommitOptions {
+            journal_dir: Some(&self.journal_dir),
+            interrupt_after: None,
+        };
+        let result = airlock_fs::undo(&self.sandbox, &files, options);
+        let path = approval.path.as_deref();
         let record = Record::for_approval(&approval)
             .event("undo")
             .text("user", user);
         match result {
-            Ok(_) => {
+            Ok(done) => {
                 if !self.store.mark_undone(id)? {
                     return Err(BrokerError::refused(
                         ErrorCode::AlreadyDecided,
                         format!("{id} was already undone"),
                     ));
                 }
-                let mut envelope = Envelope::new(
-                    Status::Allowed,
-                    "fs.undo",
-                    &approval.tool,
-                    Some(&snapshot.path),
-                );
-                envelope.data = Some(json!({
-                    "path": snapshot.path,
-                    "restored_hash": snapshot.before_hash,
-                    "removed": snapshot.before.is_none(),
-                    "hitl_id": id,
-                }));
+                let mut envelope = Envelope::new(Status::Allowed, "fs.undo", &approval.tool, path);
+                let restored: Vec<Value> = snapshot
+                    .files
+                    .iter()
+                    .map(|file| {
+                        json!({
+                            "path": file.path,
+                            "restored_hash": file.before_hash,
+                            "removed": file.before.is_none(),
+                        })
+                    })
+                    .collect();
+                let mut data = json!({"path": path, "hitl_id": id});
+                if let (Some(object), [one]) = (data.as_object_mut(), snapshot.files.as_slice()) {
+                    object.insert("restored_hash".to_owned(), json!(one.before_hash));
+                    object.insert("removed".to_owned(), json!(one.before.is_none()));
+                } else if let Some(object) = data.as_object_mut() {
+                    object.insert("files".to_owned(), Value::Array(restored));
+                }
+                envelope.data = Some(data);
+                let (before_hash, after_hash) = match done.as_slice() {
+                    [one] => (one.before_hash.clone(), one.after_hash.clone()),
+                    _ => (None, None),
+                };
                 Ok(self.audited(
                     envelope,
                     record
                         .text("status", "allowed")
-                        .value(
-                            "before_hash",
-                            Some(Value::String(snapshot.after_hash.clone())),
-                        )
-                        .value(
-                            "after_hash",
-                            snapshot.before_hash.clone().map(Value::String),
-                        ),
+                        .value("before_hash", before_hash.map(Value::String))
+                        .value("after_hash", after_hash.map(Value::String))
+                        .value("files", (done.len() > 1).then(|| json!(done))),
                 ))
             }
             Err(error) => {
@@ -1238,7 +1420,7 @@ impl Broker {
                     Status::Error,
                     "fs.undo",
                     &approval.tool,
-                    Some(&snapshot.path),
+                    path,
                     error.code(),
                     error.to_string(),
                 );
@@ -1251,6 +1433,41 @@ impl Broker {
             }
         }
     }
+}
+
+/// A write-class call, planned.
+enum Planned {
+    Plan(ChangePlan),
+    DryRun(ChangePlan),
+}
+
+/// One file's hashes in an apply's data and audit record.
+#[derive(Debug, Clone, serde::Serialize)]
+struct FileHashes {
+    path: String,
+    before_hash: Option<String>,
+    after_hash: Option<String>,
+}
+
+/// The path a call names, for the envelope's `op.path`: `path`, or a move's
+/// `from`.
+fn call_path(call: &ToolCall) -> Option<&str> {
+    call.args
+        .get("path")
+        .or_else(|| call.args.get("from"))
+        .and_then(Value::as_str)
+}
+
+/// The base hash of a one-file plan.
+fn single_base_hash(plan: &ChangePlan) -> Option<String> {
+    match plan.changes.as_slice() {
+        [one] => one.before_hash.clone(),
+        _ => None,
+    }
+}
+
+fn to_value<T: serde::Serialize>(data: T) -> Value {
+    serde_json::to_value(data).unwrap_or(Value::Null)
 }
 
 /// Whether a process with this id runs (signal 0 probes without signalling).
@@ -1408,6 +1625,11 @@ fn first_denial(decision: &Decision) -> String {
 fn method_of(tool: &str) -> &'static str {
     match tool {
         "read_file" => "fs.read",
+        "grep" => "fs.grep",
+        "glob" => "fs.glob",
+        "list_dir" => "fs.list_dir",
+        "stat" => "fs.stat",
+        "exists" => "fs.exists",
         "write_file" | "edit_file" | "apply_patch" | "delete_file" | "move_file" => {
             "fs.propose_patch"
         }

@@ -955,3 +955,164 @@ fn a_keyed_chain_refuses_to_continue_without_its_key() {
         String::from_utf8_lossy(&verify.stdout)
     );
 }
+
+/// Proposes `tool` with `args` (deferred), checks nothing changed, approves it,
+/// and returns the hitl id and the approval's envelope.
+fn propose_and_approve(ws: &Ws, tool: &str, args: &Value, diff_part: &str) -> (String, Run) {
+    let before: Vec<Option<String>> = ["a.txt", "b.txt", "src/c.txt", "src/d.txt"]
+        .iter()
+        .map(|path| ws.read(path))
+        .collect();
+    let run = ws.run(&["call", tool, "--args", &args.to_string(), "--defer"]);
+    assert_eq!(run.code, 3, "{tool}: {}{}", run.stdout, run.stderr);
+    assert_eq!(run.json["status"], "hitl_required");
+    assert_eq!(run.json["op"]["tool"], tool);
+    let after: Vec<Option<String>> = ["a.txt", "b.txt", "src/c.txt", "src/d.txt"]
+        .iter()
+        .map(|path| ws.read(path))
+        .collect();
+    assert_eq!(before, after, "{tool} must only propose");
+    let id = run.json["hitl"]["hitl_id"].as_str().unwrap().to_owned();
+    let show = ws.run(&["show", &id]);
+    assert!(show.stdout.contains(diff_part), "{tool}: {}", show.stdout);
+    let approve = ws.run(&["approve", &id, "--reason", "reviewed"]);
+    assert_eq!(
+        approve.code, 0,
+        "{tool}: {}{}",
+        approve.stdout, approve.stderr
+    );
+    assert_eq!(approve.json["status"], "allowed");
+    (id, approve)
+}
+
+fn tool_workspace() -> Ws {
+    let ws = Ws::new("");
+    ws.write("a.txt", "alpha\nbeta\ngamma\n");
+    ws.write("b.txt", "one\ntwo\n");
+    ws.write("src/c.txt", "c\n");
+    ws
+}
+
+#[test]
+fn every_write_tool_proposes_applies_and_undoes_like_write_file() {
+    let ws = tool_workspace();
+    let edit = json!({"path": "a.txt", "old_string": "beta", "new_string": "BETA"});
+    let (edit_id, run) = propose_and_approve(&ws, "edit_file", &edit, "-beta\n+BETA");
+    assert_eq!(run.json["data"]["replacements"], 1);
+    assert_eq!(
+        run.json["data"]["summary_text"],
+        "Updated a.txt (1 replacements)"
+    );
+    assert_eq!(ws.read("a.txt").as_deref(), Some("alpha\nBETA\ngamma\n"));
+
+    let patch = "*** Begin Patch\n*** Update File: b.txt\n@@\n one\n-two\n+TWO\n\
+                 *** Add File: src/d.txt\n+dee\n*** Delete File: src/c.txt\n*** End Patch\n";
+    let (patch_id, run) = propose_and_approve(
+        &ws,
+        "apply_patch",
+        &json!({"patch": patch}),
+        "--- a/src/c.txt\n+++ /dev/null",
+    );
+    assert_eq!(
+        run.json["data"]["changed_paths"],
+        json!(["b.txt", "src/c.txt", "src/d.txt"])
+    );
+    assert_eq!(
+        run.json["data"]["ops"],
+        json!({"add": 1, "update": 1, "delete": 1, "move": 0})
+    );
+    assert_eq!(ws.read("b.txt").as_deref(), Some("one\nTWO\n"));
+    assert_eq!(ws.read("src/d.txt").as_deref(), Some("dee\n"));
+    assert_eq!(ws.read("src/c.txt"), None);
+
+    let (move_id, _) = propose_and_approve(
+        &ws,
+        "move_file",
+        &json!({"from": "src/d.txt", "to": "src/e.txt"}),
+        "--- a/src/d.txt\n+++ b/src/e.txt",
+    );
+    assert_eq!(ws.read("src/d.txt"), None);
+    assert_eq!(ws.read("src/e.txt").as_deref(), Some("dee\n"));
+
+    let (delete_id, _) = propose_and_approve(
+        &ws,
+        "delete_file",
+        &json!({"path": "b.txt"}),
+        "+++ /dev/null",
+    );
+    assert_eq!(ws.read("b.txt"), None);
+
+    // Every proposal and apply is in the log under its own tool.
+    let applies: Vec<(String, String)> = ws
+        .audit()
+        .iter()
+        .filter(|r| r["event"] == "write_file_apply")
+        .map(|r| {
+            (
+                r["tool"].as_str().unwrap().to_owned(),
+                r["status"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        applies,
+        ["edit_file", "apply_patch", "move_file", "delete_file"]
+            .map(|t| (t.to_owned(), "allowed".to_owned()))
+            .to_vec()
+    );
+
+    // Undo, newest first, puts everything back.
+    for id in [&delete_id, &move_id, &patch_id, &edit_id] {
+        let undo = ws.run(&["undo", id]);
+        assert_eq!(undo.code, 0, "{}{}", undo.stdout, undo.stderr);
+    }
+    assert_eq!(ws.read("a.txt").as_deref(), Some("alpha\nbeta\ngamma\n"));
+    assert_eq!(ws.read("b.txt").as_deref(), Some("one\ntwo\n"));
+    assert_eq!(ws.read("src/c.txt").as_deref(), Some("c\n"));
+    assert_eq!(ws.read("src/d.txt"), None);
+    assert_eq!(ws.read("src/e.txt"), None);
+    let verify = ws.run(&["audit", "verify"]);
+    assert_eq!(verify.code, 0, "{}", verify.stdout);
+}
+
+#[test]
+fn a_patch_approved_after_one_of_its_files_changed_applies_nothing() {
+    let ws = tool_workspace();
+    let patch = "*** Begin Patch\n*** Update File: a.txt\n@@\n-alpha\n+ALPHA\n\
+                 *** Update File: b.txt\n@@\n-one\n+ONE\n*** End Patch\n";
+    let run = ws.run(&[
+        "call",
+        "apply_patch",
+        "--args",
+        &json!({"patch": patch}).to_string(),
+        "--defer",
+    ]);
+    assert_eq!(run.code, 3, "{}{}", run.stdout, run.stderr);
+    let id = run.json["hitl"]["hitl_id"].as_str().unwrap().to_owned();
+    ws.write("b.txt", "one\ntwo\nthree\n");
+    let approve = ws.run(&["approve", &id, "--reason", "ok"]);
+    assert_eq!(approve.code, 5, "{}", approve.stdout);
+    assert_eq!(approve.json["error"]["code"], "stale");
+    assert_eq!(ws.read("a.txt").as_deref(), Some("alpha\nbeta\ngamma\n"));
+    assert_eq!(ws.read("b.txt").as_deref(), Some("one\ntwo\nthree\n"));
+}
+
+#[test]
+fn a_patch_dry_run_writes_nothing_and_asks_nobody() {
+    let ws = tool_workspace();
+    let patch = "*** Begin Patch\n*** Update File: a.txt\n@@\n-alpha\n+ALPHA\n*** End Patch\n";
+    let args = json!({"patch": patch, "dry_run": true}).to_string();
+    let run = ws.run(&["call", "apply_patch", "--args", &args, "--defer"]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    assert_eq!(run.json["data"]["dry_run"], true);
+    assert_eq!(run.json["data"]["changed_paths"], json!(["a.txt"]));
+    assert!(
+        run.json["data"]["diff"]
+            .as_str()
+            .unwrap()
+            .contains("-alpha\n+ALPHA")
+    );
+    assert_eq!(ws.read("a.txt").as_deref(), Some("alpha\nbeta\ngamma\n"));
+    let pending = ws.run(&["pending", "--json"]);
+    assert_eq!(pending.json, json!([]));
+}

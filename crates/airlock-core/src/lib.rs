@@ -25,8 +25,10 @@
 pub mod call;
 pub mod canonical;
 pub mod config;
+pub mod edit;
 pub mod envelope;
 pub mod error_code;
+pub mod patch;
 pub mod policy;
 pub mod redact;
 pub mod tools;

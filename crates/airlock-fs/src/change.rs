@@ -1,1 +1,950 @@
-//! (in progress)
+//! Change plans: what every write-class tool proposes, and the one engine that
+//! applies them.
+//!
+//! A [`ChangePlan`] is a list of [`FileChange`]s, one per path: the hash the
+//! file must have (or its absence) and what it becomes (new bytes, or absence).
+//! A write or edit is one change; a delete is one change to absence; a move is
+//! two (the source to absence, the target from absence, marked `moved_from`);
+//! a patch is any number. The plan carries one unified diff over all its files
+//! and the hash of that diff; a human approves the diff.
+//!
+//! [`commit`] applies a plan all or nothing:
+//!
+//! 1. every path is resolved afresh (every sandbox check again) and must lead
+//!    where it led when the plan was made;
+//! 2. under an exclusive workspace lock (`apply.lock` in the journal directory)
+//!    and exclusive `flock`s on every directory involved (taken in path order,
+//!    so two commits never deadlock), each file's current content is read and
+//!    its hash compared with the plan's: any difference is `stale`, and nothing
+//!    is written;
+//! 3. the diff is derived again from the current contents and must be the one
+//!    that was approved;
+//! 4. one change is placed with a single atomic rename (or unlink). Several are
+//!    staged first (each new content in a temporary file next to its target,
+//!    fsynced), then a journal naming every step is written and fsynced in the
+//!    journal directory (the commit point), then the renames and unlinks run,
+//!    and the journal is removed. A crash after the commit point is rolled
+//!    forward by [`recover`] on the next start; a crash before it leaves only
+//!    temporary files, never a changed target.
+//!
+//! [`undo`] reverts an applied plan through the same engine, with `conflict`
+//! instead of `stale` when a file no longer holds what was applied.
+
+use std::borrow::Cow;
+use std::fs::File;
+use std::io::Write as _;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{AtFlags, FlockOperation, Mode, OFlags};
+use rustix::io::Errno;
+use serde::{Deserialize, Serialize};
+use similar::TextDiff;
+use uuid::Uuid;
+
+use crate::error::FsError;
+use crate::hash::sha256_hex;
+use crate::sandbox::{Access, Sandbox, SandboxedPath, sync_directory};
+use crate::write::{
+    Placement, WritePlan, fill, lock_directory, permission_bits, place, read_named,
+};
+
+/// One file's transition in a plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileChange {
+    /// The requested path, normalized, root-relative.
+    pub path: String,
+    /// What `path` resolved to when the plan was made.
+    pub resolved_path: String,
+    /// Hash of the content the change replaces; `None`: the file must not exist.
+    pub before_hash: Option<String>,
+    /// The new content; `None`: the file is removed.
+    #[serde(with = "content")]
+    pub after: Option<Vec<u8>>,
+    /// Create missing parent directories (each within the create allowlist).
+    #[serde(default)]
+    pub create_parents: bool,
+    /// For the target of a move: the path it moves from (display only; the
+    /// source is its own change to absence).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub moved_from: Option<String>,
+}
+
+impl FileChange {
+    /// Hash of the content after the change; `None` when the file is removed.
+    pub fn after_hash(&self) -> Option<String> {
+        self.after.as_deref().map(sha256_hex)
+    }
+
+    /// `CREATE FILE p`, `MODIFY p`, `DELETE p` or `MOVE a -> b`, with
+    /// ` (-> resolved)` when a symlink makes it land elsewhere.
+    pub fn summary(&self) -> String {
+        let text = match (&self.moved_from, &self.before_hash, &self.after) {
+            (Some(from), _, _) => format!("MOVE {from} -> {}", self.path),
+            (None, None, _) => format!("CREATE FILE {}", self.path),
+            (None, Some(_), Some(_)) => format!("MODIFY {}", self.path),
+            (None, Some(_), None) => format!("DELETE {}", self.path),
+        };
+        if self.resolved_path == self.path {
+            text
+        } else {
+            format!("{text} (-> {})", self.resolved_path)
+        }
+    }
+}
+
+/// A prepared change to one or more files, waiting for a decision. Plain data
+/// (serde), so another process can apply it later.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChangePlan {
+    /// The tool that proposed it.
+    pub tool: String,
+    /// One line for a human: `MODIFY src/a.rs`, `PATCH 2 files: …`.
+    pub summary: String,
+    /// One change per path, in the order they are shown.
+    pub changes: Vec<FileChange>,
+    /// One unified diff over all files.
+    pub diff: String,
+    /// Hash of `diff`.
+    pub patch_hash: String,
+    /// Tool-specific result fields, added to the applied call's `data`.
+    #[serde(default)]
+    pub report: serde_json::Map<String, serde_json::Value>,
+}
+
+impl ChangePlan {
+    /// A plan over `changes`, whose current contents are `olds` (same order).
+    pub fn new(
+        tool: &str,
+        summary: String,
+        changes: Vec<FileChange>,
+        olds: &[Option<&[u8]>],
+        report: serde_json::Map<String, serde_json::Value>,
+    ) -> ChangePlan {
+        let diff = render_diff(&changes, olds);
+        ChangePlan {
+            tool: tool.to_owned(),
+            summary,
+            patch_hash: sha256_hex(&diff),
+            diff,
+            changes,
+            report,
+        }
+    }
+
+    /// The path shown first (the approval's `path`).
+    pub fn primary_path(&self) -> Option<&str> {
+        self.changes
+            .iter()
+            .find(|change| change.moved_from.is_none() || self.changes.len() == 1)
+            .or_else(|| self.changes.first())
+            .map(|change| change.moved_from.as_deref().unwrap_or(&change.path))
+    }
+
+    /// Every path the plan changes, sorted.
+    pub fn changed_paths(&self) -> Vec<String> {
+        let mut paths: Vec<String> = self
+            .changes
+            .iter()
+            .map(|change| change.path.clone())
+            .collect();
+        paths.sort();
+        paths
+    }
+
+    /// Whether this is the creation of a single new file.
+    pub fn creates_only(&self) -> bool {
+        self.changes
+            .iter()
+            .all(|change| change.before_hash.is_none())
+    }
+
+    /// The diff, cut after `max_chars` characters with a closing line saying so.
+    pub fn diff_preview(&self, max_chars: u64) -> String {
+        preview(&self.diff, max_chars)
+    }
+}
+
+impl From<WritePlan> for ChangePlan {
+    fn from(plan: WritePlan) -> ChangePlan {
+        let summary = plan.summary();
+        let change = FileChange {
+            path: plan.path,
+            resolved_path: plan.resolved_path,
+            before_hash: plan.base_hash,
+            after: Some(plan.new_content.into_bytes()),
+            create_parents: plan.create_parents,
+            moved_from: None,
+        };
+        ChangePlan {
+            tool: "write_file".to_owned(),
+            summary,
+            changes: vec![change],
+            diff: plan.diff,
+            patch_hash: plan.patch_hash,
+            report: serde_json::Map::new(),
+        }
+    }
+}
+
+/// What [`commit`] or [`undo`] did to one file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileApplied {
+    pub path: String,
+    /// `None`: the file did not exist.
+    pub before_hash: Option<String>,
+    /// `None`: the file no longer exists.
+    pub after_hash: Option<String>,
+}
+
+/// One file of an undo: it must hold `expected` (`None`: be absent), and gets
+/// `restore` back (`None`: is removed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UndoFile {
+    pub path: String,
+    pub expected: Option<String>,
+    pub restore: Option<Vec<u8>>,
+}
+
+/// Where a commit keeps its lock and journal.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CommitOptions<'a> {
+    /// The journal directory (in the state dir). Without one, only single-file
+    /// plans can be applied, and commits are serialized by directory locks only.
+    pub journal_dir: Option<&'a Path>,
+    /// Testing crash recovery: stop (as a crash would) after this many steps of
+    /// a journaled commit, leaving the journal behind.
+    #[doc(hidden)]
+    pub interrupt_after: Option<usize>,
+}
+
+/// The content a plan is about to replace, per change (`None` where the file
+/// does not exist), checked against the plan's hashes like [`commit`] does, so
+/// it is a faithful snapshot for undo.
+pub fn snapshot(sandbox: &Sandbox, plan: &ChangePlan) -> Result<Vec<Option<Vec<u8>>>, FsError> {
+    plan.changes
+        .iter()
+        .map(|change| {
+            let target = resolve_change(sandbox, change)?;
+            let current = crate::write::read_current(&target)?.map(|(bytes, _)| bytes);
+            let hash = current.as_deref().map(sha256_hex);
+            check_hash(
+                &change.path,
+                change.before_hash.as_deref(),
+                hash.as_deref(),
+                Mismatch::Stale,
+            )?;
+            Ok(current)
+        })
+        .collect()
+}
+
+/// Whether every file of the plan already holds its after-state (a crash came
+/// after the apply).
+pub fn already_applied(sandbox: &Sandbox, plan: &ChangePlan) -> Result<bool, FsError> {
+    for change in &plan.changes {
+        let current = crate::write::current_hash(sandbox, &change.path)?;
+        if current != change.after_hash() {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Applies a plan, if every file is still what it was made against.
+pub fn commit(
+    sandbox: &Sandbox,
+    plan: &ChangePlan,
+    options: CommitOptions<'_>,
+) -> Result<Vec<FileApplied>, FsError> {
+    for change in &plan.changes {
+        if let Some(after) = &change.after {
+            crate::write::check_size(sandbox, after.len() as u64)?;
+        }
+    }
+    let steps: Vec<Step<'_>> = plan
+        .changes
+        .iter()
+        .map(|change| Step {
+            path: &change.path,
+            resolved: Some(&change.resolved_path),
+            expected: change.before_hash.as_deref(),
+            after: change.after.as_deref(),
+            create_parents: change.create_parents,
+        })
+        .collect();
+    let verify = |olds: &[Option<Vec<u8>>]| {
+        let olds: Vec<Option<&[u8]>> = olds.iter().map(Option::as_deref).collect();
+        let diff = render_diff(&plan.changes, &olds);
+        if diff != plan.diff || sha256_hex(&diff) != plan.patch_hash {
+            return Err(FsError::InvalidInput {
+                message: format!(
+                    "the plan for `{}` does not match its own diff or patch hash",
+                    plan.primary_path().unwrap_or("")
+                ),
+            });
+        }
+        Ok(())
+    };
+    apply_steps(sandbox, &steps, options, Mismatch::Stale, true, &verify)
+}
+
+/// Reverts an applied change: every file must still hold what was applied,
+/// else `conflict` and nothing changes.
+pub fn undo(
+    sandbox: &Sandbox,
+    files: &[UndoFile],
+    options: CommitOptions<'_>,
+) -> Result<Vec<FileApplied>, FsError> {
+    let steps: Vec<Step<'_>> = files
+        .iter()
+        .map(|file| Step {
+            path: &file.path,
+            resolved: None,
+            expected: file.expected.as_deref(),
+            after: file.restore.as_deref(),
+            create_parents: true,
+        })
+        .collect();
+    apply_steps(sandbox, &steps, options, Mismatch::Conflict, false, &|_| {
+        Ok(())
+    })
+}
+
+/// Rolls forward every journaled commit that a crash interrupted after its
+/// commit point. Returns how many there were.
+pub fn recover(sandbox: &Sandbox, journal_dir: &Path) -> Result<usize, FsError> {
+    let entries = match std::fs::read_dir(journal_dir) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(error) => {
+            return Err(FsError::io(
+                format!("cannot list {}", journal_dir.display()),
+                error,
+            ));
+        }
+    };
+    let _lock = workspace_lock(journal_dir)?;
+    let mut recovered = 0;
+    let mut paths: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
+        .collect();
+    paths.sort();
+    for path in paths {
+        let text = std::fs::read_to_string(&path)
+            .map_err(|error| FsError::io(format!("cannot read {}", path.display()), error))?;
+        let journal: Journal = serde_json::from_str(&text).map_err(|error| FsError::Io {
+            context: format!("journal {} is unreadable", path.display()),
+            error: std::io::Error::other(error.to_string()),
+        })?;
+        roll_forward(sandbox, &journal)?;
+        std::fs::remove_file(&path)
+            .map_err(|error| FsError::io(format!("cannot remove {}", path.display()), error))?;
+        sync_path_dir(journal_dir)?;
+        recovered += 1;
+    }
+    Ok(recovered)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mismatch {
+    Stale,
+    Conflict,
+}
+
+struct Step<'a> {
+    path: &'a str,
+    /// Where the path must resolve (plans); `None` for undo.
+    resolved: Option<&'a str>,
+    expected: Option<&'a str>,
+    after: Option<&'a [u8]>,
+    create_parents: bool,
+}
+
+/// A journal: the steps of a commit past its commit point.
+#[derive(Debug, Serialize, Deserialize)]
+struct Journal {
+    id: String,
+    steps: Vec<JournalStep>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct JournalStep {
+    /// The directory, canonical and root-relative.
+    dir: String,
+    name: String,
+    action: Action,
+    /// The staged new content (replace and create).
+    temp: Option<String>,
+    /// The hash the file had (delete: it is removed only if it still has it).
+    before_hash: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Action {
+    Replace,
+    Create,
+    Delete,
+}
+
+/// A step resolved, checked and (for several) staged.
+struct Ready {
+    path: String,
+    dir: OwnedFd,
+    name: String,
+    action: Action,
+    placement: Placement,
+    temp: Option<String>,
+    before: Option<Vec<u8>>,
+    before_hash: Option<String>,
+    after_hash: Option<String>,
+}
+
+/// Checks the current contents (in step order) under the locks.
+type Verify<'a> = &'a dyn Fn(&[Option<Vec<u8>>]) -> Result<(), FsError>;
+
+fn apply_steps(
+    sandbox: &Sandbox,
+    steps: &[Step<'_>],
+    options: CommitOptions<'_>,
+    mismatch: Mismatch,
+    check_create: bool,
+    verify: Verify<'_>,
+) -> Result<Vec<FileApplied>, FsError> {
+    if steps.len() > 1 && options.journal_dir.is_none() {
+        return Err(FsError::InvalidInput {
+            message: "a change to several files needs a journal directory".to_owned(),
+        });
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    let mut targets = Vec::with_capacity(steps.len());
+    for step in steps {
+        let target = sandbox.resolve_checked("path", step.path, Access::Write, check_create)?;
+        if let Some(resolved) = step.resolved
+            && target.resolved() != resolved
+        {
+            return Err(mismatch_error(
+                mismatch,
+                step.path,
+                &format!(
+                    "it now resolves to `{}`, not `{resolved}`",
+                    target.resolved()
+                ),
+            ));
+        }
+        if !seen.insert(target.resolved().to_owned()) {
+            return Err(FsError::InvalidInput {
+                message: format!("`{}` is changed twice in one plan", target.resolved()),
+            });
+        }
+        // An early answer, before any lock or parent directory.
+        match (step.expected, target.exists()) {
+            (None, true) => {
+                return Err(mismatch_error(
+                    mismatch,
+                    step.path,
+                    "the file was created since",
+                ));
+            }
+            (Some(_), false) => {
+                return Err(mismatch_error(
+                    mismatch,
+                    step.path,
+                    "the file was removed since",
+                ));
+            }
+            _ => {}
+        }
+        targets.push(target);
+    }
+
+    let _workspace = options.journal_dir.map(workspace_lock).transpose()?;
+    let _directories = lock_directories(&targets)?;
+
+    // Under the locks: what each file holds now.
+    let mut olds = Vec::with_capacity(steps.len());
+    let mut stats = Vec::with_capacity(steps.len());
+    for (step, target) in steps.iter().zip(&targets) {
+        let current = match target.existing_entry() {
+            Some((parent, name)) => read_named(parent, name, step.path)?,
+            None => {
+                if !target.still_missing()? {
+                    return Err(mismatch_error(
+                        mismatch,
+                        step.path,
+                        "the file was created since",
+                    ));
+                }
+                None
+            }
+        };
+        let hash = current.as_ref().map(|(bytes, _)| sha256_hex(bytes));
+        check_hash(step.path, step.expected, hash.as_deref(), mismatch)?;
+        let (bytes, stat) = match current {
+            Some((bytes, stat)) => (Some(bytes), Some(stat)),
+            None => (None, None),
+        };
+        olds.push(bytes);
+        stats.push(stat);
+    }
+    verify(&olds)?;
+
+    let mut ready = Vec::with_capacity(steps.len());
+    for (((step, target), before), stat) in steps.iter().zip(&targets).zip(olds).zip(stats) {
+        let (dir, name) = target.directory_for_write(step.create_parents)?;
+        let (action, placement) = match (&stat, step.after) {
+            (Some(stat), Some(_)) => (
+                Action::Replace,
+                Placement::Replace {
+                    mode: permission_bits(stat),
+                },
+            ),
+            (None, _) => (Action::Create, Placement::CreateNew),
+            (Some(_), None) => (Action::Delete, Placement::CreateNew),
+        };
+        ready.push(Ready {
+            path: step.path.to_owned(),
+            dir,
+            name,
+            action,
+            placement,
+            temp: None,
+            before_hash: before.as_deref().map(sha256_hex),
+            before,
+            after_hash: step.after.map(sha256_hex),
+        });
+    }
+
+    if ready.len() == 1 {
+        let (step, one) = (&steps[0], &ready[0]);
+        match step.after {
+            Some(after) => crate::write::write_atomically(
+                &one.dir,
+                &one.name,
+                after,
+                one.placement,
+                &one.path,
+            )?,
+            None => remove(&one.dir, &one.name, &one.path)?,
+        }
+    } else if !ready.is_empty() {
+        let journal_dir = options.journal_dir.ok_or_else(|| FsError::InvalidInput {
+            message: "a change to several files needs a journal directory".to_owned(),
+        })?;
+        commit_journaled(sandbox, steps, &mut ready, journal_dir, options)?;
+    }
+
+    Ok(ready
+        .into_iter()
+        .map(|one| FileApplied {
+            path: one.path,
+            before_hash: one.before_hash,
+            after_hash: one.after_hash,
+        })
+        .collect())
+}
+
+fn commit_journaled(
+    sandbox: &Sandbox,
+    steps: &[Step<'_>],
+    ready: &mut [Ready],
+    journal_dir: &Path,
+    options: CommitOptions<'_>,
+) -> Result<(), FsError> {
+    // Stage every new content next to its target.
+    let staged = stage_all(steps, ready);
+    if let Err(error) = staged {
+        discard_temps(ready);
+        return Err(error);
+    }
+    let mut journal = Journal {
+        id: Uuid::new_v4().simple().to_string(),
+        steps: Vec::with_capacity(ready.len()),
+    };
+    for one in ready.iter() {
+        journal.steps.push(JournalStep {
+            dir: relative_dir(sandbox, &one.dir)?,
+            name: one.name.clone(),
+            action: one.action,
+            temp: one.temp.clone(),
+            before_hash: one.before_hash.clone(),
+        });
+    }
+    let journal_path = journal_dir.join(format!("{}.json", journal.id));
+    if let Err(error) = write_journal(&journal_path, &journal) {
+        discard_temps(ready);
+        return Err(error);
+    }
+    // Past the commit point: every step runs, or recovery finishes them.
+    for (done, one) in ready.iter().enumerate() {
+        if options.interrupt_after == Some(done) {
+            return Err(FsError::io(
+                "commit interrupted for a test",
+                std::io::Error::other("interrupted"),
+            ));
+        }
+        let result = match (&one.temp, one.action) {
+            (Some(temp), _) => place(&one.dir, temp, &one.name, one.placement, &one.path),
+            (None, _) => remove(&one.dir, &one.name, &one.path),
+        };
+        if let Err(error) = result {
+            // Put back what was done (best effort), so the plan is all or
+            // nothing even when a step fails, and drop the journal.
+            roll_back(&ready[..done]);
+            discard_temps(&ready[done..]);
+            let _ = std::fs::remove_file(&journal_path);
+            return Err(error);
+        }
+    }
+    for one in ready.iter() {
+        sync_directory(&one.dir)?;
+    }
+    std::fs::remove_file(&journal_path)
+        .map_err(|error| FsError::io(format!("cannot remove {}", journal_path.display()), error))?;
+    sync_path_dir(journal_dir)
+}
+
+fn stage_all(steps: &[Step<'_>], ready: &mut [Ready]) -> Result<(), FsError> {
+    for (step, one) in steps.iter().zip(ready.iter_mut()) {
+        if let Some(after) = step.after {
+            one.temp = Some(stage(&one.dir, after, one.placement, &one.path)?);
+        }
+    }
+    Ok(())
+}
+
+/// Writes `bytes` to a new temporary file in `dir`, fsynced; returns its name.
+fn stage(dir: &OwnedFd, bytes: &[u8], placement: Placement, path: &str) -> Result<String, FsError> {
+    let temp = format!(".airlock-tmp-{}", Uuid::new_v4().simple());
+    let create_mode = match placement {
+        Placement::Replace { mode } => mode,
+        Placement::CreateNew => Mode::from_raw_mode(0o666),
+    };
+    let fd = rustix::fs::openat(
+        dir,
+        temp.as_str(),
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        create_mode,
+    )
+    .map_err(|errno| {
+        FsError::io(
+            format!("cannot create a temporary file next to `{path}`"),
+            errno,
+        )
+    })?;
+    let mut file = File::from(fd);
+    if let Err(error) = fill(&mut file, bytes, placement) {
+        let _ = rustix::fs::unlinkat(dir, temp.as_str(), AtFlags::empty());
+        return Err(FsError::io(format!("cannot write `{path}`"), error));
+    }
+    Ok(temp)
+}
+
+fn discard_temps(ready: &[Ready]) {
+    for one in ready {
+        if let Some(temp) = &one.temp {
+            let _ = rustix::fs::unlinkat(&one.dir, temp.as_str(), AtFlags::empty());
+        }
+    }
+}
+
+/// Undoes the steps already placed, newest first (best effort).
+fn roll_back(done: &[Ready]) {
+    for one in done.iter().rev() {
+        let _ = match (&one.before, one.action) {
+            (Some(before), Action::Replace | Action::Delete) => {
+                let placement = match one.action {
+                    Action::Replace => one.placement,
+                    Action::Create | Action::Delete => Placement::CreateNew,
+                };
+                crate::write::write_atomically(&one.dir, &one.name, before, placement, &one.path)
+            }
+            _ => remove(&one.dir, &one.name, &one.path),
+        };
+    }
+}
+
+fn remove(dir: &OwnedFd, name: &str, path: &str) -> Result<(), FsError> {
+    rustix::fs::unlinkat(dir, name, AtFlags::empty()).map_err(|errno| match errno {
+        Errno::ISDIR | Errno::PERM => FsError::IsDirectory {
+            path: path.to_owned(),
+        },
+        errno => FsError::io(format!("cannot remove `{path}`"), errno),
+    })?;
+    sync_directory(dir)
+}
+
+fn roll_forward(sandbox: &Sandbox, journal: &Journal) -> Result<(), FsError> {
+    for step in &journal.steps {
+        let dir = sandbox.open_directory(&step.dir)?;
+        match (&step.temp, step.action) {
+            (Some(temp), _) => {
+                match rustix::fs::renameat(&dir, temp.as_str(), &dir, step.name.as_str()) {
+                    // Already placed before the crash.
+                    Ok(()) | Err(Errno::NOENT) => {}
+                    Err(errno) => {
+                        return Err(FsError::io(
+                            format!("cannot finish the journaled write of `{}`", step.name),
+                            errno,
+                        ));
+                    }
+                }
+            }
+            (None, _) => {
+                // Removed only if it still holds what the plan removed.
+                let current = read_named(&dir, &step.name, &step.name)?;
+                let hash = current.as_ref().map(|(bytes, _)| sha256_hex(bytes));
+                if hash.is_some() && hash == step.before_hash {
+                    remove(&dir, &step.name, &step.name)?;
+                }
+            }
+        }
+        sync_directory(&dir)?;
+    }
+    Ok(())
+}
+
+fn write_journal(path: &Path, journal: &Journal) -> Result<(), FsError> {
+    let text = serde_json::to_vec_pretty(journal).map_err(|error| FsError::Io {
+        context: "cannot encode the journal".to_owned(),
+        error: std::io::Error::other(error.to_string()),
+    })?;
+    let temp = path.with_extension("tmp");
+    let cannot =
+        |error: std::io::Error| FsError::io(format!("cannot write {}", path.display()), error);
+    let mut file = File::create(&temp).map_err(cannot)?;
+    file.write_all(&text).map_err(cannot)?;
+    file.sync_all().map_err(cannot)?;
+    drop(file);
+    std::fs::rename(&temp, path).map_err(cannot)?;
+    match path.parent() {
+        Some(dir) => sync_path_dir(dir),
+        None => Ok(()),
+    }
+}
+
+fn sync_path_dir(dir: &Path) -> Result<(), FsError> {
+    File::open(dir)
+        .and_then(|file| file.sync_all())
+        .map_err(|error| FsError::io(format!("cannot sync {}", dir.display()), error))
+}
+
+/// The workspace-wide apply lock in the journal directory: applies by airlock
+/// processes never interleave.
+fn workspace_lock(journal_dir: &Path) -> Result<File, FsError> {
+    std::fs::create_dir_all(journal_dir)
+        .map_err(|error| FsError::io(format!("cannot create {}", journal_dir.display()), error))?;
+    let path = journal_dir.join("apply.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|error| FsError::io(format!("cannot open {}", path.display()), error))?;
+    loop {
+        match rustix::fs::flock(&file, FlockOperation::LockExclusive) {
+            Ok(()) => return Ok(file),
+            Err(Errno::INTR) => {}
+            Err(errno) => {
+                return Err(FsError::io(
+                    format!("cannot lock {}", path.display()),
+                    errno,
+                ));
+            }
+        }
+    }
+}
+
+/// Locks every directory the targets live in, once each, in path order.
+fn lock_directories(targets: &[SandboxedPath]) -> Result<Vec<OwnedFd>, FsError> {
+    let mut directories: Vec<(PathBuf, &OwnedFd, &str)> = Vec::with_capacity(targets.len());
+    for target in targets {
+        let fd = target.lock_directory();
+        let real = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_fd().as_raw_fd()))
+            .map_err(|error| FsError::io("cannot read /proc/self/fd to locate a path", error))?;
+        directories.push((real, fd, target.requested()));
+    }
+    directories.sort_by(|a, b| a.0.cmp(&b.0));
+    directories.dedup_by(|a, b| a.0 == b.0);
+    directories
+        .into_iter()
+        .map(|(_, fd, path)| lock_directory(fd, path))
+        .collect()
+}
+
+fn relative_dir(sandbox: &Sandbox, dir: &OwnedFd) -> Result<String, FsError> {
+    let real = std::fs::read_link(format!("/proc/self/fd/{}", dir.as_fd().as_raw_fd()))
+        .map_err(|error| FsError::io("cannot read /proc/self/fd to locate a path", error))?;
+    real.strip_prefix(sandbox.root())
+        .ok()
+        .and_then(Path::to_str)
+        .map(str::to_owned)
+        .ok_or_else(|| FsError::Changed {
+            path: real.display().to_string(),
+        })
+}
+
+fn resolve_change(sandbox: &Sandbox, change: &FileChange) -> Result<SandboxedPath, FsError> {
+    let target = sandbox.resolve("path", &change.path, Access::Write)?;
+    if target.resolved() != change.resolved_path {
+        return Err(mismatch_error(
+            Mismatch::Stale,
+            &change.path,
+            &format!(
+                "it now resolves to `{}`, not `{}`",
+                target.resolved(),
+                change.resolved_path
+            ),
+        ));
+    }
+    Ok(target)
+}
+
+fn check_hash(
+    path: &str,
+    expected: Option<&str>,
+    current: Option<&str>,
+    mismatch: Mismatch,
+) -> Result<(), FsError> {
+    match (expected, current) {
+        (None, None) => Ok(()),
+        (Some(expected), Some(current)) if expected == current => Ok(()),
+        (None, Some(_)) => Err(mismatch_error(mismatch, path, "the file was created since")),
+        (Some(_), None) => Err(mismatch_error(mismatch, path, "the file was removed since")),
+        (Some(expected), Some(current)) => Err(mismatch_error(
+            mismatch,
+            path,
+            &format!("its hash is {current}, not {expected}"),
+        )),
+    }
+}
+
+fn mismatch_error(mismatch: Mismatch, path: &str, reason: &str) -> FsError {
+    match mismatch {
+        Mismatch::Stale => FsError::Stale {
+            path: path.to_owned(),
+            reason: reason.to_owned(),
+        },
+        Mismatch::Conflict => FsError::Conflict {
+            path: path.to_owned(),
+        },
+    }
+}
+
+/// One unified diff over all changes: a move shows as `--- a/<from>` /
+/// `+++ b/<to>` (its source's removal is not shown again), a create from
+/// `/dev/null`, a delete to `/dev/null`.
+pub(crate) fn render_diff(changes: &[FileChange], olds: &[Option<&[u8]>]) -> String {
+    let mut out = String::new();
+    for (index, change) in changes.iter().enumerate() {
+        let is_move_source = change.after.is_none()
+            && changes
+                .iter()
+                .any(|other| other.moved_from.as_deref() == Some(change.path.as_str()));
+        if is_move_source {
+            continue;
+        }
+        let old = match &change.moved_from {
+            Some(from) => changes
+                .iter()
+                .position(|other| other.path == *from)
+                .and_then(|source| olds.get(source).copied().flatten()),
+            None => olds.get(index).copied().flatten(),
+        };
+        let from = match (&change.moved_from, old) {
+            (Some(from), _) => Some(from.as_str()),
+            (None, Some(_)) => Some(change.path.as_str()),
+            (None, None) => None,
+        };
+        let to = change.after.as_ref().map(|_| change.path.as_str());
+        out.push_str(&file_diff(from, to, old, change.after.as_deref()));
+    }
+    out
+}
+
+/// The unified diff of one file, from `from` (`None`: /dev/null) to `to`.
+pub(crate) fn file_diff(
+    from: Option<&str>,
+    to: Option<&str>,
+    old: Option<&[u8]>,
+    new: Option<&[u8]>,
+) -> String {
+    let old_text = old.map(String::from_utf8_lossy).unwrap_or_default();
+    let new_text = new
+        .map(String::from_utf8_lossy)
+        .unwrap_or(Cow::Borrowed(""));
+    let from = from.map_or_else(|| "/dev/null".to_owned(), |path| format!("a/{path}"));
+    let to = to.map_or_else(|| "/dev/null".to_owned(), |path| format!("b/{path}"));
+    let diff = TextDiff::from_lines(old_text.as_ref(), new_text.as_ref())
+        .unified_diff()
+        .context_radius(3)
+        .header(&from, &to)
+        .to_string();
+    if diff.is_empty() {
+        format!("--- {from}\n+++ {to}\n")
+    } else {
+        diff
+    }
+}
+
+/// `text` cut after `max_chars` characters (never inside one), with a closing
+/// line saying so.
+pub(crate) fn preview(text: &str, max_chars: u64) -> String {
+    let max_chars = usize::try_from(max_chars).unwrap_or(usize::MAX);
+    let Some((cut, _)) = text.char_indices().nth(max_chars) else {
+        return text.to_owned();
+    };
+    let total = text.chars().count();
+    let mut preview = text[..cut].to_owned();
+    if !preview.ends_with('\n') {
+        preview.push('\n');
+    }
+    preview.push_str(&format!(
+        "... diff truncated: {max_chars} of {total} characters shown\n"
+    ));
+    preview
+}
+
+/// File content in a stored plan: a string when it is UTF-8, else
+/// `{"hex": "…"}`.
+mod content {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(untagged)]
+    enum Stored {
+        Text(String),
+        Bytes { hex: String },
+    }
+
+    pub fn serialize<S: Serializer>(
+        value: &Option<Vec<u8>>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        match value {
+            None => serializer.serialize_none(),
+            Some(bytes) => match std::str::from_utf8(bytes) {
+                Ok(text) => Stored::Text(text.to_owned()).serialize(serializer),
+                Err(_) => Stored::Bytes {
+                    hex: hex::encode(bytes),
+                }
+                .serialize(serializer),
+            },
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Option<Vec<u8>>, D::Error> {
+        match Option::<Stored>::deserialize(deserializer)? {
+            None => Ok(None),
+            Some(Stored::Text(text)) => Ok(Some(text.into_bytes())),
+            Some(Stored::Bytes { hex }) => {
+                hex::decode(hex).map(Some).map_err(serde::de::Error::custom)
+            }
+        }
+    }
+}

@@ -32,7 +32,7 @@
 //!
 //! let args = serde_json::json!({"path": "src/main.rs"});
 //! let read = read_file(&sandbox, &ReadParams::from_args(&args)?)?;
-//! assert_eq!(read.content, "fn main() {}\n");
+//! assert_eq!(read.content.as_deref(), Some("fn main() {}\n"));
 //!
 //! let args = serde_json::json!({"path": "src/new.rs", "content": "fn f() {}\n"});
 //! let plan = prepare_write(&sandbox, &WriteParams::from_args(&args)?)?;
@@ -48,13 +48,21 @@ mod blob;
 mod change;
 mod error;
 mod hash;
+mod plans;
 mod read;
 mod sandbox;
 mod search;
 mod write;
 
 pub use blob::*;
-pub use change::*;
+pub use change::{
+    ChangePlan, CommitOptions, FileApplied, FileChange, UndoFile, already_applied, commit,
+    recover, snapshot, undo,
+};
+pub use plans::{
+    DeleteParams, EditParams, MoveParams, PatchParams, prepare_delete, prepare_edit,
+    prepare_move, prepare_patch,
+};
 pub use search::*;
 
 pub use error::FsError;

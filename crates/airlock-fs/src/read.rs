@@ -20,14 +20,16 @@
 //! `encoding: bytes` returns the bytes as standard base64 (with padding), which
 //! is what JSON-carrying protocols (MCP included) use for binary content.
 //!
-//! `output_mode`: content longer than `max_inline_bytes` is an error under
-//! `require_inline`. Under `auto` it is returned inline for now; turning it
-//! into a blob reference is the work of a later issue (DESIGN §5, blobs).
+//! `output_mode`: content longer than `max_inline_bytes` (after base64, in
+//! `bytes` mode) is an error under `require_inline`; under `auto` it is stored
+//! as a blob and `data` carries `blob` instead of `content` (see the `blob`
+//! module, which also says what happens without a blob dir).
 
 use std::io::{self, Read};
 
 use serde::{Deserialize, Serialize};
 
+use crate::blob::{BlobRef, shape_output};
 use crate::error::FsError;
 use crate::hash::ContentHasher;
 use crate::sandbox::{Access, Sandbox};
@@ -87,7 +89,13 @@ pub enum OutputMode {
 pub struct ReadData {
     /// The requested path, normalized, root-relative.
     pub path: String,
-    pub content: String,
+    /// The selected text (base64 in `bytes` mode); absent when it went to a
+    /// blob.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    /// Where the content went when it was too large to return inline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blob: Option<BlobRef>,
     pub returned_range: LineRange,
     /// Hash of the whole file, whatever part was returned.
     pub base_hash: String,
@@ -165,17 +173,11 @@ pub fn read_file(sandbox: &Sandbox, params: &ReadParams) -> Result<ReadData, FsE
         })?,
         Encoding::Bytes => base64(&returned),
     };
-    if params.output_mode == OutputMode::RequireInline
-        && content.len() as u64 > config.max_inline_bytes
-    {
-        return Err(FsError::InlineRequiredTooLarge {
-            size: content.len() as u64,
-            limit: config.max_inline_bytes,
-        });
-    }
+    let (content, blob) = shape_output(sandbox, content, params.output_mode)?.into_fields();
     Ok(ReadData {
         path: path.requested().to_owned(),
         content,
+        blob,
         returned_range: LineRange {
             start_line: scan.start_line,
             end_line,

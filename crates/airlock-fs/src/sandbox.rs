@@ -54,8 +54,10 @@ pub enum Access {
     Write,
 }
 
-/// What a resolved path names.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// What a resolved path names (`"file"`, `"directory"`, `"other"` in tool
+/// output).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum FileKind {
     File,
     Directory,
@@ -75,6 +77,8 @@ pub struct Sandbox {
     policy: Arc<Policy>,
     /// `allowlisted_create_dirs`, normalized (`"src/"` is `"src"`, `"./"` is `""`).
     create_dirs: Vec<String>,
+    /// Where large outputs are stored ([`Sandbox::with_blob_dir`]).
+    blob_dir: Option<PathBuf>,
 }
 
 /// A path that went through [`Sandbox::resolve`]: inside the root, allowed by
@@ -142,7 +146,23 @@ impl Sandbox {
             config: config.clone(),
             policy,
             create_dirs,
+            blob_dir: None,
         })
+    }
+
+    /// Stores outputs larger than `max_inline_bytes` (under `output_mode:
+    /// auto`) as blobs in `dir`, normally `<root>/<state_dir>/blobs`. Without
+    /// a blob dir such output is returned inline (see the `blob` module).
+    pub fn with_blob_dir(self, dir: PathBuf) -> Sandbox {
+        Sandbox {
+            blob_dir: Some(dir),
+            ..self
+        }
+    }
+
+    /// The blob dir, if one was given.
+    pub fn blob_dir(&self) -> Option<&Path> {
+        self.blob_dir.as_deref()
     }
 
     /// The canonical workspace root.
@@ -437,6 +457,11 @@ impl Sandbox {
         })
     }
 
+    /// Opens a directory by its canonical root-relative path (journal recovery).
+    pub(crate) fn open_directory(&self, rel: &str) -> Result<OwnedFd, FsError> {
+        self.open_canonical_dir("path", rel, rel)
+    }
+
     fn allowed_dirs_text(&self) -> String {
         if self.config.allowlisted_create_dirs.is_empty() {
             "no directory (allowlisted_create_dirs is empty)".to_owned()
@@ -483,6 +508,39 @@ impl SandboxedPath {
         (existing + 1..components.len())
             .map(|end| components[..end].join("/"))
             .collect()
+    }
+
+    /// The directory a commit locks for this target: its parent when it
+    /// exists, else its deepest existing directory.
+    pub(crate) fn lock_directory(&self) -> &OwnedFd {
+        match &self.target {
+            Target::Existing { parent, .. } => parent,
+            Target::Missing { base, .. } => base,
+        }
+    }
+
+    /// Whether the target is still absent, looked up from its deepest existing
+    /// directory without following links (under a lock, before a create).
+    pub(crate) fn still_missing(&self) -> Result<bool, FsError> {
+        let Target::Missing { base, missing } = &self.target else {
+            return Ok(false);
+        };
+        match rustix::fs::statat(base, missing.join("/").as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+            Err(Errno::NOENT | Errno::NOTDIR) => Ok(true),
+            Ok(_) => Ok(false),
+            Err(errno) => Err(FsError::io(
+                format!("cannot look up `{}`", self.requested),
+                errno,
+            )),
+        }
+    }
+
+    /// The existing target's directory and name (for reading it under a lock).
+    pub(crate) fn existing_entry(&self) -> Option<(&OwnedFd, &str)> {
+        match &self.target {
+            Target::Existing { parent, name, .. } => Some((parent, name.as_str())),
+            Target::Missing { .. } => None,
+        }
     }
 
     /// Opens the target for reading: a regular file, or an error.
@@ -654,4 +712,139 @@ fn normalize_absolute(path: &str) -> String {
         }
     }
     format!("/{}", parts.join("/"))
+}
+
+// What the search tools (grep, glob, list_dir, stat) need beyond resolution.
+
+/// One entry of a directory read through its descriptor.
+#[derive(Debug)]
+pub(crate) struct ListedEntry {
+    pub(crate) name: std::ffi::OsString,
+    /// Of the entry itself: a symlink is a symlink, not what it points to.
+    pub(crate) file_type: FileType,
+}
+
+impl Sandbox {
+    /// The policy, shared, for work that outlives a borrow of the sandbox (the
+    /// filter of a directory walk must be `'static`).
+    pub(crate) fn shared_policy(&self) -> Arc<Policy> {
+        Arc::clone(&self.policy)
+    }
+
+    /// Opens a regular file that a directory walk found, by its canonical
+    /// root-relative path: beneath the root, through no symlink at all (the
+    /// file itself included). A walk lists directories by path, so this is
+    /// where a directory swapped for a link after it was listed is caught.
+    pub(crate) fn open_walked_file(&self, rel: &str) -> Result<File, Errno> {
+        let fd = openat2_retrying(
+            &self.root_fd,
+            rel,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY,
+            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+        )?;
+        // A FIFO or device swapped in is refused before it is read.
+        if kind_of(&rustix::fs::fstat(&fd)?) != FileKind::File {
+            return Err(Errno::INVAL);
+        }
+        Ok(File::from(fd))
+    }
+
+    /// The status of what a walk found at `rel`, looked up like
+    /// [`Sandbox::open_walked_file`] does, without opening it for reading.
+    pub(crate) fn stat_walked(&self, rel: &str) -> Result<Stat, Errno> {
+        let fd = openat2_retrying(
+            &self.root_fd,
+            rel,
+            OFlags::PATH | OFlags::NOFOLLOW,
+            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+        )?;
+        rustix::fs::fstat(&fd)
+    }
+}
+
+impl SandboxedPath {
+    /// The status of the existing target (not following a link swapped in
+    /// since it was resolved), or `None` when it does not exist.
+    pub(crate) fn stat_existing(&self) -> Result<Option<Stat>, FsError> {
+        let Target::Existing { parent, name, .. } = &self.target else {
+            return Ok(None);
+        };
+        match rustix::fs::statat(parent, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(stat) => Ok(Some(stat)),
+            Err(Errno::NOENT) => Ok(None),
+            Err(errno) => Err(FsError::io(
+                format!("cannot stat `{}`", self.requested),
+                errno,
+            )),
+        }
+    }
+
+    /// The entries of the target directory, `.` and `..` left out, in the
+    /// order the file system gives them. The directory is opened from its
+    /// parent's descriptor without following links, and read through that
+    /// descriptor.
+    pub(crate) fn list_directory(&self) -> Result<Vec<ListedEntry>, FsError> {
+        use std::os::unix::ffi::OsStrExt;
+
+        let (parent, name, kind) = match &self.target {
+            Target::Existing { parent, name, kind } => (parent, name, *kind),
+            Target::Missing { .. } => {
+                return Err(FsError::NotFound {
+                    path: self.requested.clone(),
+                });
+            }
+        };
+        match kind {
+            FileKind::Directory => {}
+            FileKind::File | FileKind::Other => {
+                return Err(FsError::NotADirectory {
+                    path: self.requested.clone(),
+                });
+            }
+        }
+        let directory = rustix::fs::openat(
+            parent,
+            name.as_str(),
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|errno| match errno {
+            Errno::NOENT => FsError::NotFound {
+                path: self.requested.clone(),
+            },
+            Errno::NOTDIR | Errno::LOOP => FsError::Changed {
+                path: self.requested.clone(),
+            },
+            errno => FsError::io(format!("cannot open `{}`", self.requested), errno),
+        })?;
+        let cannot_list =
+            |errno: Errno| FsError::io(format!("cannot list `{}`", self.requested), errno);
+        let mut entries = Vec::new();
+        let mut dir = rustix::fs::Dir::read_from(&directory).map_err(cannot_list)?;
+        while let Some(entry) = dir.read() {
+            let entry = entry.map_err(cannot_list)?;
+            let name = entry.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            let file_type = match entry.file_type() {
+                // Some file systems do not say; ask without following links.
+                FileType::Unknown => {
+                    match rustix::fs::statat(&directory, entry.file_name(), AtFlags::SYMLINK_NOFOLLOW)
+                    {
+                        Ok(stat) => FileType::from_raw_mode(stat.st_mode),
+                        // Removed meanwhile.
+                        Err(Errno::NOENT) => continue,
+                        Err(errno) => return Err(cannot_list(errno)),
+                    }
+                }
+                file_type => file_type,
+            };
+            entries.push(ListedEntry {
+                name: std::ffi::OsStr::from_bytes(name).to_owned(),
+                file_type,
+            });
+        }
+        Ok(entries)
+    }
 }

@@ -1,1 +1,871 @@
-//! (in progress)
+//! The read-only search tools (DESIGN §5): `grep`, `glob`, `list_dir`, `stat`
+//! and `exists`.
+//!
+//! `grep` and `glob` walk the tree with ripgrep's own crates (`ignore` for the
+//! walk, `grep-regex` and `grep-searcher` for the search), in parallel, and
+//! sort what they found, so the result never depends on the scheduling. The
+//! walk behaves like `rg`'s with `--no-require-git`:
+//!
+//! - `.gitignore`, `.ignore` and `.git/info/exclude` are honoured, also when
+//!   the workspace is not a git repository; hidden files and directories are
+//!   skipped; symlinks are not followed (a symlinked file is not searched).
+//!   Ignore files above the workspace root and the user's global git excludes
+//!   are not read, so the result depends on the workspace alone. When the
+//!   search starts below the root (`path`), the ignore files of the
+//!   directories in between still apply; the starting directory itself is
+//!   searched even when it is hidden or ignored, as `rg <dir>` does.
+//! - Every entry the walk yields is checked against the policy, as a read of
+//!   its root-relative path: denied paths, protected paths and the state dir
+//!   are never listed, searched or descended into.
+//! - Files are opened beneath the root with no symlink allowed anywhere in
+//!   the path, so a directory swapped for a link during the walk leads
+//!   nowhere. Names that are not UTF-8 are skipped (the policy and the output
+//!   are text).
+//! - Entries that cannot be read (permissions, races) are skipped silently.
+//!
+//! Output paths are root-relative and name what was really searched: a
+//! `path` through a symlink is reported by its resolved location.
+//!
+//! Every tool's list output (`matches`, `paths`, `entries`) goes through the
+//! `blob` module's `output_mode` handling: inline when small, a blob
+//! reference (`blob`) instead when large under `auto`.
+
+use std::fmt::Write as _;
+use std::fs::File;
+use std::io;
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use airlock_core::Policy;
+use globset::{GlobBuilder, GlobMatcher};
+use grep_regex::{RegexMatcher, RegexMatcherBuilder};
+use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkMatch};
+use ignore::gitignore::{Gitignore, GitignoreBuilder};
+use ignore::{DirEntry, Match, ParallelVisitor, ParallelVisitorBuilder, WalkBuilder, WalkState};
+use rustix::fs::{FileType, Stat};
+use serde::{Deserialize, Serialize};
+
+use crate::blob::{BlobRef, shape_output};
+use crate::error::FsError;
+use crate::read::OutputMode;
+use crate::sandbox::{Access, FileKind, Sandbox, SandboxedPath};
+
+/// `max_results` of `grep` when the call gives none (then clamped to
+/// `max_grep_results`).
+pub const GREP_DEFAULT_MAX_RESULTS: u64 = 100;
+
+/// Arguments of `grep`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GrepParams {
+    /// A regular expression (Rust `regex` syntax, as `rg`), matched per line.
+    pub pattern: String,
+    /// A directory to search (default: the root) or a single file.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// Only files whose root-relative path or file name matches this glob
+    /// (`*` stays within a path segment, `**` crosses them).
+    #[serde(default)]
+    pub glob_filter: Option<String>,
+    #[serde(default)]
+    pub case_insensitive: bool,
+    /// Lines to return; default [`GREP_DEFAULT_MAX_RESULTS`], never above
+    /// `max_grep_results`. `0` only counts.
+    #[serde(default)]
+    pub max_results: Option<u64>,
+    #[serde(default)]
+    pub output_mode: OutputMode,
+}
+
+/// The `data` of a successful `grep`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrepData {
+    /// The first `returned` matching lines as `path:line:text`, joined by
+    /// `\n`, sorted by path (byte order) then line number. The text is the
+    /// line without its `\n` (a `\r` before it stays, as `rg` prints it),
+    /// bytes that are not UTF-8 replaced by U+FFFD. Absent when it went to a
+    /// blob.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matches: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blob: Option<BlobRef>,
+    /// Matching lines in everything searched (a line with several matches
+    /// counts once, as `rg --count` does), returned or not.
+    pub match_count: u64,
+    /// More lines matched than were returned.
+    pub truncated: bool,
+    pub returned: u64,
+}
+
+/// Arguments of `glob`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GlobParams {
+    /// Matched against each file's path relative to `path` (`*` stays within
+    /// a path segment, `**` crosses them: `**/*.rs`).
+    pub pattern: String,
+    /// The directory to search from; default the root.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// Paths to return; default and cap `max_glob_results`.
+    #[serde(default)]
+    pub max_results: Option<u64>,
+    #[serde(default)]
+    pub output_mode: OutputMode,
+}
+
+/// The `data` of a successful `glob`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GlobData {
+    /// Root-relative paths of matching files (never directories), newest
+    /// modification first, then by path; joined by `\n`. Absent when it went
+    /// to a blob.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paths: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blob: Option<BlobRef>,
+    /// All matching files, returned or not.
+    pub count: u64,
+    pub truncated: bool,
+}
+
+/// Arguments of `list_dir`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListDirParams {
+    /// Default: the root.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// Entries to return; default and cap `max_glob_results`.
+    #[serde(default)]
+    pub max_results: Option<u64>,
+    #[serde(default)]
+    pub output_mode: OutputMode,
+}
+
+/// The `data` of a successful `list_dir`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListDirData {
+    /// The requested path, normalized, root-relative (`""` is the root).
+    pub path: String,
+    /// The directory's entries by name (byte order), directories with a
+    /// trailing `/`, joined by `\n`. Hidden entries are listed; entries the
+    /// policy refuses (denied paths, the state dir) and names that are not
+    /// UTF-8 are not. A symlink is listed by its own name, without `/`.
+    /// Absent when it went to a blob.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub entries: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blob: Option<BlobRef>,
+    /// All listed entries, returned or not.
+    pub count: u64,
+    pub truncated: bool,
+}
+
+/// Arguments of `stat` and `exists`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatParams {
+    pub path: String,
+}
+
+/// Arguments of `exists`: the same as `stat`'s.
+pub type ExistsParams = StatParams;
+
+/// The `data` of a successful `stat`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatData {
+    /// The requested path, normalized, root-relative.
+    pub path: String,
+    /// Always true: a missing path is `not_found`.
+    pub exists: bool,
+    /// What the path names, symlinks followed as the policy allows.
+    pub kind: FileKind,
+    pub size_bytes: u64,
+    /// Last modification, milliseconds since the Unix epoch.
+    pub mtime_ms: i64,
+    /// No write permission bit is set (for anyone).
+    pub readonly: bool,
+}
+
+/// The `data` of a successful `exists`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExistsData {
+    pub path: String,
+    pub exists: bool,
+    /// `null` when the path does not exist.
+    pub kind: Option<FileKind>,
+}
+
+macro_rules! from_args {
+    ($params:ty) => {
+        impl $params {
+            /// Parses the JSON arguments of a call; a bad argument is
+            /// `invalid_input`.
+            pub fn from_args(args: &serde_json::Value) -> Result<$params, FsError> {
+                <$params>::deserialize(args).map_err(|error| FsError::InvalidInput {
+                    message: error.to_string(),
+                })
+            }
+        }
+    };
+}
+
+from_args!(GrepParams);
+from_args!(GlobParams);
+from_args!(ListDirParams);
+from_args!(StatParams);
+
+/// Searches file contents for lines matching a regular expression.
+pub fn grep(sandbox: &Sandbox, params: &GrepParams) -> Result<GrepData, FsError> {
+    let limit = params
+        .max_results
+        .unwrap_or(GREP_DEFAULT_MAX_RESULTS)
+        .min(sandbox.config().max_grep_results);
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    let matcher = RegexMatcherBuilder::new()
+        // `^` and `$` at line boundaries, no octal escapes, never across a
+        // line end: what `rg` does.
+        .multi_line(true)
+        .octal(false)
+        .case_insensitive(params.case_insensitive)
+        .line_terminator(Some(b'\n'))
+        // A NUL byte makes a file binary, which stops its search: a pattern
+        // that needs one could never match.
+        .ban_byte(Some(b'\0'))
+        .build(&params.pattern)
+        .map_err(|error| FsError::InvalidRegex {
+            message: error.to_string(),
+        })?;
+    let file_filter = params
+        .glob_filter
+        .as_deref()
+        .map(FileFilter::new)
+        .transpose()?;
+    let searcher = SearcherBuilder::new()
+        .line_number(true)
+        .binary_detection(BinaryDetection::quit(b'\0'))
+        .build();
+
+    let mut found = match resolve_base(sandbox, params.path.as_deref())? {
+        Base::File(path) => {
+            let mut found = Found::default();
+            let rel = path.resolved();
+            if file_filter.as_ref().is_none_or(|filter| filter.matches(rel)) {
+                let (file, _) = path.open_for_read()?;
+                let mut searcher = searcher;
+                search_one(&mut searcher, &matcher, rel, &file, limit, &mut found);
+            }
+            found
+        }
+        Base::Directory(base) => {
+            let results = Mutex::new(Found::default());
+            walker(sandbox, &base, file_filter)
+                .build_parallel()
+                .visit(&mut GrepVisitors {
+                    sandbox,
+                    root_prefix: root_prefix_len(sandbox.root()),
+                    matcher,
+                    searcher,
+                    limit,
+                    results: &results,
+                });
+            results.into_inner().unwrap_or_else(PoisonError::into_inner)
+        }
+    };
+
+    found
+        .files
+        .sort_unstable_by(|a, b| a.path.as_bytes().cmp(b.path.as_bytes()));
+    let mut text = String::new();
+    let mut returned = 0;
+    for file in &found.files {
+        let room = limit - returned;
+        if room == 0 {
+            break;
+        }
+        if file.kept <= room {
+            text.push_str(&file.lines);
+            returned += file.kept;
+        } else {
+            text.push_str(first_lines(&file.lines, room));
+            returned += room;
+        }
+    }
+    text.pop();
+    let returned = returned as u64;
+    let (matches, blob) = shape_output(sandbox, text, params.output_mode)?.into_fields();
+    Ok(GrepData {
+        matches,
+        blob,
+        match_count: found.match_count,
+        truncated: found.match_count > returned,
+        returned,
+    })
+}
+
+/// Finds files by a glob pattern.
+pub fn glob(sandbox: &Sandbox, params: &GlobParams) -> Result<GlobData, FsError> {
+    let config = sandbox.config();
+    let limit = params
+        .max_results
+        .unwrap_or(config.max_glob_results)
+        .min(config.max_glob_results);
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    let matcher = path_glob(&params.pattern)?;
+    let base = match resolve_base(sandbox, params.path.as_deref())? {
+        Base::Directory(base) => base,
+        Base::File(path) => {
+            return Err(FsError::NotADirectory {
+                path: path.requested().to_owned(),
+            });
+        }
+    };
+    let results = Mutex::new(Vec::new());
+    walker(sandbox, &base, None)
+        .build_parallel()
+        .visit(&mut GlobVisitors {
+            sandbox,
+            root_prefix: root_prefix_len(sandbox.root()),
+            base_prefix: if base.is_empty() { 0 } else { base.len() + 1 },
+            matcher,
+            results: &results,
+        });
+    let mut found = results.into_inner().unwrap_or_else(PoisonError::into_inner);
+    // Newest first, then by path.
+    found.sort_unstable_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    let count = found.len();
+    let paths: Vec<String> = found.into_iter().take(limit).map(|(_, path)| path).collect();
+    let truncated = count > paths.len();
+    let (paths, blob) = shape_output(sandbox, paths.join("\n"), params.output_mode)?.into_fields();
+    Ok(GlobData {
+        paths,
+        blob,
+        count: count as u64,
+        truncated,
+    })
+}
+
+/// Lists the direct entries of a directory.
+pub fn list_dir(sandbox: &Sandbox, params: &ListDirParams) -> Result<ListDirData, FsError> {
+    let config = sandbox.config();
+    let limit = params
+        .max_results
+        .unwrap_or(config.max_glob_results)
+        .min(config.max_glob_results);
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+    let path = sandbox.resolve("path", params.path.as_deref().unwrap_or(""), Access::Read)?;
+    let policy = sandbox.policy();
+    let mut names: Vec<String> = Vec::new();
+    for entry in path.list_directory()? {
+        let Some(name) = entry.name.to_str() else {
+            continue;
+        };
+        let rel = if path.resolved().is_empty() {
+            name.to_owned()
+        } else {
+            format!("{}/{name}", path.resolved())
+        };
+        if policy.check_workspace_path("path", &rel, false).is_some() {
+            continue;
+        }
+        let mut shown = name.to_owned();
+        if entry.file_type == FileType::Directory {
+            shown.push('/');
+        }
+        names.push(shown);
+    }
+    names.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+    let count = names.len();
+    names.truncate(limit);
+    let truncated = count > names.len();
+    let (entries, blob) = shape_output(sandbox, names.join("\n"), params.output_mode)?.into_fields();
+    Ok(ListDirData {
+        path: path.requested().to_owned(),
+        entries,
+        blob,
+        count: count as u64,
+        truncated,
+    })
+}
+
+/// What a path names: kind, size, modification time. A missing path is
+/// `not_found`.
+pub fn stat(sandbox: &Sandbox, params: &StatParams) -> Result<StatData, FsError> {
+    let path = sandbox.resolve("path", &params.path, Access::Read)?;
+    let not_found = || FsError::NotFound {
+        path: path.requested().to_owned(),
+    };
+    let stat = path.stat_existing()?.ok_or_else(not_found)?;
+    Ok(StatData {
+        path: path.requested().to_owned(),
+        exists: true,
+        kind: kind_of(&stat),
+        size_bytes: u64::try_from(stat.st_size).unwrap_or(0),
+        mtime_ms: stat.st_mtime.saturating_mul(1000)
+            + i64::try_from(stat.st_mtime_nsec / 1_000_000).unwrap_or(0),
+        readonly: stat.st_mode & 0o222 == 0,
+    })
+}
+
+/// Whether a path exists. A missing path is not an error; a path the policy
+/// refuses still is, with its code.
+pub fn exists(sandbox: &Sandbox, params: &ExistsParams) -> Result<ExistsData, FsError> {
+    let missing = || ExistsData {
+        path: normalized_or_raw(&params.path),
+        exists: false,
+        kind: None,
+    };
+    let path = match sandbox.resolve("path", &params.path, Access::Read) {
+        Ok(path) => path,
+        // A dangling symlink, or a parent that is a file.
+        Err(FsError::NotFound { .. } | FsError::NotADirectory { .. }) => return Ok(missing()),
+        Err(error) => return Err(error),
+    };
+    Ok(match path.stat_existing()? {
+        Some(stat) => ExistsData {
+            path: path.requested().to_owned(),
+            exists: true,
+            kind: Some(kind_of(&stat)),
+        },
+        None => ExistsData {
+            path: path.requested().to_owned(),
+            exists: false,
+            kind: None,
+        },
+    })
+}
+
+/// Where a `grep` or `glob` starts.
+enum Base {
+    /// A single file, resolved.
+    File(SandboxedPath),
+    /// A directory, by its resolved root-relative path (`""` is the root).
+    Directory(String),
+}
+
+fn resolve_base(sandbox: &Sandbox, path: Option<&str>) -> Result<Base, FsError> {
+    let path = sandbox.resolve("path", path.unwrap_or(""), Access::Read)?;
+    match path.kind() {
+        Some(FileKind::Directory) => Ok(Base::Directory(path.resolved().to_owned())),
+        Some(FileKind::File) => Ok(Base::File(path)),
+        Some(FileKind::Other) => Err(FsError::NotRegularFile {
+            path: path.requested().to_owned(),
+        }),
+        None => Err(FsError::NotFound {
+            path: path.requested().to_owned(),
+        }),
+    }
+}
+
+/// A walk of the directory `base` (root-relative) with the rules of the module
+/// documentation; `file_filter` restricts which files are yielded.
+fn walker(sandbox: &Sandbox, base: &str, file_filter: Option<FileFilter>) -> WalkBuilder {
+    let root = sandbox.root();
+    let start = if base.is_empty() {
+        root.to_path_buf()
+    } else {
+        root.join(base)
+    };
+    let mut builder = WalkBuilder::new(&start);
+    builder
+        .hidden(true)
+        .ignore(true)
+        .git_ignore(true)
+        .git_exclude(true)
+        .require_git(false)
+        .git_global(false)
+        .parents(false)
+        .follow_links(false);
+    let entry_filter = EntryFilter {
+        policy: sandbox.shared_policy(),
+        root_prefix: root_prefix_len(root),
+        ancestors: AncestorIgnores::new(root, base),
+        file_filter,
+    };
+    builder.filter_entry(move |entry| entry_filter.admits(entry));
+    builder
+}
+
+/// Decides, for each entry below the start of a walk, whether it is yielded
+/// (and, for a directory, descended into).
+struct EntryFilter {
+    policy: Arc<Policy>,
+    root_prefix: usize,
+    ancestors: AncestorIgnores,
+    file_filter: Option<FileFilter>,
+}
+
+impl EntryFilter {
+    fn admits(&self, entry: &DirEntry) -> bool {
+        let Some(rel) = relative(entry.path(), self.root_prefix) else {
+            return false;
+        };
+        if self.policy.check_workspace_path("path", rel, false).is_some() {
+            return false;
+        }
+        let is_dir = entry.file_type().is_some_and(|kind| kind.is_dir());
+        if self.ancestors.ignores(entry.path(), is_dir) {
+            return false;
+        }
+        match &self.file_filter {
+            Some(filter) if !is_dir => filter.matches(rel),
+            Some(_) | None => true,
+        }
+    }
+}
+
+/// The ignore rules of the directories from the root down to the parent of
+/// the walk's start, which a walk that starts below the root does not read
+/// itself. Each list is deepest directory first; `.ignore` rules take
+/// precedence over `.gitignore` rules, which take precedence over
+/// `.git/info/exclude`, as in the walk.
+struct AncestorIgnores {
+    ignore: Vec<Gitignore>,
+    gitignore: Vec<Gitignore>,
+    exclude: Vec<Gitignore>,
+}
+
+impl AncestorIgnores {
+    fn new(root: &Path, base: &str) -> AncestorIgnores {
+        let mut ancestors = AncestorIgnores {
+            ignore: Vec::new(),
+            gitignore: Vec::new(),
+            exclude: Vec::new(),
+        };
+        if base.is_empty() {
+            return ancestors;
+        }
+        let mut directory = root.to_path_buf();
+        let mut components = base.split('/').peekable();
+        loop {
+            ancestors
+                .ignore
+                .extend(ignore_file(&directory, &directory.join(".ignore")));
+            ancestors
+                .gitignore
+                .extend(ignore_file(&directory, &directory.join(".gitignore")));
+            let Some(component) = components.next() else {
+                break;
+            };
+            if components.peek().is_none() {
+                break;
+            }
+            directory.push(component);
+        }
+        let git_dir = root.join(".git");
+        if git_dir.is_dir() {
+            ancestors
+                .exclude
+                .extend(ignore_file(root, &git_dir.join("info/exclude")));
+        }
+        ancestors.ignore.reverse();
+        ancestors.gitignore.reverse();
+        ancestors
+    }
+
+    fn ignores(&self, path: &Path, is_dir: bool) -> bool {
+        for matcher in self.ignore.iter().chain(&self.gitignore).chain(&self.exclude) {
+            match matcher.matched(path, is_dir) {
+                Match::None => {}
+                Match::Ignore(_) => return true,
+                Match::Whitelist(_) => return false,
+            }
+        }
+        false
+    }
+}
+
+/// The rules of one ignore file, rooted at `directory`; `None` when the file
+/// does not exist or holds no rule. Unreadable lines are left out, as the walk
+/// does.
+fn ignore_file(directory: &Path, file: &Path) -> Option<Gitignore> {
+    if !file.is_file() {
+        return None;
+    }
+    let mut builder = GitignoreBuilder::new(directory);
+    let _partial_error = builder.add(file);
+    builder.build().ok().filter(|rules| !rules.is_empty())
+}
+
+/// `glob_filter`: a file passes when its root-relative path or its file name
+/// matches.
+struct FileFilter {
+    matcher: GlobMatcher,
+}
+
+impl FileFilter {
+    fn new(pattern: &str) -> Result<FileFilter, FsError> {
+        Ok(FileFilter {
+            matcher: path_glob(pattern)?,
+        })
+    }
+
+    fn matches(&self, rel: &str) -> bool {
+        let name = rel.rsplit_once('/').map_or(rel, |(_, name)| name);
+        self.matcher.is_match(rel) || self.matcher.is_match(name)
+    }
+}
+
+/// A glob over `/`-separated paths: `*` stays within a segment, `**` crosses
+/// them.
+fn path_glob(pattern: &str) -> Result<GlobMatcher, FsError> {
+    GlobBuilder::new(pattern)
+        .literal_separator(true)
+        .build()
+        .map(|glob| glob.compile_matcher())
+        .map_err(|error| FsError::InvalidPattern {
+            message: error.kind().to_string(),
+        })
+}
+
+/// How many leading bytes of a walked path are the root and its separator.
+fn root_prefix_len(root: &Path) -> usize {
+    let root = root.as_os_str().len();
+    if root == 1 { 1 } else { root + 1 }
+}
+
+/// The root-relative form of a path the walk yielded; `None` when it is not
+/// UTF-8 (or, which cannot happen, not below the root).
+fn relative(path: &Path, root_prefix: usize) -> Option<&str> {
+    let bytes = path.as_os_str().as_encoded_bytes();
+    std::str::from_utf8(bytes.get(root_prefix..)?).ok()
+}
+
+/// The requested path in its normal form when it has one, for an `exists`
+/// that found nothing.
+fn normalized_or_raw(raw: &str) -> String {
+    airlock_core::policy::normalize_relative(raw).unwrap_or_else(|| raw.to_owned())
+}
+
+fn kind_of(stat: &Stat) -> FileKind {
+    match FileType::from_raw_mode(stat.st_mode) {
+        FileType::RegularFile => FileKind::File,
+        FileType::Directory => FileKind::Directory,
+        _ => FileKind::Other,
+    }
+}
+
+/// What a grep found, per file, before sorting.
+#[derive(Default)]
+struct Found {
+    files: Vec<FileMatches>,
+    match_count: u64,
+}
+
+struct FileMatches {
+    path: String,
+    /// Up to the limit of formatted lines, each ending in `\n`.
+    lines: String,
+    kept: usize,
+}
+
+/// The first `n` lines of `lines` (each ending in `\n`), `n` at most their
+/// number.
+fn first_lines(lines: &str, n: usize) -> &str {
+    let end = lines
+        .match_indices('\n')
+        .nth(n.saturating_sub(1))
+        .map_or(lines.len(), |(newline, _)| newline + 1);
+    if n == 0 { "" } else { &lines[..end] }
+}
+
+/// Searches one open file and records its matching lines in `found`.
+fn search_one(
+    searcher: &mut Searcher,
+    matcher: &RegexMatcher,
+    rel: &str,
+    file: &File,
+    limit: usize,
+    found: &mut Found,
+) {
+    let mut sink = LineSink {
+        path: rel,
+        lines: String::new(),
+        kept: 0,
+        limit,
+        count: 0,
+    };
+    // A read error midway keeps the lines found before it, as `rg` does.
+    let _ = searcher.search_file(matcher, file, &mut sink);
+    if sink.count > 0 {
+        found.match_count += sink.count;
+        found.files.push(FileMatches {
+            path: rel.to_owned(),
+            lines: sink.lines,
+            kept: sink.kept,
+        });
+    }
+}
+
+/// Formats matching lines as `path:line:text\n`, up to `limit` of them, and
+/// counts them all.
+struct LineSink<'a> {
+    path: &'a str,
+    lines: String,
+    kept: usize,
+    limit: usize,
+    count: u64,
+}
+
+impl Sink for LineSink<'_> {
+    type Error = io::Error;
+
+    fn matched(&mut self, _searcher: &Searcher, found: &SinkMatch<'_>) -> Result<bool, io::Error> {
+        let first = found.line_number().unwrap_or(0);
+        for (number, line) in (first..).zip(found.lines()) {
+            self.count += 1;
+            if self.kept < self.limit {
+                self.kept += 1;
+                let text = line.strip_suffix(b"\n").unwrap_or(line);
+                self.lines.push_str(self.path);
+                // Writing to a String cannot fail.
+                let _ = write!(self.lines, ":{number}:");
+                self.lines.push_str(&String::from_utf8_lossy(text));
+                self.lines.push('\n');
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// Makes one [`GrepVisitor`] per walker thread.
+struct GrepVisitors<'s> {
+    sandbox: &'s Sandbox,
+    root_prefix: usize,
+    matcher: RegexMatcher,
+    searcher: Searcher,
+    limit: usize,
+    results: &'s Mutex<Found>,
+}
+
+impl<'s> ParallelVisitorBuilder<'s> for GrepVisitors<'s> {
+    fn build(&mut self) -> Box<dyn ParallelVisitor + 's> {
+        Box::new(GrepVisitor {
+            sandbox: self.sandbox,
+            root_prefix: self.root_prefix,
+            matcher: self.matcher.clone(),
+            searcher: self.searcher.clone(),
+            limit: self.limit,
+            found: Found::default(),
+            results: self.results,
+        })
+    }
+}
+
+/// Searches the files one walker thread is given; hands what it found over
+/// when the walk is done (on drop), so threads never contend during it.
+struct GrepVisitor<'s> {
+    sandbox: &'s Sandbox,
+    root_prefix: usize,
+    matcher: RegexMatcher,
+    searcher: Searcher,
+    limit: usize,
+    found: Found,
+    results: &'s Mutex<Found>,
+}
+
+impl ParallelVisitor for GrepVisitor<'_> {
+    fn visit(&mut self, entry: Result<DirEntry, ignore::Error>) -> WalkState {
+        let Ok(entry) = entry else {
+            return WalkState::Continue;
+        };
+        if !entry.file_type().is_some_and(|kind| kind.is_file()) {
+            return WalkState::Continue;
+        }
+        let Some(rel) = relative(entry.path(), self.root_prefix) else {
+            return WalkState::Continue;
+        };
+        if let Ok(file) = self.sandbox.open_walked_file(rel) {
+            search_one(
+                &mut self.searcher,
+                &self.matcher,
+                rel,
+                &file,
+                self.limit,
+                &mut self.found,
+            );
+        }
+        WalkState::Continue
+    }
+}
+
+impl Drop for GrepVisitor<'_> {
+    fn drop(&mut self) {
+        let mut results = self.results.lock().unwrap_or_else(PoisonError::into_inner);
+        results.match_count += self.found.match_count;
+        results.files.append(&mut self.found.files);
+    }
+}
+
+/// A file `glob` matched: its modification time (seconds, nanoseconds) and
+/// root-relative path.
+type GlobHit = ((i64, u64), String);
+
+/// Makes one [`GlobVisitor`] per walker thread.
+struct GlobVisitors<'s> {
+    sandbox: &'s Sandbox,
+    root_prefix: usize,
+    /// Bytes of a root-relative path that are the base and its separator.
+    base_prefix: usize,
+    matcher: GlobMatcher,
+    results: &'s Mutex<Vec<GlobHit>>,
+}
+
+impl<'s> ParallelVisitorBuilder<'s> for GlobVisitors<'s> {
+    fn build(&mut self) -> Box<dyn ParallelVisitor + 's> {
+        Box::new(GlobVisitor {
+            sandbox: self.sandbox,
+            root_prefix: self.root_prefix,
+            base_prefix: self.base_prefix,
+            matcher: self.matcher.clone(),
+            found: Vec::new(),
+            results: self.results,
+        })
+    }
+}
+
+struct GlobVisitor<'s> {
+    sandbox: &'s Sandbox,
+    root_prefix: usize,
+    base_prefix: usize,
+    matcher: GlobMatcher,
+    found: Vec<GlobHit>,
+    results: &'s Mutex<Vec<GlobHit>>,
+}
+
+impl ParallelVisitor for GlobVisitor<'_> {
+    fn visit(&mut self, entry: Result<DirEntry, ignore::Error>) -> WalkState {
+        let Ok(entry) = entry else {
+            return WalkState::Continue;
+        };
+        if !entry.file_type().is_some_and(|kind| kind.is_file()) {
+            return WalkState::Continue;
+        }
+        let Some(rel) = relative(entry.path(), self.root_prefix) else {
+            return WalkState::Continue;
+        };
+        let Some(below_base) = rel.get(self.base_prefix..) else {
+            return WalkState::Continue;
+        };
+        if !self.matcher.is_match(below_base) {
+            return WalkState::Continue;
+        }
+        // The time comes from the file as opened beneath the root, like a
+        // grep's content, not from the walk's lookup by path.
+        if let Ok(stat) = self.sandbox.stat_walked(rel)
+            && FileType::from_raw_mode(stat.st_mode) == FileType::RegularFile
+        {
+            let mtime = (stat.st_mtime, stat.st_mtime_nsec);
+            self.found.push((mtime, rel.to_owned()));
+        }
+        WalkState::Continue
+    }
+}
+
+impl Drop for GlobVisitor<'_> {
+    fn drop(&mut self) {
+        let mut results = self.results.lock().unwrap_or_else(PoisonError::into_inner);
+        results.append(&mut self.found);
+    }
+}

@@ -32,9 +32,9 @@ use std::os::fd::OwnedFd;
 use rustix::fs::{AtFlags, FileType, FlockOperation, Mode, OFlags, RenameFlags, Stat};
 use rustix::io::Errno;
 use serde::{Deserialize, Serialize};
-use similar::TextDiff;
 use uuid::Uuid;
 
+use crate::change::{ChangePlan, CommitOptions, UndoFile};
 use crate::error::FsError;
 use crate::hash::sha256_hex;
 use crate::sandbox::{Access, Sandbox, SandboxedPath, sync_directory};
@@ -111,19 +111,7 @@ impl WritePlan {
     /// The diff, cut after `max_chars` characters (never inside a character)
     /// with a closing line saying so.
     pub fn diff_preview(&self, max_chars: u64) -> String {
-        let max_chars = usize::try_from(max_chars).unwrap_or(usize::MAX);
-        let Some((cut, _)) = self.diff.char_indices().nth(max_chars) else {
-            return self.diff.clone();
-        };
-        let total = self.diff.chars().count();
-        let mut preview = self.diff[..cut].to_owned();
-        if !preview.ends_with('\n') {
-            preview.push('\n');
-        }
-        preview.push_str(&format!(
-            "... diff truncated: {max_chars} of {total} characters shown\n"
-        ));
-        preview
+        crate::change::preview(&self.diff, max_chars)
     }
 }
 
@@ -151,7 +139,7 @@ pub struct RestoreOutcome {
 
 /// Plans a write without touching anything.
 pub fn prepare_write(sandbox: &Sandbox, params: &WriteParams) -> Result<WritePlan, FsError> {
-    check_size(sandbox, &params.content)?;
+    check_size(sandbox, params.content.len() as u64)?;
     let target = sandbox.resolve("path", &params.path, Access::Write)?;
     let current = read_current(&target)?;
     if current.is_some() && params.mode == WriteMode::CreateNew {
@@ -178,65 +166,29 @@ pub fn prepare_write(sandbox: &Sandbox, params: &WriteParams) -> Result<WritePla
     })
 }
 
-/// Applies a plan, if the file is still what it was made against.
+/// Applies a plan, if the file is still what it was made against (through
+/// [`crate::commit`], the engine every write-class tool uses).
 pub fn commit_write(sandbox: &Sandbox, plan: &WritePlan) -> Result<WriteApplied, FsError> {
-    check_size(sandbox, &plan.new_content)?;
-    let target = resolve_plan(sandbox, plan)?;
-    // An early answer, before any parent directory is created.
-    match (plan.created, target.exists()) {
-        (true, true) => return Err(stale(plan, "the file was created since")),
-        (false, false) => return Err(stale(plan, "the file was removed since")),
-        (true, false) | (false, true) => {}
-    }
-    let (directory, name) = target.directory_for_write(plan.create_parents)?;
-    let _lock = lock_directory(&directory, &plan.path)?;
-    // Under the lock, through the directory descriptor: the content that the
-    // rename below replaces is the content checked here, unless someone
-    // writes behind airlock's back in between.
-    let current = read_named(&directory, &name, &plan.path)?;
-    let old = current.as_ref().map(|(bytes, _)| bytes.as_slice());
-    let before_hash = old.map(sha256_hex);
-    check_base(plan, before_hash.as_deref())?;
-    // What is written must be what was shown: the diff of the current content
-    // (which is the base content, by its hash) and the new content.
-    let diff = unified_diff(&plan.path, old, &plan.new_content);
-    if diff != plan.diff || sha256_hex(&diff) != plan.patch_hash {
-        return Err(FsError::InvalidInput {
-            message: format!(
-                "the plan for `{}` does not match its own diff or patch hash",
-                plan.path
-            ),
-        });
-    }
-    let placement = match &current {
-        Some((_, stat)) => Placement::Replace {
-            mode: permission_bits(stat),
-        },
-        None => Placement::CreateNew,
-    };
-    write_atomically(
-        &directory,
-        &name,
-        plan.new_content.as_bytes(),
-        placement,
-        &plan.path,
+    let applied = crate::change::commit(
+        sandbox,
+        &ChangePlan::from(plan.clone()),
+        CommitOptions::default(),
     )?;
+    let after_hash = sha256_hex(&plan.new_content);
+    let before_hash = applied.into_iter().next().and_then(|file| file.before_hash);
     Ok(WriteApplied {
         path: plan.path.clone(),
         created: plan.created,
         before_hash,
-        after_hash: sha256_hex(&plan.new_content),
+        after_hash,
     })
 }
 
 /// The content `plan` would replace (`None` for a create), checked against the
 /// plan's base hash like [`commit_write`] does, so it is a faithful snapshot.
 pub fn snapshot_before(sandbox: &Sandbox, plan: &WritePlan) -> Result<Option<Vec<u8>>, FsError> {
-    let target = resolve_plan(sandbox, plan)?;
-    let current = read_current(&target)?;
-    let hash = current.as_ref().map(|(bytes, _)| sha256_hex(bytes));
-    check_base(plan, hash.as_deref())?;
-    Ok(current.map(|(bytes, _)| bytes))
+    let mut before = crate::change::snapshot(sandbox, &ChangePlan::from(plan.clone()))?;
+    Ok(before.pop().flatten())
 }
 
 /// Undoes a write: if `path` still hashes to `expected_current_hash`, puts
@@ -249,56 +201,25 @@ pub fn restore(
     expected_current_hash: &str,
     before: Option<&[u8]>,
 ) -> Result<RestoreOutcome, FsError> {
-    // Undo only replaces or removes an existing file, so the create allowlist
-    // has nothing to say; every other check applies.
-    let target = sandbox.resolve_checked("path", path, Access::Write, false)?;
-    let conflict = || FsError::Conflict {
-        path: target.requested().to_owned(),
+    let file = UndoFile {
+        path: path.to_owned(),
+        expected: Some(expected_current_hash.to_owned()),
+        restore: before.map(<[u8]>::to_vec),
     };
-    if !target.exists() {
-        return Err(conflict());
-    }
-    let (directory, name) = target.directory_for_write(false)?;
-    let _lock = lock_directory(&directory, target.requested())?;
-    let Some((bytes, stat)) = read_named(&directory, &name, target.requested())? else {
-        return Err(conflict());
-    };
-    let current_hash = sha256_hex(&bytes);
-    if current_hash != expected_current_hash {
-        return Err(conflict());
-    }
-    let after_hash = match before {
-        Some(content) => {
-            write_atomically(
-                &directory,
-                &name,
-                content,
-                Placement::Replace {
-                    mode: permission_bits(&stat),
-                },
-                target.requested(),
-            )?;
-            Some(sha256_hex(content))
-        }
-        None => {
-            rustix::fs::unlinkat(&directory, name.as_str(), AtFlags::empty()).map_err(|errno| {
-                FsError::io(format!("cannot remove `{}`", target.requested()), errno)
-            })?;
-            sync_directory(&directory)?;
-            None
-        }
-    };
+    let mut done = crate::change::undo(sandbox, &[file], CommitOptions::default())?;
+    let done = done.pop().ok_or_else(|| FsError::Conflict {
+        path: path.to_owned(),
+    })?;
     Ok(RestoreOutcome {
-        path: target.requested().to_owned(),
+        path: done.path,
         removed: before.is_none(),
-        before_hash: current_hash,
-        after_hash,
+        before_hash: expected_current_hash.to_owned(),
+        after_hash: done.after_hash,
     })
 }
 
-fn check_size(sandbox: &Sandbox, content: &str) -> Result<(), FsError> {
+pub(crate) fn check_size(sandbox: &Sandbox, size: u64) -> Result<(), FsError> {
     let limit = sandbox.config().max_write_bytes_hard;
-    let size = content.len() as u64;
     if size > limit {
         return Err(FsError::TooLarge {
             what: "content".to_owned(),
@@ -309,46 +230,11 @@ fn check_size(sandbox: &Sandbox, content: &str) -> Result<(), FsError> {
     Ok(())
 }
 
-/// Resolves a plan's path afresh; it must still lead where it led.
-fn resolve_plan(sandbox: &Sandbox, plan: &WritePlan) -> Result<SandboxedPath, FsError> {
-    let target = sandbox.resolve("path", &plan.path, Access::Write)?;
-    if target.resolved() != plan.resolved_path {
-        return Err(stale(
-            plan,
-            &format!(
-                "it now resolves to `{}`, not `{}`",
-                target.resolved(),
-                plan.resolved_path
-            ),
-        ));
-    }
-    Ok(target)
-}
-
-fn check_base(plan: &WritePlan, current_hash: Option<&str>) -> Result<(), FsError> {
-    match (plan.base_hash.as_deref(), current_hash) {
-        (None, None) => Ok(()),
-        (Some(base), Some(current)) if base == current => Ok(()),
-        (None, Some(_)) => Err(stale(plan, "the file was created since")),
-        (Some(_), None) => Err(stale(plan, "the file was removed since")),
-        (Some(base), Some(current)) => {
-            Err(stale(plan, &format!("its hash is {current}, not {base}")))
-        }
-    }
-}
-
-fn stale(plan: &WritePlan, reason: &str) -> FsError {
-    FsError::Stale {
-        path: plan.path.clone(),
-        reason: reason.to_owned(),
-    }
-}
-
 /// Takes an exclusive `flock` on `directory`, held (until the returned
 /// descriptor is dropped) while a file in it is checked and replaced, so that
 /// two appliers, in threads or in processes, never both pass the base-hash
 /// check of the same file.
-fn lock_directory(directory: &OwnedFd, path: &str) -> Result<OwnedFd, FsError> {
+pub(crate) fn lock_directory(directory: &OwnedFd, path: &str) -> Result<OwnedFd, FsError> {
     let locked = rustix::fs::openat(
         directory,
         ".",
@@ -372,7 +258,7 @@ fn lock_directory(directory: &OwnedFd, path: &str) -> Result<OwnedFd, FsError> {
 
 /// The content and metadata of `name` in `directory`, not following a link;
 /// `None` if there is no such name.
-fn read_named(
+pub(crate) fn read_named(
     directory: &OwnedFd,
     name: &str,
     path: &str,
@@ -420,7 +306,7 @@ fn read_named(
 }
 
 /// The whole current content and its metadata, or `None` if absent.
-fn read_current(target: &SandboxedPath) -> Result<Option<(Vec<u8>, Stat)>, FsError> {
+pub(crate) fn read_current(target: &SandboxedPath) -> Result<Option<(Vec<u8>, Stat)>, FsError> {
     if !target.exists() {
         return Ok(None);
     }
@@ -431,32 +317,19 @@ fn read_current(target: &SandboxedPath) -> Result<Option<(Vec<u8>, Stat)>, FsErr
     Ok(Some((bytes, stat)))
 }
 
-fn unified_diff(path: &str, old: Option<&[u8]>, new: &str) -> String {
-    let old_text = old.map(String::from_utf8_lossy).unwrap_or_default();
-    let (from, to) = match old {
-        Some(_) => (format!("a/{path}"), format!("b/{path}")),
-        None => ("/dev/null".to_owned(), format!("b/{path}")),
-    };
-    let diff = TextDiff::from_lines(old_text.as_ref(), new)
-        .unified_diff()
-        .context_radius(3)
-        .header(&from, &to)
-        .to_string();
-    if diff.is_empty() {
-        format!("--- {from}\n+++ {to}\n")
-    } else {
-        diff
-    }
+pub(crate) fn unified_diff(path: &str, old: Option<&[u8]>, new: &str) -> String {
+    let from = old.map(|_| path);
+    crate::change::file_diff(from, Some(path), old, Some(new.as_bytes()))
 }
 
 /// Permission bits to keep when replacing a file. Set-user-ID and set-group-ID
 /// are dropped: rewritten content must not inherit them.
-fn permission_bits(stat: &Stat) -> Mode {
+pub(crate) fn permission_bits(stat: &Stat) -> Mode {
     Mode::from_raw_mode(stat.st_mode & 0o1777)
 }
 
 #[derive(Debug, Clone, Copy)]
-enum Placement {
+pub(crate) enum Placement {
     /// Replace the existing file, giving the new one these permission bits.
     Replace { mode: Mode },
     /// The name must still be free.
@@ -464,7 +337,7 @@ enum Placement {
 }
 
 /// Writes `bytes` as `name` in `directory`, atomically.
-fn write_atomically(
+pub(crate) fn write_atomically(
     directory: &OwnedFd,
     name: &str,
     bytes: &[u8],
@@ -503,7 +376,7 @@ fn write_atomically(
     sync_directory(directory)
 }
 
-fn fill(file: &mut File, bytes: &[u8], placement: Placement) -> io::Result<()> {
+pub(crate) fn fill(file: &mut File, bytes: &[u8], placement: Placement) -> io::Result<()> {
     file.write_all(bytes)?;
     if let Placement::Replace { mode } = placement {
         // The umask may have taken bits away at creation.
@@ -512,7 +385,7 @@ fn fill(file: &mut File, bytes: &[u8], placement: Placement) -> io::Result<()> {
     file.sync_all()
 }
 
-fn place(
+pub(crate) fn place(
     directory: &OwnedFd,
     temp: &str,
     name: &str,

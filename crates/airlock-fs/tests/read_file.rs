@@ -5,7 +5,7 @@
 
 mod common;
 
-use airlock_fs::{ReadData, ReadParams, Sandbox, read_file, sha256_hex};
+use airlock_fs::{ReadData, ReadParams, Sandbox, read_blob, read_file, sha256_hex};
 use common::Fixture;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
@@ -269,6 +269,47 @@ fn configured_caps_and_require_inline() {
                 json!({"error": "inline_required_too_large"}),
             ),
         ],
+    );
+}
+
+#[test]
+fn content_over_max_inline_bytes_becomes_a_blob_under_auto() {
+    let fixture = workspace();
+    let blob_dir = fixture.root.join(".airlock/blobs");
+    let sandbox = fixture
+        .sandbox("file_broker:\n  max_inline_bytes: 8\n")
+        .with_blob_dir(blob_dir.clone());
+    let blob = |text: &str| {
+        json!({"blob_ref": sha256_hex(text), "size_bytes": text.len(), "preview": text})
+    };
+    check(
+        &sandbox,
+        &fixture,
+        vec![
+            (
+                json!({"path": "lines.txt"}),
+                json!({"blob": blob(LINES), "returned_range": range(1, 5), "truncated": false}),
+            ),
+            (
+                json!({"path": "lines.txt", "output_mode": "require_inline"}),
+                json!({"error": "inline_required_too_large"}),
+            ),
+            // Up to the limit stays inline.
+            (
+                json!({"path": "lines.txt", "end_line": 2}),
+                json!({"content": "one\ntwo\n", "returned_range": range(1, 2), "truncated": false}),
+            ),
+            // In bytes mode the blob holds the base64 text.
+            (
+                json!({"path": "lines.txt", "end_line": 2, "encoding": "bytes"}),
+                json!({"blob": blob("b25lCnR3bwo="), "returned_range": range(1, 2), "truncated": false, "encoding": "bytes"}),
+            ),
+        ],
+    );
+    assert_eq!(read_blob(&blob_dir, &sha256_hex(LINES)).unwrap(), LINES.as_bytes());
+    assert_eq!(
+        read_blob(&blob_dir, &sha256_hex("b25lCnR3bwo=")).unwrap(),
+        b"b25lCnR3bwo="
     );
 }
 

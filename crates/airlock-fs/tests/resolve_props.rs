@@ -96,7 +96,7 @@ proptest! {
             }
             let read = read_file(&sandbox, &serde_json::from_value(serde_json::json!({"path": raw})).unwrap());
             if let Ok(data) = read {
-                prop_assert!(!data.content.contains(OUTSIDE_SECRET.trim()), "{raw:?} read outside");
+                prop_assert!(!data.content.as_deref().unwrap_or_default().contains(OUTSIDE_SECRET.trim()), "{raw:?} read outside");
             }
             let params = WriteParams {
                 path: raw.clone(),

@@ -216,16 +216,23 @@ pub struct GrantRow {
     pub approval_id: Option<String>,
 }
 
-/// The before-content of an applied change, for undo.
+/// The before-content of an applied change, for undo: one entry per file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Snapshot {
     pub approval_id: String,
+    pub files: Vec<SnapshotFile>,
+    pub undone: bool,
+}
+
+/// One file of a [`Snapshot`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotFile {
     pub path: String,
     /// `None` when the change created the file.
     pub before: Option<Vec<u8>>,
     pub before_hash: Option<String>,
-    pub after_hash: String,
-    pub undone: bool,
+    /// `None` when the change removed the file.
+    pub after_hash: Option<String>,
 }
 
 /// The durable store. One connection per process, shared by its threads.
@@ -267,13 +274,15 @@ CREATE TABLE IF NOT EXISTS grants (
     created_by TEXT,
     approval_id TEXT
 );
-CREATE TABLE IF NOT EXISTS snapshots (
-    approval_id TEXT PRIMARY KEY,
+CREATE TABLE IF NOT EXISTS snapshot_files (
+    approval_id TEXT NOT NULL,
+    idx INTEGER NOT NULL,
     path TEXT NOT NULL,
     before BLOB,
     before_hash TEXT,
-    after_hash TEXT NOT NULL,
-    undone INTEGER NOT NULL DEFAULT 0
+    after_hash TEXT,
+    undone INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (approval_id, idx)
 );
 CREATE TABLE IF NOT EXISTS audit_head (
     id INTEGER PRIMARY KEY CHECK (id = 1),
@@ -714,20 +723,31 @@ impl Store {
         })
     }
 
-    /// Keeps the before-content of an applied change.
+    /// Keeps the before-content of an applied change (replacing an earlier
+    /// snapshot of the same approval, from an apply that was interrupted).
     pub fn insert_snapshot(&self, snapshot: &Snapshot) -> Result<(), StoreError> {
         self.with(|conn| {
-            conn.execute(
-                "INSERT OR REPLACE INTO snapshots (approval_id, path, before, before_hash, after_hash, undone) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, 0)",
-                params![
-                    snapshot.approval_id,
-                    snapshot.path,
-                    snapshot.before,
-                    snapshot.before_hash,
-                    snapshot.after_hash
-                ],
+            let tx = conn.transaction()?;
+            tx.execute(
+                "DELETE FROM snapshot_files WHERE approval_id = ?1",
+                params![snapshot.approval_id],
             )?;
+            for (idx, file) in snapshot.files.iter().enumerate() {
+                tx.execute(
+                    "INSERT INTO snapshot_files \
+                     (approval_id, idx, path, before, before_hash, after_hash, undone) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0)",
+                    params![
+                        snapshot.approval_id,
+                        idx as i64,
+                        file.path,
+                        file.before,
+                        file.before_hash,
+                        file.after_hash
+                    ],
+                )?;
+            }
+            tx.commit()?;
             Ok(())
         })
     }
@@ -735,23 +755,38 @@ impl Store {
     /// The snapshot of an applied approval.
     pub fn snapshot(&self, approval_id: &str) -> Result<Snapshot, StoreError> {
         self.with(|conn| {
-            conn.query_row(
-                "SELECT approval_id, path, before, before_hash, after_hash, undone FROM snapshots \
-                 WHERE approval_id = ?1",
-                params![approval_id],
-                |row| {
-                    Ok(Snapshot {
-                        approval_id: row.get(0)?,
-                        path: row.get(1)?,
-                        before: row.get(2)?,
-                        before_hash: row.get(3)?,
-                        after_hash: row.get(4)?,
-                        undone: row.get::<_, i64>(5)? != 0,
+            let mut statement = conn.prepare_cached(
+                "SELECT path, before, before_hash, after_hash, undone FROM snapshot_files \
+                 WHERE approval_id = ?1 ORDER BY idx",
+            )?;
+            let mut undone = false;
+            let files = statement
+                .query_map(params![approval_id], |row| {
+                    Ok((
+                        SnapshotFile {
+                            path: row.get(0)?,
+                            before: row.get(1)?,
+                            before_hash: row.get(2)?,
+                            after_hash: row.get(3)?,
+                        },
+                        row.get::<_, i64>(4)? != 0,
+                    ))
+                })?
+                .map(|row| {
+                    row.map(|(file, was_undone)| {
+                        undone |= was_undone;
+                        file
                     })
-                },
-            )
-            .optional()?
-            .ok_or_else(|| StoreError::NotFound(approval_id.to_owned()))
+                })
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            if files.is_empty() {
+                return Err(StoreError::NotFound(approval_id.to_owned()));
+            }
+            Ok(Snapshot {
+                approval_id: approval_id.to_owned(),
+                files,
+                undone,
+            })
         })
     }
 
@@ -759,10 +794,10 @@ impl Store {
     pub fn mark_undone(&self, approval_id: &str) -> Result<bool, StoreError> {
         self.with(|conn| {
             let changed = conn.execute(
-                "UPDATE snapshots SET undone = 1 WHERE approval_id = ?1 AND undone = 0",
+                "UPDATE snapshot_files SET undone = 1 WHERE approval_id = ?1 AND undone = 0",
                 params![approval_id],
             )?;
-            Ok(changed == 1)
+            Ok(changed >= 1)
         })
     }
 
