@@ -952,6 +952,19 @@ impl Broker {
         Some(envelope)
     }
 
+    /// Cancels every pending approval this process waits for: an interrupted
+    /// call, even one interrupted between creating its approval and reporting
+    /// it. Returns their ids.
+    pub fn cancel_own_waits(&self) -> Vec<String> {
+        let me = std::process::id();
+        self.store
+            .abandoned(&|pid| pid != me)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|approval| self.cancel(&approval.id).map(|_| approval.id.clone()))
+            .collect()
+    }
+
     /// Expires every pending approval whose time is up (for `pending`, `watch`).
     pub fn expire_overdue(&self) -> Result<usize, BrokerError> {
         let overdue = self.store.overdue(now_ms())?;

@@ -108,6 +108,11 @@ pub(crate) fn call(broker: Broker, args: &CallArgs) -> Result<u8, Failure> {
         ctrlc::set_handler(move || {
             let id = waiting.lock().ok().and_then(|id| id.clone());
             let Some(id) = id else {
+                // Not waiting yet, as far as this thread knows; an approval may
+                // already exist for this call, though: cancel it too.
+                for id in broker.cancel_own_waits() {
+                    eprintln!("interrupted: {id} cancelled");
+                }
                 std::process::exit(130);
             };
             interrupt.store(CANCELLING, Ordering::SeqCst);

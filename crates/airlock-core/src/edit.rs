@@ -36,7 +36,9 @@ pub struct EditOutcome {
 pub enum EditError {
     #[error("old_string is empty")]
     EmptyOldString,
-    #[error("old_string was not found, neither exactly nor ignoring whitespace and punctuation style")]
+    #[error(
+        "old_string was not found, neither exactly nor ignoring whitespace and punctuation style"
+    )]
     NotFound,
     #[error(
         "old_string matches {count} places; add surrounding lines to make it unique or set replace_all"
@@ -171,29 +173,33 @@ impl NormalizedText {
         let bytes = original.as_bytes();
         let mut text = String::with_capacity(original.len());
         let mut units = Vec::new();
-        // Plain text (kept as is) is copied in runs rather than char by char.
+        // Plain text (kept as is) is copied in runs rather than char by char, and
+        // ASCII, the common case, is told apart byte by byte without decoding.
         let mut plain_start = 0;
         let mut at = 0;
         while at < bytes.len() {
             let byte = bytes[at];
-            if byte.is_ascii() && !is_ascii_whitespace(byte) {
-                at += 1;
-                continue;
-            }
-            let Some(c) = original[at..].chars().next() else {
-                break;
+            let (c, len) = if byte.is_ascii() {
+                if !is_ascii_whitespace(byte) {
+                    at += 1;
+                    continue;
+                }
+                if byte == b' ' && !starts_whitespace(original, at + 1) {
+                    // A lone ASCII space is already normal.
+                    at += 1;
+                    continue;
+                }
+                (char::from(byte), 1)
+            } else {
+                match original[at..].chars().next() {
+                    Some(c) => (c, c.len_utf8()),
+                    None => break,
+                }
             };
             if c.is_whitespace() {
-                let mut end = at + c.len_utf8();
-                while let Some(next) = original[end..].chars().next()
-                    && next.is_whitespace()
-                {
-                    end += next.len_utf8();
-                }
-                if byte == b' ' && end == at + 1 {
-                    // A lone ASCII space is already normal.
-                    at = end;
-                    continue;
+                let mut end = at + len;
+                while let Some(next) = whitespace_at(original, end) {
+                    end += next;
                 }
                 text.push_str(&original[plain_start..at]);
                 let normalized_start = text.len();
@@ -211,17 +217,16 @@ impl NormalizedText {
                 text.push_str(&original[plain_start..at]);
                 let normalized_start = text.len();
                 text.push_str(ascii);
-                let end = at + c.len_utf8();
                 // Always a unit, even when the lengths agree (`…` and `...`), so that
                 // no match can begin or end inside the replaced character.
                 units.push(Unit {
                     normalized: normalized_start..text.len(),
-                    original: at..end,
+                    original: at..at + len,
                 });
-                at = end;
-                plain_start = end;
+                at += len;
+                plain_start = at;
             } else {
-                at += c.len_utf8();
+                at += len;
             }
         }
         text.push_str(&original[plain_start..]);
@@ -241,7 +246,11 @@ impl NormalizedText {
     /// match.
     fn original_offset(&self, offset: usize, at_start: bool) -> Option<usize> {
         // The byte that decides: the first of the match, or the last.
-        let byte = if at_start { offset } else { offset.checked_sub(1)? };
+        let byte = if at_start {
+            offset
+        } else {
+            offset.checked_sub(1)?
+        };
         let index = self
             .units
             .partition_point(|unit| unit.normalized.start <= byte);
@@ -267,6 +276,20 @@ impl NormalizedText {
 /// The ASCII characters that `char::is_whitespace` accepts.
 fn is_ascii_whitespace(byte: u8) -> bool {
     matches!(byte, b' ' | b'\t' | b'\n' | 0x0B | 0x0C | b'\r')
+}
+
+/// The length of the whitespace character at `at`, if there is one.
+fn whitespace_at(text: &str, at: usize) -> Option<usize> {
+    let byte = *text.as_bytes().get(at)?;
+    if byte.is_ascii() {
+        return is_ascii_whitespace(byte).then_some(1);
+    }
+    let c = text.get(at..)?.chars().next()?;
+    c.is_whitespace().then(|| c.len_utf8())
+}
+
+fn starts_whitespace(text: &str, at: usize) -> bool {
+    whitespace_at(text, at).is_some()
 }
 
 #[cfg(test)]

@@ -34,18 +34,36 @@ fn exact_single_match() {
 
 #[test]
 fn exact_multiple_matches_are_ambiguous() {
-    check("x = 1;\nx = 1;\nx = 1;\n", "x = 1;", "x = 2;", false, Err(EditError::Ambiguous { count: 3 }));
+    check(
+        "x = 1;\nx = 1;\nx = 1;\n",
+        "x = 1;",
+        "x = 2;",
+        false,
+        Err(EditError::Ambiguous { count: 3 }),
+    );
 }
 
 #[test]
 fn replace_all_replaces_every_exact_match() {
-    check("x = 1;\ny = 1;\nx = 1;\n", "x = 1;", "x = 2;", true, Ok(("x = 2;\ny = 1;\nx = 2;\n", 2, false)));
+    check(
+        "x = 1;\ny = 1;\nx = 1;\n",
+        "x = 1;",
+        "x = 2;",
+        true,
+        Ok(("x = 2;\ny = 1;\nx = 2;\n", 2, false)),
+    );
 }
 
 #[test]
 fn exact_matches_win_over_fuzzy_ones() {
     // The fuzzy pass would find two places; the exact pass finds one and decides.
-    check("a  b\na b\n", "a b", "c", false, Ok(("a  b\nc\n", 1, false)));
+    check(
+        "a  b\na b\n",
+        "a b",
+        "c",
+        false,
+        Ok(("a  b\nc\n", 1, false)),
+    );
 }
 
 #[test]
@@ -85,7 +103,13 @@ fn fuzzy_em_dash_and_ellipsis() {
 
 #[test]
 fn fuzzy_non_breaking_space() {
-    check("a\u{00A0}=\u{00A0}1;\n", "a = 1;", "a = 2;", false, Ok(("a = 2;\n", 1, true)));
+    check(
+        "a\u{00A0}=\u{00A0}1;\n",
+        "a = 1;",
+        "a = 2;",
+        false,
+        Ok(("a = 2;\n", 1, true)),
+    );
 }
 
 #[test]
@@ -101,12 +125,24 @@ fn fuzzy_replace_all() {
 
 #[test]
 fn fuzzy_ambiguous() {
-    check("a  b\nc\na\tb\n", "a b", "x", false, Err(EditError::Ambiguous { count: 2 }));
+    check(
+        "a  b\nc\na\tb\n",
+        "a b",
+        "x",
+        false,
+        Err(EditError::Ambiguous { count: 2 }),
+    );
 }
 
 #[test]
 fn not_found() {
-    check("alpha\nbeta\n", "gamma", "delta", false, Err(EditError::NotFound));
+    check(
+        "alpha\nbeta\n",
+        "gamma",
+        "delta",
+        false,
+        Err(EditError::NotFound),
+    );
     // Whitespace is collapsed, not removed.
     check("ab\n", "a b", "x", false, Err(EditError::NotFound));
     // Only whitespace has nothing to find fuzzily.
@@ -120,7 +156,13 @@ fn empty_old_string() {
 
 #[test]
 fn multibyte_text() {
-    check("préfixe — café ☕ fin\n", "café ☕", "thé 🍵", false, Ok(("préfixe — thé 🍵 fin\n", 1, false)));
+    check(
+        "préfixe — café ☕ fin\n",
+        "café ☕",
+        "thé 🍵",
+        false,
+        Ok(("préfixe — thé 🍵 fin\n", 1, false)),
+    );
     // A fuzzy match next to multibyte characters maps back on character boundaries.
     check("ä\u{2014}ö  ü\n", "ä-ö ü", "ß", false, Ok(("ß\n", 1, true)));
     // Half an ellipsis is not a match.
@@ -141,7 +183,11 @@ fn new_string_is_inserted_verbatim() {
 #[test]
 fn errors_have_codes_and_lowercase_messages() {
     let cases = [
-        (EditError::EmptyOldString, ErrorCode::InvalidInputEmptyOldString, "old_string is empty"),
+        (
+            EditError::EmptyOldString,
+            ErrorCode::InvalidInputEmptyOldString,
+            "old_string is empty",
+        ),
         (
             EditError::NotFound,
             ErrorCode::EditTargetNotFound,
@@ -154,6 +200,9 @@ fn errors_have_codes_and_lowercase_messages() {
         ),
     ];
     for (error, code, message) in cases {
-        assert_eq!((error.code(), error.to_string()), (code, message.to_owned()));
+        assert_eq!(
+            (error.code(), error.to_string()),
+            (code, message.to_owned())
+        );
     }
 }

@@ -36,7 +36,9 @@ fn main() -> ExitCode {
 fn run() -> Result<(), Box<dyn std::error::Error>> {
     // Run by `cargo bench` without the variables: nothing to measure.
     let Ok(tree) = std::env::var("AIRLOCK_GREP_TREE") else {
-        eprintln!("grep_vs_rg: set AIRLOCK_GREP_TREE and AIRLOCK_GREP_PATTERN (see scripts/bench-grep.sh)");
+        eprintln!(
+            "grep_vs_rg: set AIRLOCK_GREP_TREE and AIRLOCK_GREP_PATTERN (see scripts/bench-grep.sh)"
+        );
         return Ok(());
     };
     let pattern = std::env::var("AIRLOCK_GREP_PATTERN")?;

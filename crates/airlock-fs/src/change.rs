@@ -59,7 +59,7 @@ pub struct FileChange {
     /// Hash of the content the change replaces; `None`: the file must not exist.
     pub before_hash: Option<String>,
     /// The new content; `None`: the file is removed.
-    #[serde(with = "content")]
+    #[serde(with = "crate::change::content")]
     pub after: Option<Vec<u8>>,
     /// Create missing parent directories (each within the create allowlist).
     #[serde(default)]
@@ -172,7 +172,7 @@ impl From<WritePlan> for ChangePlan {
             path: plan.path,
             resolved_path: plan.resolved_path,
             before_hash: plan.base_hash,
-            after: Some(plan.new_content.into_bytes()),
+            after: Some(plan.new_content),
             create_parents: plan.create_parents,
             moved_from: None,
         };
@@ -910,7 +910,7 @@ pub(crate) fn preview(text: &str, max_chars: u64) -> String {
 
 /// File content in a stored plan: a string when it is UTF-8, else
 /// `{"hex": "…"}`.
-mod content {
+pub(crate) mod content {
     use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
     #[derive(Serialize, Deserialize)]
@@ -945,6 +945,22 @@ mod content {
             Some(Stored::Bytes { hex }) => {
                 hex::decode(hex).map(Some).map_err(serde::de::Error::custom)
             }
+        }
+    }
+
+    /// The same for content that is always there.
+    pub mod required {
+        use serde::{Deserializer, Serializer};
+
+        pub fn serialize<S: Serializer>(value: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
+            super::serialize(&Some(value.to_vec()), serializer)
+        }
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(
+            deserializer: D,
+        ) -> Result<Vec<u8>, D::Error> {
+            super::deserialize(deserializer)?
+                .ok_or_else(|| serde::de::Error::custom("content is missing"))
         }
     }
 }

@@ -56,12 +56,12 @@ mod write;
 
 pub use blob::*;
 pub use change::{
-    ChangePlan, CommitOptions, FileApplied, FileChange, UndoFile, already_applied, commit,
-    recover, snapshot, undo,
+    ChangePlan, CommitOptions, FileApplied, FileChange, UndoFile, already_applied, commit, recover,
+    snapshot, undo,
 };
 pub use plans::{
-    DeleteParams, EditParams, MoveParams, PatchParams, prepare_delete, prepare_edit,
-    prepare_move, prepare_patch,
+    DeleteParams, EditParams, MoveParams, PatchParams, prepare_delete, prepare_edit, prepare_move,
+    prepare_patch,
 };
 pub use search::*;
 

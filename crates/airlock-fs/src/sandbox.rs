@@ -678,7 +678,7 @@ fn fd_path(fd: &OwnedFd) -> Result<PathBuf, FsError> {
         .map_err(|error| FsError::io("cannot read /proc/self/fd to locate a path", error))
 }
 
-fn kind_of(stat: &Stat) -> FileKind {
+pub(crate) fn kind_of(stat: &Stat) -> FileKind {
     match FileType::from_raw_mode(stat.st_mode) {
         FileType::RegularFile => FileKind::File,
         FileType::Directory => FileKind::Directory,
@@ -830,8 +830,11 @@ impl SandboxedPath {
             let file_type = match entry.file_type() {
                 // Some file systems do not say; ask without following links.
                 FileType::Unknown => {
-                    match rustix::fs::statat(&directory, entry.file_name(), AtFlags::SYMLINK_NOFOLLOW)
-                    {
+                    match rustix::fs::statat(
+                        &directory,
+                        entry.file_name(),
+                        AtFlags::SYMLINK_NOFOLLOW,
+                    ) {
                         Ok(stat) => FileType::from_raw_mode(stat.st_mode),
                         // Removed meanwhile.
                         Err(Errno::NOENT) => continue,

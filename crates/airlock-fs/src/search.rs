@@ -42,13 +42,13 @@ use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkMatch};
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use ignore::{DirEntry, Match, ParallelVisitor, ParallelVisitorBuilder, WalkBuilder, WalkState};
-use rustix::fs::{FileType, Stat};
+use rustix::fs::FileType;
 use serde::{Deserialize, Serialize};
 
 use crate::blob::{BlobRef, shape_output};
 use crate::error::FsError;
 use crate::read::OutputMode;
-use crate::sandbox::{Access, FileKind, Sandbox, SandboxedPath};
+use crate::sandbox::{Access, FileKind, Sandbox, SandboxedPath, kind_of};
 
 /// `max_results` of `grep` when the call gives none (then clamped to
 /// `max_grep_results`).
@@ -224,8 +224,9 @@ pub fn grep(sandbox: &Sandbox, params: &GrepParams) -> Result<GrepData, FsError>
         .min(sandbox.config().max_grep_results);
     let limit = usize::try_from(limit).unwrap_or(usize::MAX);
     let matcher = RegexMatcherBuilder::new()
-        // `^` and `$` at line boundaries, no octal escapes, never across a
-        // line end: what `rg` does.
+        // As `rg`: `^` and `$` at line boundaries, no octal escapes, and a
+        // line terminator that keeps every match within one line (which is
+        // also what enables the searcher's line-oriented fast path).
         .multi_line(true)
         .octal(false)
         .case_insensitive(params.case_insensitive)
@@ -242,7 +243,7 @@ pub fn grep(sandbox: &Sandbox, params: &GrepParams) -> Result<GrepData, FsError>
         .as_deref()
         .map(FileFilter::new)
         .transpose()?;
-    let searcher = SearcherBuilder::new()
+    let mut searcher = SearcherBuilder::new()
         .line_number(true)
         .binary_detection(BinaryDetection::quit(b'\0'))
         .build();
@@ -251,9 +252,11 @@ pub fn grep(sandbox: &Sandbox, params: &GrepParams) -> Result<GrepData, FsError>
         Base::File(path) => {
             let mut found = Found::default();
             let rel = path.resolved();
-            if file_filter.as_ref().is_none_or(|filter| filter.matches(rel)) {
+            if file_filter
+                .as_ref()
+                .is_none_or(|filter| filter.matches(rel))
+            {
                 let (file, _) = path.open_for_read()?;
-                let mut searcher = searcher;
                 search_one(&mut searcher, &matcher, rel, &file, limit, &mut found);
             }
             found
@@ -335,7 +338,11 @@ pub fn glob(sandbox: &Sandbox, params: &GlobParams) -> Result<GlobData, FsError>
     // Newest first, then by path.
     found.sort_unstable_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
     let count = found.len();
-    let paths: Vec<String> = found.into_iter().take(limit).map(|(_, path)| path).collect();
+    let paths: Vec<String> = found
+        .into_iter()
+        .take(limit)
+        .map(|(_, path)| path)
+        .collect();
     let truncated = count > paths.len();
     let (paths, blob) = shape_output(sandbox, paths.join("\n"), params.output_mode)?.into_fields();
     Ok(GlobData {
@@ -379,7 +386,8 @@ pub fn list_dir(sandbox: &Sandbox, params: &ListDirParams) -> Result<ListDirData
     let count = names.len();
     names.truncate(limit);
     let truncated = count > names.len();
-    let (entries, blob) = shape_output(sandbox, names.join("\n"), params.output_mode)?.into_fields();
+    let (entries, blob) =
+        shape_output(sandbox, names.join("\n"), params.output_mode)?.into_fields();
     Ok(ListDirData {
         path: path.requested().to_owned(),
         entries,
@@ -501,7 +509,11 @@ impl EntryFilter {
         let Some(rel) = relative(entry.path(), self.root_prefix) else {
             return false;
         };
-        if self.policy.check_workspace_path("path", rel, false).is_some() {
+        if self
+            .policy
+            .check_workspace_path("path", rel, false)
+            .is_some()
+        {
             return false;
         }
         let is_dir = entry.file_type().is_some_and(|kind| kind.is_dir());
@@ -565,7 +577,12 @@ impl AncestorIgnores {
     }
 
     fn ignores(&self, path: &Path, is_dir: bool) -> bool {
-        for matcher in self.ignore.iter().chain(&self.gitignore).chain(&self.exclude) {
+        for matcher in self
+            .ignore
+            .iter()
+            .chain(&self.gitignore)
+            .chain(&self.exclude)
+        {
             match matcher.matched(path, is_dir) {
                 Match::None => {}
                 Match::Ignore(_) => return true,
@@ -636,14 +653,6 @@ fn relative(path: &Path, root_prefix: usize) -> Option<&str> {
 /// that found nothing.
 fn normalized_or_raw(raw: &str) -> String {
     airlock_core::policy::normalize_relative(raw).unwrap_or_else(|| raw.to_owned())
-}
-
-fn kind_of(stat: &Stat) -> FileKind {
-    match FileType::from_raw_mode(stat.st_mode) {
-        FileType::RegularFile => FileKind::File,
-        FileType::Directory => FileKind::Directory,
-        _ => FileKind::Other,
-    }
 }
 
 /// What a grep found, per file, before sorting.
@@ -854,7 +863,7 @@ impl ParallelVisitor for GlobVisitor<'_> {
         // The time comes from the file as opened beneath the root, like a
         // grep's content, not from the walk's lookup by path.
         if let Ok(stat) = self.sandbox.stat_walked(rel)
-            && FileType::from_raw_mode(stat.st_mode) == FileType::RegularFile
+            && kind_of(&stat) == FileKind::File
         {
             let mtime = (stat.st_mtime, stat.st_mtime_nsec);
             self.found.push((mtime, rel.to_owned()));

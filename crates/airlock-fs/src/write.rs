@@ -39,12 +39,20 @@ use crate::error::FsError;
 use crate::hash::sha256_hex;
 use crate::sandbox::{Access, Sandbox, SandboxedPath, sync_directory};
 
-/// Arguments of `write_file`, as the tool call carries them.
+/// Arguments of `write_file`, as the tool call carries them. The new content
+/// is `content` (text, or standard base64 with `encoding: bytes`: spec 003's
+/// `inline_text` and `inline_bytes`), or `blob_ref`, a blob in airlock's store
+/// (spec 003's `blob_ref`, e.g. a large output read earlier); exactly one.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WriteParams {
     pub path: String,
-    pub content: String,
+    #[serde(default)]
+    pub content: Option<String>,
+    #[serde(default)]
+    pub encoding: crate::read::Encoding,
+    #[serde(default)]
+    pub blob_ref: Option<String>,
     #[serde(default)]
     pub mode: WriteMode,
     /// Create missing parent directories (each must obey the create allowlist).
@@ -58,6 +66,44 @@ impl WriteParams {
         WriteParams::deserialize(args).map_err(|error| FsError::InvalidInput {
             message: error.to_string(),
         })
+    }
+
+    /// A text write of `content` to `path` (overwrite, no parents).
+    pub fn text(path: &str, content: &str) -> WriteParams {
+        WriteParams {
+            path: path.to_owned(),
+            content: Some(content.to_owned()),
+            encoding: crate::read::Encoding::Utf8,
+            blob_ref: None,
+            mode: WriteMode::Overwrite,
+            create_parents: false,
+        }
+    }
+
+    /// The bytes to write.
+    fn bytes(&self, sandbox: &Sandbox) -> Result<Vec<u8>, FsError> {
+        use base64::Engine as _;
+        let invalid = |message: &str| FsError::InvalidInput {
+            message: message.to_owned(),
+        };
+        match (&self.content, &self.blob_ref) {
+            (Some(_), Some(_)) => Err(invalid("give content or blob_ref, not both")),
+            (None, None) => Err(invalid("content (or blob_ref) is required")),
+            (Some(text), None) => match self.encoding {
+                crate::read::Encoding::Utf8 => Ok(text.clone().into_bytes()),
+                crate::read::Encoding::Bytes => base64::engine::general_purpose::STANDARD
+                    .decode(text)
+                    .map_err(|error| FsError::InvalidInput {
+                        message: format!("content is not valid base64: {error}"),
+                    }),
+            },
+            (None, Some(blob_ref)) => {
+                let dir = sandbox
+                    .blob_dir()
+                    .ok_or_else(|| invalid("this workspace has no blob store"))?;
+                crate::blob::read_blob(dir, blob_ref)
+            }
+        }
     }
 }
 
@@ -83,7 +129,8 @@ pub struct WritePlan {
     pub created: bool,
     /// Hash of the content the plan replaces; `None` for a create.
     pub base_hash: Option<String>,
-    pub new_content: String,
+    #[serde(with = "crate::change::content::required")]
+    pub new_content: Vec<u8>,
     /// Unified diff, `--- a/<path>` / `+++ b/<path>` (`--- /dev/null` for a
     /// create); only the headers when nothing changes.
     pub diff: String,
@@ -139,7 +186,8 @@ pub struct RestoreOutcome {
 
 /// Plans a write without touching anything.
 pub fn prepare_write(sandbox: &Sandbox, params: &WriteParams) -> Result<WritePlan, FsError> {
-    check_size(sandbox, params.content.len() as u64)?;
+    let content = params.bytes(sandbox)?;
+    check_size(sandbox, content.len() as u64)?;
     let target = sandbox.resolve("path", &params.path, Access::Write)?;
     let current = read_current(&target)?;
     if current.is_some() && params.mode == WriteMode::CreateNew {
@@ -153,13 +201,13 @@ pub fn prepare_write(sandbox: &Sandbox, params: &WriteParams) -> Result<WritePla
         });
     }
     let old = current.as_ref().map(|(bytes, _)| bytes.as_slice());
-    let diff = unified_diff(target.requested(), old, &params.content);
+    let diff = unified_diff(target.requested(), old, &content);
     Ok(WritePlan {
         path: target.requested().to_owned(),
         resolved_path: target.resolved().to_owned(),
         created: current.is_none(),
         base_hash: old.map(sha256_hex),
-        new_content: params.content.clone(),
+        new_content: content,
         patch_hash: sha256_hex(&diff),
         diff,
         create_parents: params.create_parents,
@@ -317,9 +365,9 @@ pub(crate) fn read_current(target: &SandboxedPath) -> Result<Option<(Vec<u8>, St
     Ok(Some((bytes, stat)))
 }
 
-pub(crate) fn unified_diff(path: &str, old: Option<&[u8]>, new: &str) -> String {
+pub(crate) fn unified_diff(path: &str, old: Option<&[u8]>, new: &[u8]) -> String {
     let from = old.map(|_| path);
-    crate::change::file_diff(from, Some(path), old, Some(new.as_bytes()))
+    crate::change::file_diff(from, Some(path), old, Some(new))
 }
 
 /// Permission bits to keep when replacing a file. Set-user-ID and set-group-ID

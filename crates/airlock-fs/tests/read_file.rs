@@ -279,9 +279,7 @@ fn content_over_max_inline_bytes_becomes_a_blob_under_auto() {
     let sandbox = fixture
         .sandbox("file_broker:\n  max_inline_bytes: 8\n")
         .with_blob_dir(blob_dir.clone());
-    let blob = |text: &str| {
-        json!({"blob_ref": sha256_hex(text), "size_bytes": text.len(), "preview": text})
-    };
+    let blob = |text: &str| json!({"blob_ref": sha256_hex(text), "size_bytes": text.len(), "preview": text});
     check(
         &sandbox,
         &fixture,
@@ -306,7 +304,10 @@ fn content_over_max_inline_bytes_becomes_a_blob_under_auto() {
             ),
         ],
     );
-    assert_eq!(read_blob(&blob_dir, &sha256_hex(LINES)).unwrap(), LINES.as_bytes());
+    assert_eq!(
+        read_blob(&blob_dir, &sha256_hex(LINES)).unwrap(),
+        LINES.as_bytes()
+    );
     assert_eq!(
         read_blob(&blob_dir, &sha256_hex("b25lCnR3bwo=")).unwrap(),
         b"b25lCnR3bwo="

@@ -99,10 +99,8 @@ proptest! {
                 prop_assert!(!data.content.as_deref().unwrap_or_default().contains(OUTSIDE_SECRET.trim()), "{raw:?} read outside");
             }
             let params = WriteParams {
-                path: raw.clone(),
-                content: "PWNED\n".to_owned(),
-                mode: Default::default(),
                 create_parents: true,
+                ..WriteParams::text(&raw, "PWNED\n")
             };
             if let Ok(plan) = prepare_write(&sandbox, &params) {
                 let _ = commit_write(&sandbox, &plan);

@@ -87,7 +87,10 @@ fn grep_workspace() -> Fixture {
             "pub fn hello() -> &'static str {\n    \"Hello\"\n}\n",
         ),
         ("src/nested/deep.rs", "// hello from deep\n"),
-        ("src/nested/ignored.rs", "// hello, ignored by src/.ignore\n"),
+        (
+            "src/nested/ignored.rs",
+            "// hello, ignored by src/.ignore\n",
+        ),
         ("src/nested/trace.log", "hello, ignored by /.gitignore\n"),
         ("src/.ignore", "nested/ignored.rs\n"),
         ("docs/guide.md", "Say hello.\nHELLO again.\n"),
@@ -242,8 +245,14 @@ fn grep_returns_sorted_lines_and_honours_ignore_files_and_the_policy() {
                 grep_data(&["target/debug/out.rs:1:hello built"], 1),
             ),
             // Refusals and errors.
-            (json!({"pattern": "hello", "path": ".env"}), error("path_denied")),
-            (json!({"pattern": "hello", "path": "secrets"}), error("path_denied")),
+            (
+                json!({"pattern": "hello", "path": ".env"}),
+                error("path_denied"),
+            ),
+            (
+                json!({"pattern": "hello", "path": "secrets"}),
+                error("path_denied"),
+            ),
             (
                 json!({"pattern": "hello", "path": ".airlock"}),
                 error("path_forbidden"),
@@ -256,15 +265,24 @@ fn grep_returns_sorted_lines_and_honours_ignore_files_and_the_policy() {
                 json!({"pattern": "hello", "path": "../outside"}),
                 error("path_forbidden"),
             ),
-            (json!({"pattern": "hello", "path": "missing"}), error("not_found")),
-            (json!({"pattern": "hello", "path": "bin.dat/x"}), error("not_a_directory")),
+            (
+                json!({"pattern": "hello", "path": "missing"}),
+                error("not_found"),
+            ),
+            (
+                json!({"pattern": "hello", "path": "bin.dat/x"}),
+                error("not_a_directory"),
+            ),
             (json!({"pattern": "(unclosed"}), error("invalid_regex")),
             (json!({"pattern": "a\\x00b"}), error("invalid_regex")),
             (
                 json!({"pattern": "hello", "glob_filter": "[z-a"}),
                 error("invalid_pattern"),
             ),
-            (json!({"pattern": "hello", "bogus": 1}), error("invalid_input")),
+            (
+                json!({"pattern": "hello", "bogus": 1}),
+                error("invalid_input"),
+            ),
             (json!({"path": "src"}), error("invalid_input")),
             (
                 json!({"pattern": "hello", "max_results": -1}),
@@ -350,7 +368,10 @@ fn large_grep_output_becomes_a_blob_under_auto() {
         call_grep,
         &with_blobs,
         vec![
-            (json!({"pattern": "hello"}), with_blob(inline.clone(), "matches", &text)),
+            (
+                json!({"pattern": "hello"}),
+                with_blob(inline.clone(), "matches", &text),
+            ),
             (
                 json!({"pattern": "hello", "output_mode": "require_inline"}),
                 error("inline_required_too_large"),
@@ -370,7 +391,10 @@ fn large_grep_output_becomes_a_blob_under_auto() {
     assert_eq!(String::from_utf8(blob).unwrap(), text);
 
     // The blobs live in the state dir, which grep never searches.
-    let again = call_grep(&with_blobs, &json!({"pattern": "hello", "max_results": 100}));
+    let again = call_grep(
+        &with_blobs,
+        &json!({"pattern": "hello", "max_results": 100}),
+    );
     assert_eq!(again, with_blob(inline.clone(), "matches", &text));
 
     // Without a blob dir, large output under auto is returned inline.
@@ -418,7 +442,11 @@ fn glob_workspace() -> Fixture {
         ("id_rsa.rs", 1_000_050),
         (".gitignore", 1_000_050),
     ] {
-        let content = if path == ".gitignore" { "target/\n" } else { "x\n" };
+        let content = if path == ".gitignore" {
+            "target/\n"
+        } else {
+            "x\n"
+        };
         fixture.write(path, content);
         set_mtime(&fixture.root, path, seconds);
     }
@@ -443,7 +471,14 @@ fn glob_lists_files_newest_first_then_by_path() {
             (
                 json!({"pattern": "**"}),
                 glob_data(
-                    &["docs/f.md", "b.rs", "src/c.rs", "src/d.rs", "a.rs", "src/deeper/e.rs"],
+                    &[
+                        "docs/f.md",
+                        "b.rs",
+                        "src/c.rs",
+                        "src/d.rs",
+                        "a.rs",
+                        "src/deeper/e.rs",
+                    ],
                     6,
                 ),
             ),
@@ -476,12 +511,30 @@ fn glob_lists_files_newest_first_then_by_path() {
                 glob_data(&["target/x.rs"], 1),
             ),
             (json!({"pattern": "[z-a]"}), error("invalid_pattern")),
-            (json!({"pattern": "a[", "path": "src"}), error("invalid_pattern")),
-            (json!({"pattern": "*", "path": "missing"}), error("not_found")),
-            (json!({"pattern": "*", "path": "a.rs"}), error("not_a_directory")),
-            (json!({"pattern": "*", "path": "secrets"}), error("path_denied")),
-            (json!({"pattern": "*", "path": ".airlock"}), error("path_forbidden")),
-            (json!({"pattern": "*", "extra": true}), error("invalid_input")),
+            (
+                json!({"pattern": "a[", "path": "src"}),
+                error("invalid_pattern"),
+            ),
+            (
+                json!({"pattern": "*", "path": "missing"}),
+                error("not_found"),
+            ),
+            (
+                json!({"pattern": "*", "path": "a.rs"}),
+                error("not_a_directory"),
+            ),
+            (
+                json!({"pattern": "*", "path": "secrets"}),
+                error("path_denied"),
+            ),
+            (
+                json!({"pattern": "*", "path": ".airlock"}),
+                error("path_forbidden"),
+            ),
+            (
+                json!({"pattern": "*", "extra": true}),
+                error("invalid_input"),
+            ),
         ],
     );
 }
@@ -565,9 +618,15 @@ fn list_dir_lists_allowed_entries_by_name() {
             (json!({}), list_data("", &root, 6)),
             (json!({"path": "."}), list_data("", &root, 6)),
             (json!({"max_results": 2}), list_data("", &root[..2], 6)),
-            (json!({"path": "a"}), list_data("a", &["inner.txt", "sub/"], 2)),
+            (
+                json!({"path": "a"}),
+                list_data("a", &["inner.txt", "sub/"], 2),
+            ),
             (json!({"path": "a/sub/"}), list_data("a/sub", &[], 0)),
-            (json!({"path": "link"}), list_data("link", &["inner.txt", "sub/"], 2)),
+            (
+                json!({"path": "link"}),
+                list_data("link", &["inner.txt", "sub/"], 2),
+            ),
             (json!({"path": "b.txt"}), error("not_a_directory")),
             (json!({"path": "missing"}), error("not_found")),
             (json!({"path": "dangling"}), error("not_found")),
@@ -586,7 +645,10 @@ fn list_dir_lists_allowed_entries_by_name() {
         call_list_dir,
         &sandbox,
         vec![
-            (json!({}), with_blob(list_data("", &root, 6), "entries", &text)),
+            (
+                json!({}),
+                with_blob(list_data("", &root, 6), "entries", &text),
+            ),
             (
                 json!({"output_mode": "require_inline"}),
                 error("inline_required_too_large"),
@@ -662,7 +724,10 @@ fn stat_and_exists() {
             (json!({"path": "dangling"}), error("not_found")),
             (json!({"path": ".env"}), error("path_denied")),
             (json!({"path": "a/.env"}), error("path_denied")),
-            (json!({"path": ".airlock/audit.jsonl"}), error("path_forbidden")),
+            (
+                json!({"path": ".airlock/audit.jsonl"}),
+                error("path_forbidden"),
+            ),
             (json!({"path": "/etc/passwd"}), error("path_forbidden")),
             (json!({}), error("invalid_input")),
         ],
@@ -702,7 +767,10 @@ fn stat_and_exists() {
             // A refused path is refused whether it exists or not.
             (json!({"path": ".env"}), error("path_denied")),
             (json!({"path": "nothing.pem"}), error("path_denied")),
-            (json!({"path": ".airlock/audit.jsonl"}), error("path_forbidden")),
+            (
+                json!({"path": ".airlock/audit.jsonl"}),
+                error("path_forbidden"),
+            ),
             (json!({"path": ".airlock/none"}), error("path_forbidden")),
             (json!({"path": "../outside"}), error("path_forbidden")),
             (json!({"path": "b.txt", "x": 1}), error("invalid_input")),

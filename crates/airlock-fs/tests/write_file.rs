@@ -53,7 +53,7 @@ fn create_proposes_a_diff_from_dev_null_then_creates_the_file() {
             resolved_path: "src/new.rs".into(),
             created: true,
             base_hash: None,
-            new_content: content.into(),
+            new_content: content.as_bytes().to_vec(),
             diff: diff.into(),
             patch_hash: sha256_hex(diff),
             create_parents: false,
@@ -100,7 +100,7 @@ fn modify_proposes_a_diff_against_the_current_content() {
             resolved_path: "other/existing.txt".into(),
             created: false,
             base_hash: Some(sha256_hex("existing\n")),
-            new_content: "existing\nmore\n".into(),
+            new_content: b"existing\nmore\n".to_vec(),
             diff: diff.into(),
             patch_hash: sha256_hex(diff),
             create_parents: false,
@@ -482,7 +482,7 @@ fn a_stored_plan_applies_and_a_tampered_one_does_not() {
     let stored = serde_json::to_string(&plan).unwrap();
 
     let mut tampered: WritePlan = serde_json::from_str(&stored).unwrap();
-    tampered.new_content = "something else\n".into();
+    tampered.new_content = b"something else\n".to_vec();
     assert_eq!(code(&commit_write(&sandbox, &tampered)), "invalid_input");
     assert_eq!(fixture.read("src/real.txt"), "real\n");
 
@@ -516,7 +516,7 @@ fn many_plans_against_one_file_exactly_one_applies() {
                 scope.spawn(move || {
                     barrier.wait();
                     (
-                        plan.new_content.clone(),
+                        String::from_utf8(plan.new_content.clone()).unwrap(),
                         code(&commit_write(&sandbox, plan)),
                     )
                 })

@@ -2,7 +2,7 @@
 //!
 //! Each pass compares lines through a key (the line itself, without trailing
 //! whitespace, trimmed, or trimmed with whitespace runs and punctuation normalised).
-//! A pass's index (the hash of every file line's key, chained by hash) is built the
+//! A pass's index (the hash of every file line's key, grouped by hash) is built the
 //! first time the pass is needed and then serves every chunk, so a search costs the
 //! occurrences of the chunk's rarest line rather than a scan of the file.
 
@@ -108,12 +108,28 @@ impl Pass {
         }
     }
 
-    fn hash(self, line: &str) -> u64 {
+    /// The hash of the line's key; `scratch` is a buffer for keys that are not a
+    /// slice of the line.
+    fn hash(self, line: &str, scratch: &mut String) -> u64 {
         match self {
             Pass::Exact => hash_bytes(line.as_bytes()),
             Pass::TrimEnd => hash_bytes(line.trim_end().as_bytes()),
             Pass::Trim => hash_bytes(line.trim().as_bytes()),
-            Pass::Punctuation => hash_chars(normalized(line)),
+            Pass::Punctuation => {
+                let trimmed = line.trim();
+                // Most lines are ASCII with single spaces, which normalise to
+                // themselves.
+                let plain = trimmed.bytes().all(|byte| {
+                    byte.is_ascii() && !matches!(byte, b'\t' | b'\n' | 0x0B | 0x0C | b'\r')
+                }) && !trimmed.contains("  ");
+                if plain {
+                    hash_bytes(trimmed.as_bytes())
+                } else {
+                    scratch.clear();
+                    scratch.extend(normalized(line));
+                    hash_bytes(scratch.as_bytes())
+                }
+            }
         }
     }
 
@@ -186,63 +202,70 @@ fn hash_bytes(bytes: &[u8]) -> u64 {
     mix(hash)
 }
 
-fn hash_chars(chars: impl Iterator<Item = char>) -> u64 {
-    let mut hash = HASH_MULTIPLIER;
-    for c in chars {
-        hash = (hash.rotate_left(23) ^ u64::from(c)).wrapping_mul(HASH_MULTIPLIER);
-    }
-    mix(hash)
-}
-
 fn mix(hash: u64) -> u64 {
     let hash = (hash ^ (hash >> 31)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     hash ^ (hash >> 29)
 }
 
-const NO_LINE: usize = usize::MAX;
-
-/// The file's lines chained by the hash of their key under one pass.
+/// The file's lines grouped by the hash of their key under one pass.
 struct LineIndex {
     hashes: Vec<u64>,
-    /// The first line of each bucket's chain; chains run in ascending line order.
-    heads: Vec<usize>,
-    next: Vec<usize>,
+    /// Bucket `b` (the low bits of a hash) holds
+    /// `lines[bucket_starts[b]..bucket_starts[b + 1]]`.
+    bucket_starts: Vec<usize>,
+    /// Line numbers, grouped by bucket, ascending within each.
+    lines: Vec<usize>,
 }
 
 impl LineIndex {
     fn new(file: &FileLines<'_>, pass: Pass) -> LineIndex {
+        let mut scratch = String::new();
         let hashes: Vec<u64> = (0..file.len())
-            .map(|index| pass.hash(file.content(index)))
+            .map(|index| pass.hash(file.content(index), &mut scratch))
             .collect();
-        let mut heads = vec![NO_LINE; (hashes.len() * 2).next_power_of_two().max(16)];
-        let mut next = vec![NO_LINE; hashes.len()];
-        let mask = heads.len() - 1;
-        for (index, hash) in hashes.iter().enumerate().rev() {
-            let bucket = &mut heads[*hash as usize & mask];
-            next[index] = *bucket;
-            *bucket = index;
+        // A counting sort by bucket: one pass to count, one to place.
+        let buckets = hashes.len().next_power_of_two().max(16);
+        let mut bucket_starts = vec![0; buckets + 1];
+        for hash in &hashes {
+            bucket_starts[bucket(*hash, buckets) + 1] += 1;
+        }
+        for index in 0..buckets {
+            bucket_starts[index + 1] += bucket_starts[index];
+        }
+        let mut free = bucket_starts[..buckets].to_vec();
+        let mut lines = vec![0; hashes.len()];
+        for (line, hash) in hashes.iter().enumerate() {
+            let slot = &mut free[bucket(*hash, buckets)];
+            lines[*slot] = line;
+            *slot += 1;
         }
         LineIndex {
             hashes,
-            heads,
-            next,
+            bucket_starts,
+            lines,
         }
+    }
+
+    /// The lines from `from` on in the bucket of `hash`, ascending; a superset of
+    /// the lines whose key has this hash.
+    fn bucket_from(&self, hash: u64, from: usize) -> &[usize] {
+        let index = bucket(hash, self.bucket_starts.len() - 1);
+        let lines = &self.lines[self.bucket_starts[index]..self.bucket_starts[index + 1]];
+        &lines[lines.partition_point(|line| *line < from)..]
     }
 
     /// The lines whose key hashes to `hash`, ascending, from line `from` on.
     fn lines(&self, hash: u64, from: usize) -> impl Iterator<Item = usize> + '_ {
-        let mut at = self.heads[hash as usize & (self.heads.len() - 1)];
-        std::iter::from_fn(move || {
-            while at != NO_LINE {
-                let line = at;
-                at = self.next[line];
-                if line >= from && self.hashes[line] == hash {
-                    return Some(line);
-                }
-            }
-            None
-        })
+        self.bucket_from(hash, from)
+            .iter()
+            .copied()
+            .filter(move |line| self.hashes[*line] == hash)
     }
+}
+
+fn bucket(hash: u64, buckets: usize) -> usize {
+    // `buckets` is a power of two; the hash's low bits are well mixed.
+    (hash as usize) & (buckets - 1)
 }
 
 struct Searcher<'f, 'a> {
@@ -347,7 +370,12 @@ impl Searcher<'_, '_> {
         ))
     }
 
-    fn find_anchor(&mut self, path: &str, anchor: &str, cursor: usize) -> Result<usize, PatchError> {
+    fn find_anchor(
+        &mut self,
+        path: &str,
+        anchor: &str,
+        cursor: usize,
+    ) -> Result<usize, PatchError> {
         let anchor = [anchor.to_owned()];
         for pass in PASSES {
             match self.find(pass, &anchor, cursor)[..] {
@@ -391,22 +419,22 @@ impl Searcher<'_, '_> {
             return Vec::new();
         }
         let index = self.indexes[pass as usize].get_or_insert_with(|| LineIndex::new(file, pass));
-        let hashes: Vec<u64> = old.iter().map(|line| pass.hash(line)).collect();
-        // Walk the chain of the rarest line; counting stops early past a cap, since
-        // beyond it the choice hardly matters and long chains are costly to count.
-        const COUNT_CAP: usize = 64;
+        let mut scratch = String::new();
+        let hashes: Vec<u64> = old
+            .iter()
+            .map(|line| pass.hash(line, &mut scratch))
+            .collect();
+        // Candidates come from the line of the chunk with the fewest occurrences (as
+        // its bucket's size estimates), typically a line found once.
         let mut key = 0;
         let mut key_count = usize::MAX;
         for (offset, hash) in hashes.iter().enumerate() {
-            let count = index
-                .lines(*hash, from + offset)
-                .take(COUNT_CAP.min(key_count))
-                .count();
+            let count = index.bucket_from(*hash, from + offset).len();
             if count < key_count {
                 key = offset;
                 key_count = count;
-                if count == 0 {
-                    return Vec::new();
+                if count <= 1 {
+                    break;
                 }
             }
         }

@@ -43,9 +43,7 @@ use crate::ErrorCode;
 pub use apply::apply_chunks;
 
 /// The `patch_format` parameter of apply_patch, and the format [`parse`] detected.
-#[derive(
-    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema,
-)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum PatchFormat {
     /// V4A when the text starts with `*** Begin Patch`, unified when it starts with
@@ -289,7 +287,10 @@ fn heredoc_delimiter(line: &str) -> Option<&str> {
 
 fn detect(lines: &[Line<'_>], total_lines: usize) -> Result<PatchFormat, PatchError> {
     let Some(first) = lines.iter().find(|line| !line.is_blank()) else {
-        return Err(parse_error(end_line_number(lines, total_lines), "the patch is empty"));
+        return Err(parse_error(
+            end_line_number(lines, total_lines),
+            "the patch is empty",
+        ));
     };
     let text = first.text.trim();
     if text == "*** Begin Patch" {

@@ -100,12 +100,21 @@ fn v4a_tolerates_whitespace_heredocs_and_chunks_without_header() {
         ops: vec![PatchOp::Update {
             path: "a.txt".to_owned(),
             move_to: None,
-            chunks: vec![chunk(&[(Context, "x"), (Context, ""), (Remove, "y"), (Add, "z")])],
+            chunks: vec![chunk(&[
+                (Context, "x"),
+                (Context, ""),
+                (Remove, "y"),
+                (Add, "z"),
+            ])],
         }],
     });
     let body = "  *** Begin Patch  \n*** Update File:  a.txt \n x\n\n-y\n+z\n\n  *** End Patch\n";
     assert_eq!(parse(body, PatchFormat::Auto), expected);
-    for opening in ["apply_patch <<'EOF'", "apply_patch <<EOF", "apply_patch <<\"EOF\""] {
+    for opening in [
+        "apply_patch <<'EOF'",
+        "apply_patch <<EOF",
+        "apply_patch <<\"EOF\"",
+    ] {
         let wrapped = format!("\n{opening}\n{body}EOF\n\n");
         assert_eq!(parse(&wrapped, PatchFormat::Auto), expected, "{opening}");
     }
@@ -117,22 +126,70 @@ fn v4a_tolerates_whitespace_heredocs_and_chunks_without_header() {
 fn v4a_parse_errors_name_the_line() {
     let cases = [
         ("", "line 1: the patch is empty"),
-        ("hello\n", "line 1: neither a V4A patch (starting `*** Begin Patch`) nor a unified diff (starting `---` or `diff --git`) was recognised; found `hello`"),
-        ("*** Begin Patch\n*** Add File: a\n+x\n", "line 3: the patch ends without `*** End Patch`"),
-        ("*** Begin Patch\n*** Frobnicate File: a\n*** End Patch\n", "line 2: unknown marker `*** Frobnicate File: a`; expected `*** Add File:`, `*** Delete File:`, `*** Update File:`, `*** Move to:`, `*** End of File` or `*** End Patch`"),
-        ("*** Begin Patch\n*** Update File: a\n@@\n x\nbad\n*** End Patch\n", "line 5: a line in a chunk of `a` must start with ` ` (context), `-` (removed) or `+` (added), found `bad`"),
-        ("*** Begin Patch\n*** Update File: a\n*** End Patch\n", "line 2: `*** Update File: a` has no chunks"),
-        ("*** Begin Patch\n*** Add File:  \n*** End Patch\n", "line 2: the path after `*** Add File:` is empty"),
-        ("*** Begin Patch\n*** Add File: a\nx\n*** End Patch\n", "line 3: every line of the added file `a` must start with `+`, found `x`"),
-        ("*** Begin Patch\n*** Delete File: a\n*** Add File: a\n+x\n*** End Patch\n", "line 3: `a` is already changed by the operation on line 2; a patch may touch each path once"),
-        ("*** Begin Patch\n*** Update File: a\n*** Move to: b\n@@\n-x\n*** Delete File: b\n*** End Patch\n", "line 6: `b` is already changed by the operation on line 2; a patch may touch each path once"),
-        ("*** Begin Patch\n*** Update File: a\n@@\n@@\n-x\n*** End Patch\n", "line 3: the chunk has no lines"),
-        ("*** Begin Patch\n*** Move to: b\n*** End Patch\n", "line 2: `*** Move to:` must directly follow an `*** Update File:` line"),
-        ("*** Begin Patch\n*** Update File: a\n*** End of File\n*** End Patch\n", "line 3: `*** End of File` must end a chunk, but no chunk precedes it"),
-        ("*** Begin Patch\n*** End Patch\nmore\n", "line 3: unexpected text after `*** End Patch`: `more`"),
-        ("*** Begin Patch\n*** End Patch\n", "line 2: the patch changes no file"),
-        ("*** Begin Patch\nstray\n*** End Patch\n", "line 2: expected `*** Add File:`, `*** Delete File:`, `*** Update File:` or `*** End Patch`, found `stray`"),
-        ("apply_patch <<'EOF'\n*** Begin Patch\n*** Delete File: a\n*** End Patch\n", "line 1: the heredoc is not closed: the last line should be `EOF`"),
+        (
+            "hello\n",
+            "line 1: neither a V4A patch (starting `*** Begin Patch`) nor a unified diff (starting `---` or `diff --git`) was recognised; found `hello`",
+        ),
+        (
+            "*** Begin Patch\n*** Add File: a\n+x\n",
+            "line 3: the patch ends without `*** End Patch`",
+        ),
+        (
+            "*** Begin Patch\n*** Frobnicate File: a\n*** End Patch\n",
+            "line 2: unknown marker `*** Frobnicate File: a`; expected `*** Add File:`, `*** Delete File:`, `*** Update File:`, `*** Move to:`, `*** End of File` or `*** End Patch`",
+        ),
+        (
+            "*** Begin Patch\n*** Update File: a\n@@\n x\nbad\n*** End Patch\n",
+            "line 5: a line in a chunk of `a` must start with ` ` (context), `-` (removed) or `+` (added), found `bad`",
+        ),
+        (
+            "*** Begin Patch\n*** Update File: a\n*** End Patch\n",
+            "line 2: `*** Update File: a` has no chunks",
+        ),
+        (
+            "*** Begin Patch\n*** Add File:  \n*** End Patch\n",
+            "line 2: the path after `*** Add File:` is empty",
+        ),
+        (
+            "*** Begin Patch\n*** Add File: a\nx\n*** End Patch\n",
+            "line 3: every line of the added file `a` must start with `+`, found `x`",
+        ),
+        (
+            "*** Begin Patch\n*** Delete File: a\n*** Add File: a\n+x\n*** End Patch\n",
+            "line 3: `a` is already changed by the operation on line 2; a patch may touch each path once",
+        ),
+        (
+            "*** Begin Patch\n*** Update File: a\n*** Move to: b\n@@\n-x\n*** Delete File: b\n*** End Patch\n",
+            "line 6: `b` is already changed by the operation on line 2; a patch may touch each path once",
+        ),
+        (
+            "*** Begin Patch\n*** Update File: a\n@@\n@@\n-x\n*** End Patch\n",
+            "line 3: the chunk has no lines",
+        ),
+        (
+            "*** Begin Patch\n*** Move to: b\n*** End Patch\n",
+            "line 2: `*** Move to:` must directly follow an `*** Update File:` line",
+        ),
+        (
+            "*** Begin Patch\n*** Update File: a\n*** End of File\n*** End Patch\n",
+            "line 3: `*** End of File` must end a chunk, but no chunk precedes it",
+        ),
+        (
+            "*** Begin Patch\n*** End Patch\nmore\n",
+            "line 3: unexpected text after `*** End Patch`: `more`",
+        ),
+        (
+            "*** Begin Patch\n*** End Patch\n",
+            "line 2: the patch changes no file",
+        ),
+        (
+            "*** Begin Patch\nstray\n*** End Patch\n",
+            "line 2: expected `*** Add File:`, `*** Delete File:`, `*** Update File:` or `*** End Patch`, found `stray`",
+        ),
+        (
+            "apply_patch <<'EOF'\n*** Begin Patch\n*** Delete File: a\n*** End Patch\n",
+            "line 1: the heredoc is not closed: the last line should be `EOF`",
+        ),
     ];
     for (text, expected) in cases {
         check_parse_error(text, PatchFormat::Auto, expected);
@@ -223,17 +280,50 @@ new mode 100755
 #[test]
 fn unified_parse_errors_name_the_line() {
     let cases = [
-        ("--- a/x\n@@ -1 +1 @@\n", "line 2: a `---` line must be followed by a `+++` line"),
-        ("--- a/x\n+++ b/x\n", "line 2: the `---`/`+++` header is not followed by a hunk (`@@ -l,n +l,n @@`)"),
-        ("--- a/x\n+++ b/x\n@@ -1,3 +1,2 @@\n a\n-b\n+c\n", "line 6: the hunk `@@ -1,3 +1,2 @@` ends early: 1 old and 0 new lines are missing"),
-        ("--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n c\n", "line 6: this line follows a complete hunk: the hunk has more lines than its `@@` header says"),
-        ("--- a/x\n+++ b/x\n@@ -1,2 +1 @@\n-a\n+b\n+c\n", "line 6: the hunk `@@ -1,2 +1 @@` has more added lines than its header says"),
-        ("--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n~b\n", "line 5: the hunk `@@ -1 +1 @@` ends early: 0 old and 1 new lines are missing"),
-        ("--- a/x\n+++ b/x\n@@ one @@\n", "line 3: malformed hunk header `@@ one @@`, expected `@@ -l,n +l,n @@`"),
-        ("diff --git a/x b/x\ncopy from y\n", "line 2: git copies (`copy from`/`copy to`) are not supported; add the file instead"),
-        ("diff --git a/x b/x\nBinary files a/x and b/x differ\n", "line 2: binary diffs are not supported"),
-        ("--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n", "line 6: `x` is already changed by the operation on line 1; a patch may touch each path once"),
-        ("--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\nstray\n", "line 6: expected a file header (`---` or `diff --git`), found `stray`"),
+        (
+            "--- a/x\n@@ -1 +1 @@\n",
+            "line 2: a `---` line must be followed by a `+++` line",
+        ),
+        (
+            "--- a/x\n+++ b/x\n",
+            "line 2: the `---`/`+++` header is not followed by a hunk (`@@ -l,n +l,n @@`)",
+        ),
+        (
+            "--- a/x\n+++ b/x\n@@ -1,3 +1,2 @@\n a\n-b\n+c\n",
+            "line 6: the hunk `@@ -1,3 +1,2 @@` ends early: 1 old and 0 new lines are missing",
+        ),
+        (
+            "--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n c\n",
+            "line 6: this line follows a complete hunk: the hunk has more lines than its `@@` header says",
+        ),
+        (
+            "--- a/x\n+++ b/x\n@@ -1,2 +1 @@\n-a\n+b\n+c\n",
+            "line 6: the hunk `@@ -1,2 +1 @@` has more added lines than its header says",
+        ),
+        (
+            "--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n~b\n",
+            "line 5: the hunk `@@ -1 +1 @@` ends early: 0 old and 1 new lines are missing",
+        ),
+        (
+            "--- a/x\n+++ b/x\n@@ one @@\n",
+            "line 3: malformed hunk header `@@ one @@`, expected `@@ -l,n +l,n @@`",
+        ),
+        (
+            "diff --git a/x b/x\ncopy from y\n",
+            "line 2: git copies (`copy from`/`copy to`) are not supported; add the file instead",
+        ),
+        (
+            "diff --git a/x b/x\nBinary files a/x and b/x differ\n",
+            "line 2: binary diffs are not supported",
+        ),
+        (
+            "--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n",
+            "line 6: `x` is already changed by the operation on line 1; a patch may touch each path once",
+        ),
+        (
+            "--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\nstray\n",
+            "line 6: expected a file header (`---` or `diff --git`), found `stray`",
+        ),
     ];
     for (text, expected) in cases {
         check_parse_error(text, PatchFormat::Auto, expected);
@@ -253,7 +343,11 @@ fn locates_ignoring_trailing_whitespace() {
 
 #[test]
 fn locates_ignoring_surrounding_whitespace() {
-    check_apply("fn f() {\n\tx();\n}\n", "@@\n     x();\n-}\n+} // end\n", Ok("fn f() {\n\tx();\n} // end\n"));
+    check_apply(
+        "fn f() {\n\tx();\n}\n",
+        "@@\n     x();\n-}\n+} // end\n",
+        Ok("fn f() {\n\tx();\n} // end\n"),
+    );
 }
 
 #[test]
@@ -276,29 +370,41 @@ fn ambiguity_is_an_error_in_every_pass() {
     check_apply(
         "x\ny\nx\n",
         "@@\n-x\n+z\n",
-        Err("`f`: the chunk starting `x` matches at line 1 and at line 3; add context lines or an `@@` anchor to make it unique"),
+        Err(
+            "`f`: the chunk starting `x` matches at line 1 and at line 3; add context lines or an `@@` anchor to make it unique",
+        ),
     );
     check_apply(
         "x \ny\nx\t\n",
         "@@\n-x\n+z\n",
-        Err("`f`: the chunk starting `x` matches at line 1 and at line 3 (ignoring trailing whitespace); add context lines or an `@@` anchor to make it unique"),
+        Err(
+            "`f`: the chunk starting `x` matches at line 1 and at line 3 (ignoring trailing whitespace); add context lines or an `@@` anchor to make it unique",
+        ),
     );
     check_apply(
         " x\ny\n\tx\n",
         "@@\n-x\n+z\n",
-        Err("`f`: the chunk starting `x` matches at line 1 and at line 3 (ignoring surrounding whitespace); add context lines or an `@@` anchor to make it unique"),
+        Err(
+            "`f`: the chunk starting `x` matches at line 1 and at line 3 (ignoring surrounding whitespace); add context lines or an `@@` anchor to make it unique",
+        ),
     );
     check_apply(
         "a\u{2013}b\ny\na\u{2014}b\n",
         "@@\n-a-b\n+z\n",
-        Err("`f`: the chunk starting `a-b` matches at line 1 and at line 3 (ignoring whitespace and punctuation style); add context lines or an `@@` anchor to make it unique"),
+        Err(
+            "`f`: the chunk starting `a-b` matches at line 1 and at line 3 (ignoring whitespace and punctuation style); add context lines or an `@@` anchor to make it unique",
+        ),
     );
 }
 
 #[test]
 fn an_anchor_selects_the_place() {
     let file = "fn a() {\n    x\n}\nfn b() {\n    x\n}\n";
-    check_apply(file, "@@ fn b() {\n-    x\n+    y\n", Ok("fn a() {\n    x\n}\nfn b() {\n    y\n}\n"));
+    check_apply(
+        file,
+        "@@ fn b() {\n-    x\n+    y\n",
+        Ok("fn a() {\n    x\n}\nfn b() {\n    y\n}\n"),
+    );
     check_apply(
         file,
         "@@ }\n-    x\n+    y\n",
@@ -310,12 +416,20 @@ fn an_anchor_selects_the_place() {
         Err("`f`: cannot find the anchor line `fn c() {` after the previous chunk"),
     );
     // A chunk with only added lines goes right after its anchor.
-    check_apply(file, "@@ fn b() {\n+    w\n", Ok("fn a() {\n    x\n}\nfn b() {\n    w\n    x\n}\n"));
+    check_apply(
+        file,
+        "@@ fn b() {\n+    w\n",
+        Ok("fn a() {\n    x\n}\nfn b() {\n    w\n    x\n}\n"),
+    );
 }
 
 #[test]
 fn end_of_file_chunks_match_only_at_the_end() {
-    check_apply("x\ny\nx\n", "@@\n-x\n+z\n*** End of File\n", Ok("x\ny\nz\n"));
+    check_apply(
+        "x\ny\nx\n",
+        "@@\n-x\n+z\n*** End of File\n",
+        Ok("x\ny\nz\n"),
+    );
     check_apply(
         "x\ny\n",
         "@@\n-x\n+z\n*** End of File\n",
@@ -327,11 +441,17 @@ fn end_of_file_chunks_match_only_at_the_end() {
 
 #[test]
 fn chunks_apply_in_order_and_never_overlap() {
-    check_apply("a\nb\nc\nd\n", "@@\n-a\n+A\n@@\n c\n-d\n+D\n", Ok("A\nb\nc\nD\n"));
+    check_apply(
+        "a\nb\nc\nd\n",
+        "@@\n-a\n+A\n@@\n c\n-d\n+D\n",
+        Ok("A\nb\nc\nD\n"),
+    );
     check_apply(
         "a\nb\nc\n",
         "@@\n-b\n+B\n@@\n-a\n+A\n",
-        Err("`f`: the lines of the chunk starting `a` are only found before the end of the previous chunk or anchor; chunks must be in file order and must not overlap"),
+        Err(
+            "`f`: the lines of the chunk starting `a` are only found before the end of the previous chunk or anchor; chunks must be in file order and must not overlap",
+        ),
     );
     check_apply(
         "a\nb\n",
@@ -344,7 +464,10 @@ fn chunks_apply_in_order_and_never_overlap() {
 fn line_hints_place_repeated_context() {
     let original = "x\nx\nx\nx\n";
     let diff = "--- a/f\n+++ b/f\n@@ -3 +3 @@\n-x\n+y\n";
-    assert_eq!(apply(PatchFormat::Unified, original, diff), Ok("x\nx\ny\nx\n".to_owned()));
+    assert_eq!(
+        apply(PatchFormat::Unified, original, diff),
+        Ok("x\nx\ny\nx\n".to_owned())
+    );
     // A wrong hint falls back to the search, which refuses to guess.
     let diff = "--- a/f\n+++ b/f\n@@ -9 +9 @@\n-x\n+y\n";
     assert_eq!(
@@ -355,7 +478,10 @@ fn line_hints_place_repeated_context() {
     // shifted by the same amount.
     let original = "p\na\nq\nr\ns\nb\n";
     let diff = "--- a/f\n+++ b/f\n@@ -1 +1 @@\n-a\n+A\n@@ -4 +4 @@\n-s\n+S\n";
-    assert_eq!(apply(PatchFormat::Unified, original, diff), Ok("p\nA\nq\nr\nS\nb\n".to_owned()));
+    assert_eq!(
+        apply(PatchFormat::Unified, original, diff),
+        Ok("p\nA\nq\nr\nS\nb\n".to_owned())
+    );
     // Pure insertions go at their hinted line.
     let diff = "--- a/f\n+++ b/f\n@@ -0,0 +1 @@\n+first\n@@ -2,0 +4 @@\n+third\n";
     assert_eq!(
@@ -372,9 +498,15 @@ fn line_endings_and_the_final_newline_are_kept() {
     check_apply("", "@@\n+a\n", Ok("a\n"));
     // A unified diff says what becomes of the final newline.
     let added = "--- a/f\n+++ b/f\n@@ -1 +1 @@\n-a\n\\ No newline at end of file\n+a\n";
-    assert_eq!(apply(PatchFormat::Unified, "a", added), Ok("a\n".to_owned()));
+    assert_eq!(
+        apply(PatchFormat::Unified, "a", added),
+        Ok("a\n".to_owned())
+    );
     let removed = "--- a/f\n+++ b/f\n@@ -1 +1 @@\n-a\n+a\n\\ No newline at end of file\n";
-    assert_eq!(apply(PatchFormat::Unified, "a\n", removed), Ok("a".to_owned()));
+    assert_eq!(
+        apply(PatchFormat::Unified, "a\n", removed),
+        Ok("a".to_owned())
+    );
 }
 
 #[test]

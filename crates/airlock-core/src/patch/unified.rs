@@ -146,10 +146,7 @@ fn file_section(
             path,
         },
         (Some(path), None) => {
-            if let Some((line, _)) = hunks
-                .iter()
-                .find(|(_, chunk)| !chunk.new_lines.is_empty())
-            {
+            if let Some((line, _)) = hunks.iter().find(|(_, chunk)| !chunk.new_lines.is_empty()) {
                 return Err(parse_error(
                     *line,
                     format!("the diff deletes `{path}` but this hunk keeps or adds lines"),
@@ -176,11 +173,7 @@ fn file_section(
     Ok((Some(op), at))
 }
 
-fn git_header(
-    lines: &[Line<'_>],
-    at: &mut usize,
-    paths: &str,
-) -> Result<GitHeader, PatchError> {
+fn git_header(lines: &[Line<'_>], at: &mut usize, paths: &str) -> Result<GitHeader, PatchError> {
     let mut header = GitHeader {
         paths: paths.to_owned(),
         ..GitHeader::default()

@@ -17,7 +17,10 @@ pub(super) fn parse(
     total_lines: usize,
 ) -> Result<Vec<(usize, PatchOp)>, PatchError> {
     let Some(mut at) = lines.iter().position(|line| !line.is_blank()) else {
-        return Err(parse_error(end_line_number(lines, total_lines), "the patch is empty"));
+        return Err(parse_error(
+            end_line_number(lines, total_lines),
+            "the patch is empty",
+        ));
     };
     if !matches!(marker(lines[at].text), Some(Marker::BeginPatch)) {
         return Err(parse_error(

@@ -1,0 +1,629 @@
+//! Reference spec 003's verification list ("Phase 6.4"), item by item, through
+//! `airlock call` on a real workspace: every file tool's statuses and output
+//! modes, one session running them all, denials, blobs under `auto` and errors
+//! under `require_inline`, blob references reachable from the audit log, and
+//! configured limits against the permissive defaults. (The spec's `host.exec`
+//! and kernel replay items have no counterpart in airlock; the audit chain is
+//! airlock's journal, and it is verified here.)
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, SystemTime};
+
+use base64::Engine as _;
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+
+struct Ws {
+    dir: tempfile::TempDir,
+}
+
+impl Ws {
+    fn new(config: &str) -> Ws {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("airlock.yaml"), config).unwrap();
+        std::fs::create_dir_all(dir.path().join("src")).unwrap();
+        Ws { dir }
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    fn write(&self, rel: &str, content: impl AsRef<[u8]>) {
+        let path = self.path(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, content).unwrap();
+    }
+
+    fn read(&self, rel: &str) -> Option<Vec<u8>> {
+        std::fs::read(self.path(rel)).ok()
+    }
+
+    /// `airlock call TOOL --args ARGS --yes`: the envelope.
+    fn call(&self, tool: &str, args: Value) -> Value {
+        let output = Command::new(env!("CARGO_BIN_EXE_airlock"))
+            .args(["call", tool, "--args", &args.to_string(), "--yes"])
+            .args(["--reason", "spec 003", "--session", "s003"])
+            .current_dir(self.dir.path())
+            .env("AIRLOCK_USER", "tester")
+            .env_remove("AIRLOCK_AUDIT_KEY")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        serde_json::from_str(&stdout).unwrap_or_else(|_| {
+            panic!(
+                "{tool}: no envelope: {stdout}{}",
+                String::from_utf8_lossy(&output.stderr)
+            )
+        })
+    }
+
+    fn blob(&self, blob_ref: &str) -> Vec<u8> {
+        let hex = blob_ref.strip_prefix("sha256:").unwrap();
+        std::fs::read(self.path(&format!(".airlock/blobs/sha256/{hex}"))).unwrap()
+    }
+
+    fn audit(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.path(".airlock/audit.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect()
+    }
+}
+
+fn ok(envelope: &Value) -> &Value {
+    assert_eq!(envelope["status"], "allowed", "{envelope:#}");
+    &envelope["data"]
+}
+
+fn failed(envelope: &Value, status: &str, code: &str) {
+    assert_eq!(
+        (
+            envelope["status"].as_str(),
+            envelope["error"]["code"].as_str()
+        ),
+        (Some(status), Some(code)),
+        "{envelope:#}"
+    );
+}
+
+fn big_text(lines: usize) -> String {
+    (0..lines).map(|i| format!("line {i} needle\n")).collect()
+}
+
+/// 150 matching lines of 200 bytes: 100 of them (grep's default cap) are
+/// over the default max_inline_bytes.
+fn long_lines() -> String {
+    (0..150)
+        .map(|i| format!("line {i} needle {}\n", "x".repeat(180)))
+        .collect()
+}
+
+#[test]
+fn read_file_inline_text_inline_bytes_blob_require_inline_not_found_forbidden() {
+    let ws = Ws::new("");
+    ws.write("src/a.txt", "hello\n");
+    ws.write("src/bin.dat", [0u8, 159, 146, 150, 255]);
+    ws.write("src/big.txt", big_text(3_000));
+    ws.write(".env", "SECRET=1\n");
+
+    let text = ws.call("read_file", json!({"path": "src/a.txt"}));
+    assert_eq!(ok(&text)["content"], "hello\n");
+
+    let bytes = ws.call(
+        "read_file",
+        json!({"path": "src/bin.dat", "encoding": "bytes"}),
+    );
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(ok(&bytes)["content"].as_str().unwrap())
+        .unwrap();
+    assert_eq!(decoded, vec![0u8, 159, 146, 150, 255]);
+
+    let args =
+        json!({"path": "src/big.txt", "start_line": 1, "end_line": 3000, "max_bytes": 200000});
+    let blob = ws.call("read_file", args.clone());
+    let data = ok(&blob);
+    assert!(data.get("content").is_none(), "{data:#}");
+    let blob_ref = data["blob"]["blob_ref"].as_str().unwrap();
+    assert_eq!(ws.blob(blob_ref), ws.read("src/big.txt").unwrap());
+    assert_eq!(
+        data["blob"]["size_bytes"],
+        ws.read("src/big.txt").unwrap().len()
+    );
+    assert!(
+        data["blob"]["preview"]
+            .as_str()
+            .unwrap()
+            .starts_with("line 0 needle\n")
+    );
+
+    let mut inline = args;
+    inline["output_mode"] = json!("require_inline");
+    failed(
+        &ws.call("read_file", inline),
+        "error",
+        "inline_required_too_large",
+    );
+    failed(
+        &ws.call("read_file", json!({"path": "src/nope.txt"})),
+        "error",
+        "not_found",
+    );
+    failed(
+        &ws.call("read_file", json!({"path": ".env"})),
+        "denied",
+        "path_denied",
+    );
+    failed(
+        &ws.call("read_file", json!({"path": "../x"})),
+        "denied",
+        "path_forbidden",
+    );
+}
+
+#[test]
+fn write_file_inline_text_inline_bytes_blob_ref_modes_conflict_forbidden() {
+    let ws = Ws::new("");
+    ok(&ws.call(
+        "write_file",
+        json!({"path": "src/t.txt", "content": "text\n"}),
+    ));
+    assert_eq!(ws.read("src/t.txt").unwrap(), b"text\n");
+
+    let raw = [0u8, 1, 2, 254, 255];
+    let encoded = base64::engine::general_purpose::STANDARD.encode(raw);
+    let args = json!({"path": "src/b.dat", "content": encoded, "encoding": "bytes"});
+    ok(&ws.call("write_file", args));
+    assert_eq!(ws.read("src/b.dat").unwrap(), raw);
+
+    // A large read becomes a blob; writing it back by reference copies it.
+    ws.write("src/big.txt", big_text(3_000));
+    let read = ws.call(
+        "read_file",
+        json!({"path": "src/big.txt", "end_line": 3000, "max_bytes": 200000}),
+    );
+    let blob_ref = ok(&read)["blob"]["blob_ref"].as_str().unwrap().to_owned();
+    ok(&ws.call(
+        "write_file",
+        json!({"path": "src/copy.txt", "blob_ref": blob_ref}),
+    ));
+    assert_eq!(ws.read("src/copy.txt"), ws.read("src/big.txt"));
+    let unknown = format!("sha256:{}", "0".repeat(64));
+    failed(
+        &ws.call(
+            "write_file",
+            json!({"path": "src/x.txt", "blob_ref": unknown}),
+        ),
+        "error",
+        "not_found",
+    );
+    failed(
+        &ws.call(
+            "write_file",
+            json!({"path": "src/x.txt", "content": "a", "blob_ref": blob_ref}),
+        ),
+        "error",
+        "invalid_input",
+    );
+    failed(
+        &ws.call(
+            "write_file",
+            json!({"path": "src/x.txt", "content": "%%", "encoding": "bytes"}),
+        ),
+        "error",
+        "invalid_input",
+    );
+
+    // Modes.
+    let create_new = json!({"path": "src/t.txt", "content": "again\n", "mode": "create_new"});
+    failed(&ws.call("write_file", create_new), "error", "file_exists");
+    ok(&ws.call(
+        "write_file",
+        json!({"path": "src/t.txt", "content": "over\n", "mode": "overwrite"}),
+    ));
+    assert_eq!(ws.read("src/t.txt").unwrap(), b"over\n");
+
+    // Conflict: a file changed under a pending proposal is stale at apply.
+    let output = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args(["call", "write_file", "--defer", "--args"])
+        .arg(json!({"path": "src/t.txt", "content": "late\n"}).to_string())
+        .current_dir(ws.dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let proposed: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let id = proposed["hitl"]["hitl_id"].as_str().unwrap();
+    ws.write("src/t.txt", "changed meanwhile\n");
+    let output = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args(["approve", id])
+        .current_dir(ws.dir.path())
+        .env("AIRLOCK_USER", "tester")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let approved: Value = serde_json::from_slice(&output.stdout).unwrap();
+    failed(&approved, "error", "stale");
+    assert_eq!(ws.read("src/t.txt").unwrap(), b"changed meanwhile\n");
+
+    // Forbidden.
+    failed(
+        &ws.call("write_file", json!({"path": ".env", "content": "x"})),
+        "denied",
+        "path_denied",
+    );
+    failed(
+        &ws.call("write_file", json!({"path": "/etc/x", "content": "x"})),
+        "denied",
+        "path_forbidden",
+    );
+    failed(
+        &ws.call(
+            "write_file",
+            json!({"path": "build/x", "content": "x", "create_parents": true}),
+        ),
+        "denied",
+        "create_not_allowed",
+    );
+}
+
+#[test]
+fn edit_file_exact_fuzzy_ambiguous_replace_all_empty() {
+    let ws = Ws::new("");
+    ws.write("src/e.txt", "let s = “quoted” — ok;\nx = 1\nx = 1\n");
+    let exact = ws.call(
+        "edit_file",
+        json!({"path": "src/e.txt", "old_string": "ok", "new_string": "OK"}),
+    );
+    assert_eq!(ok(&exact)["replacements"], 1);
+    let fuzzy =
+        json!({"path": "src/e.txt", "old_string": "\"quoted\" - OK", "new_string": "plain"});
+    let fuzzy = ws.call("edit_file", fuzzy);
+    assert_eq!(ok(&fuzzy)["replacements"], 1);
+    assert_eq!(ok(&fuzzy)["fuzzy"], true);
+    assert_eq!(
+        ws.read("src/e.txt").unwrap(),
+        "let s = plain;\nx = 1\nx = 1\n".as_bytes()
+    );
+    let one = json!({"path": "src/e.txt", "old_string": "x = 1", "new_string": "x = 2"});
+    failed(&ws.call("edit_file", one.clone()), "error", "ambiguous");
+    let mut all = one;
+    all["replace_all"] = json!(true);
+    assert_eq!(
+        ok(&ws.call("edit_file", all))["summary_text"],
+        "Updated src/e.txt (2 replacements)"
+    );
+    let empty = json!({"path": "src/e.txt", "old_string": "", "new_string": "y"});
+    failed(
+        &ws.call("edit_file", empty),
+        "error",
+        "invalid_input_empty_old_string",
+    );
+    assert_eq!(
+        ws.read("src/e.txt").unwrap(),
+        "let s = plain;\nx = 2\nx = 2\n".as_bytes()
+    );
+}
+
+#[test]
+fn apply_patch_success_parse_error_reject_not_found_dry_run_no_partial_write() {
+    let ws = Ws::new("");
+    ws.write("src/p.txt", "a\nb\nc\n");
+    let good = "*** Begin Patch\n*** Update File: src/p.txt\n@@\n a\n-b\n+B\n*** End Patch\n";
+    let dry = ws.call("apply_patch", json!({"patch": good, "dry_run": true}));
+    assert_eq!(ok(&dry)["dry_run"], true);
+    assert_eq!(ws.read("src/p.txt").unwrap(), b"a\nb\nc\n");
+    let applied = ws.call("apply_patch", json!({"patch": good}));
+    assert_eq!(ok(&applied)["files_changed"], 1);
+    assert_eq!(ws.read("src/p.txt").unwrap(), b"a\nB\nc\n");
+
+    failed(
+        &ws.call(
+            "apply_patch",
+            json!({"patch": "*** Begin Patch\nnonsense\n"}),
+        ),
+        "error",
+        "parse_error",
+    );
+    let reject = "*** Begin Patch\n*** Update File: src/p.txt\n@@\n-zzz\n+y\n*** End Patch\n";
+    failed(
+        &ws.call("apply_patch", json!({"patch": reject})),
+        "error",
+        "hunk_rejected",
+    );
+    let missing = "*** Begin Patch\n*** Delete File: src/none.txt\n*** End Patch\n";
+    failed(
+        &ws.call("apply_patch", json!({"patch": missing})),
+        "error",
+        "not_found",
+    );
+    let partial = "*** Begin Patch\n*** Add File: src/new.txt\n+n\n*** Update File: src/p.txt\n@@\n-nope\n+x\n*** End Patch\n";
+    failed(
+        &ws.call("apply_patch", json!({"patch": partial})),
+        "error",
+        "hunk_rejected",
+    );
+    assert_eq!(ws.read("src/new.txt"), None);
+    assert_eq!(ws.read("src/p.txt").unwrap(), b"a\nB\nc\n");
+}
+
+/// Sorted `path:line:text` lines of `rg` run in `root`.
+fn ripgrep(root: &Path, args: &[&str]) -> Vec<String> {
+    let output = Command::new("rg")
+        .args([
+            "--no-heading",
+            "--line-number",
+            "--color",
+            "never",
+            "--no-require-git",
+        ])
+        .args(args)
+        .current_dir(root)
+        .output()
+        .expect("ripgrep (rg) must be installed: .ci/run installs it");
+    let mut lines: Vec<String> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    lines.sort();
+    lines
+}
+
+#[test]
+fn grep_matches_ripgrep_invalid_regex_not_found_empty_truncation_blob() {
+    let ws = Ws::new("");
+    ws.write("src/a.rs", "fn main() {}\nfn helper() {}\n// main again\n");
+    ws.write("src/b.py", "def main():\n    pass\n");
+    ws.write("docs/guide.md", "MAIN heading\nmain text\n");
+    ws.write(".gitignore", "target/\n");
+    ws.write("target/out.rs", "fn main() {}\n");
+    ws.write("src/.hidden.rs", "fn main() {}\n");
+    for (pattern, insensitive) in [("main", false), ("fn \\w+\\(", false), ("main", true)] {
+        let envelope = ws.call(
+            "grep",
+            json!({"pattern": pattern, "case_insensitive": insensitive, "max_results": 1000}),
+        );
+        let data = ok(&envelope);
+        let mut ours: Vec<String> = data["matches"]
+            .as_str()
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        let rg_args: Vec<&str> = if insensitive {
+            vec!["-i", pattern]
+        } else {
+            vec![pattern]
+        };
+        let mut theirs = ripgrep(ws.dir.path(), &rg_args);
+        // airlock's own files never show; rg does not know them.
+        theirs.retain(|line| !line.starts_with(".airlock/") && !line.starts_with("airlock.yaml"));
+        ours.sort();
+        assert_eq!(ours, theirs, "pattern {pattern}");
+        assert_eq!(data["match_count"], theirs.len());
+    }
+    failed(
+        &ws.call("grep", json!({"pattern": "fn ("})),
+        "error",
+        "invalid_regex",
+    );
+    failed(
+        &ws.call("grep", json!({"pattern": "x", "path": "nowhere"})),
+        "error",
+        "not_found",
+    );
+    let empty = ws.call("grep", json!({"pattern": "zebra"}));
+    assert_eq!(ok(&empty)["match_count"], 0);
+    assert_eq!(ok(&empty)["matches"], "");
+    let truncated = ws.call("grep", json!({"pattern": "main", "max_results": 2}));
+    assert_eq!(ok(&truncated)["truncated"], true);
+    assert_eq!(ok(&truncated)["returned"], 2);
+    assert_eq!(ok(&truncated)["match_count"], 4);
+
+    ws.write("src/big.txt", long_lines());
+    let big = ws.call(
+        "grep",
+        json!({"pattern": "needle", "path": "src/big.txt", "max_results": 100}),
+    );
+    let blob = &ok(&big)["blob"];
+    let text = String::from_utf8(ws.blob(blob["blob_ref"].as_str().unwrap())).unwrap();
+    assert_eq!(text.lines().count(), 100);
+    assert!(text.starts_with("src/big.txt:1:line 0 needle xxx"));
+    let inline =
+        json!({"pattern": "needle", "path": "src/big.txt", "output_mode": "require_inline"});
+    failed(
+        &ws.call("grep", inline),
+        "error",
+        "inline_required_too_large",
+    );
+}
+
+#[test]
+fn glob_invalid_not_found_ordering_empty_blob() {
+    let ws = Ws::new("");
+    let now = SystemTime::now();
+    for (i, name) in ["src/b.rs", "src/a.rs", "src/c.rs", "src/z.txt"]
+        .iter()
+        .enumerate()
+    {
+        ws.write(name, "x\n");
+        let file = std::fs::File::options()
+            .write(true)
+            .open(ws.path(name))
+            .unwrap();
+        // a.rs and b.rs share an mtime (path breaks the tie); c.rs is newest.
+        let age = match i {
+            0 | 1 => 100,
+            2 => 10,
+            _ => 50,
+        };
+        file.set_modified(now - Duration::from_secs(age)).unwrap();
+    }
+    let envelope = ws.call("glob", json!({"pattern": "**/*.rs"}));
+    assert_eq!(ok(&envelope)["paths"], "src/c.rs\nsrc/a.rs\nsrc/b.rs");
+    assert_eq!(ok(&envelope)["count"], 3);
+    failed(
+        &ws.call("glob", json!({"pattern": "src/[a"})),
+        "error",
+        "invalid_pattern",
+    );
+    failed(
+        &ws.call("glob", json!({"pattern": "*", "path": "nowhere"})),
+        "error",
+        "not_found",
+    );
+    let empty = ws.call("glob", json!({"pattern": "**/*.go"}));
+    assert_eq!(ok(&empty)["count"], 0);
+    for i in 0..1_500 {
+        ws.write(&format!("src/many/file_with_a_long_name_{i:04}.txt"), "");
+    }
+    let big = ws.call("glob", json!({"pattern": "src/many/*.txt"}));
+    let data = ok(&big);
+    assert_eq!(data["count"], 1_500);
+    assert_eq!(data["truncated"], true);
+    let text = String::from_utf8(ws.blob(data["blob"]["blob_ref"].as_str().unwrap())).unwrap();
+    assert_eq!(text.lines().count(), 1_000);
+    let inline = json!({"pattern": "src/many/*.txt", "output_mode": "require_inline"});
+    failed(
+        &ws.call("glob", inline),
+        "error",
+        "inline_required_too_large",
+    );
+}
+
+/// One session runs every tool; denials hold; the audit chain verifies and
+/// every blob it references is still there.
+#[test]
+fn one_session_runs_every_tool_and_its_blob_references_stay_reachable() {
+    let ws = Ws::new("");
+    ws.write(
+        "src/lib.rs",
+        "pub fn add(a: i32, b: i32) -> i32 {\n    a + b\n}\n",
+    );
+    ws.write("src/big.txt", big_text(2_000));
+    ws.write("src/long.txt", long_lines());
+    ok(&ws.call("read_file", json!({"path": "src/lib.rs"})));
+    ok(&ws.call(
+        "edit_file",
+        json!({"path": "src/lib.rs", "old_string": "a + b", "new_string": "a.wrapping_add(b)"}),
+    ));
+    ok(&ws.call(
+        "write_file",
+        json!({"path": "src/main.rs", "content": "fn main() {}\n"}),
+    ));
+    let patch = "*** Begin Patch\n*** Update File: src/main.rs\n@@\n-fn main() {}\n+fn main() { println!(\"{}\", 1); }\n*** Add File: tests/t.rs\n+#[test] fn t() {}\n*** End Patch\n";
+    ok(&ws.call("apply_patch", json!({"patch": patch})));
+    assert_eq!(
+        ok(&ws.call("grep", json!({"pattern": "wrapping_add"})))["match_count"],
+        1
+    );
+    assert_eq!(
+        ok(&ws.call("glob", json!({"pattern": "**/*.rs"})))["count"],
+        3
+    );
+    ok(&ws.call("list_dir", json!({"path": "src"})));
+    assert_eq!(
+        ok(&ws.call("exists", json!({"path": "tests/t.rs"})))["exists"],
+        true
+    );
+    ok(&ws.call("stat", json!({"path": "src/main.rs"})));
+    ok(&ws.call(
+        "move_file",
+        json!({"from": "tests/t.rs", "to": "tests/u.rs"}),
+    ));
+    ok(&ws.call("delete_file", json!({"path": "tests/u.rs"})));
+    ok(&ws.call("grep", json!({"pattern": "needle", "path": "src/long.txt"})));
+    ok(&ws.call(
+        "read_file",
+        json!({"path": "src/big.txt", "end_line": 2000, "max_bytes": 100000}),
+    ));
+    // Denied: out of root, protected, denied globs.
+    failed(
+        &ws.call("grep", json!({"pattern": "x", "path": "../"})),
+        "denied",
+        "path_forbidden",
+    );
+    failed(
+        &ws.call("delete_file", json!({"path": "airlock.yaml"})),
+        "denied",
+        "path_forbidden",
+    );
+    failed(
+        &ws.call("move_file", json!({"from": "src/lib.rs", "to": ".env"})),
+        "denied",
+        "path_denied",
+    );
+    failed(
+        &ws.call("list_dir", json!({"path": ".airlock"})),
+        "denied",
+        "path_forbidden",
+    );
+
+    let verify = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args(["audit", "verify"])
+        .current_dir(ws.dir.path())
+        .env_remove("AIRLOCK_AUDIT_KEY")
+        .output()
+        .unwrap();
+    assert!(
+        verify.status.success(),
+        "{}",
+        String::from_utf8_lossy(&verify.stdout)
+    );
+    let refs: Vec<String> = ws
+        .audit()
+        .iter()
+        .filter_map(|record| record["blob_ref"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(refs.len(), 2, "the grep and the read went to blobs");
+    for blob_ref in refs {
+        let content = ws.blob(&blob_ref);
+        assert_eq!(airlock_fs::sha256_hex(&content), blob_ref);
+    }
+}
+
+#[test]
+fn configured_limits_clamp_and_the_defaults_are_permissive() {
+    let config = "file_broker:\n  max_grep_results: 2\n  max_glob_results: 2\n  \
+                  max_read_bytes_default: 8\n  max_read_bytes_hard: 10\n  \
+                  max_write_bytes_hard: 10\n  max_inline_bytes: 40\n";
+    let limited = Ws::new(config);
+    let defaults = Ws::new("");
+    for ws in [&limited, &defaults] {
+        for i in 0..5 {
+            ws.write(&format!("src/f{i}.txt"), "match me please\n");
+        }
+    }
+    let grep = json!({"pattern": "match", "max_results": 50});
+    assert_eq!(ok(&limited.call("grep", grep.clone()))["returned"], 2);
+    assert_eq!(ok(&defaults.call("grep", grep))["returned"], 5);
+    let glob = json!({"pattern": "src/*.txt", "max_results": 50});
+    assert_eq!(ok(&limited.call("glob", glob.clone()))["truncated"], true);
+    assert_eq!(ok(&defaults.call("glob", glob))["count"], 5);
+    let read = json!({"path": "src/f0.txt", "max_bytes": 1000});
+    assert_eq!(
+        ok(&limited.call("read_file", read.clone()))["content"],
+        "match me p"
+    );
+    assert_eq!(
+        ok(&defaults.call("read_file", read))["content"],
+        "match me please\n"
+    );
+    let write = json!({"path": "src/w.txt", "content": "more than ten bytes\n"});
+    failed(
+        &limited.call("write_file", write.clone()),
+        "error",
+        "too_large",
+    );
+    ok(&defaults.call("write_file", write));
+    let inline = json!({"pattern": "match", "output_mode": "require_inline"});
+    failed(
+        &limited.call("grep", inline.clone()),
+        "error",
+        "inline_required_too_large",
+    );
+    ok(&defaults.call("grep", inline));
+}
