@@ -39,7 +39,6 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{AtFlags, FlockOperation, Mode, OFlags};
 use rustix::io::Errno;
 use serde::{Deserialize, Serialize};
-use similar::TextDiff;
 use uuid::Uuid;
 
 use crate::error::FsError;
@@ -878,16 +877,7 @@ pub(crate) fn file_diff(
         .unwrap_or(Cow::Borrowed(""));
     let from = from.map_or_else(|| "/dev/null".to_owned(), |path| format!("a/{path}"));
     let to = to.map_or_else(|| "/dev/null".to_owned(), |path| format!("b/{path}"));
-    let diff = TextDiff::from_lines(old_text.as_ref(), new_text.as_ref())
-        .unified_diff()
-        .context_radius(3)
-        .header(&from, &to)
-        .to_string();
-    if diff.is_empty() {
-        format!("--- {from}\n+++ {to}\n")
-    } else {
-        diff
-    }
+    crate::diff::unified(&from, &to, &old_text, &new_text)
 }
 
 /// `text` cut after `max_chars` characters (never inside one), with a closing

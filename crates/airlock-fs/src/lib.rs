@@ -46,6 +46,7 @@
 
 mod blob;
 mod change;
+mod diff;
 mod error;
 mod hash;
 mod plans;

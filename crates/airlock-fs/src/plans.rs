@@ -76,7 +76,8 @@ pub fn prepare_edit(sandbox: &Sandbox, params: &EditParams) -> Result<ChangePlan
         return Err(FsError::EmptyOldString);
     }
     let target = sandbox.resolve("path", &params.path, Access::Write)?;
-    let (old, text) = read_text(&target)?;
+    let text = read_text(&target)?;
+    let old = text.as_bytes();
     let path = target.requested().to_owned();
     let outcome = apply_edit(
         &text,
@@ -97,7 +98,7 @@ pub fn prepare_edit(sandbox: &Sandbox, params: &EditParams) -> Result<ChangePlan
     let change = FileChange {
         path: path.clone(),
         resolved_path: target.resolved().to_owned(),
-        before_hash: Some(sha256_hex(&old)),
+        before_hash: Some(sha256_hex(old)),
         after: Some(outcome.content.into_bytes()),
         create_parents: false,
         moved_from: None,
@@ -117,7 +118,7 @@ pub fn prepare_edit(sandbox: &Sandbox, params: &EditParams) -> Result<ChangePlan
         "edit_file",
         summary,
         vec![change],
-        &[Some(&old)],
+        &[Some(old)],
         report,
     ))
 }
@@ -252,9 +253,10 @@ pub fn prepare_patch(sandbox: &Sandbox, params: &PatchParams) -> Result<ChangePl
                 chunks,
             } => {
                 let target = sandbox.resolve("patch", path, Access::Write)?;
-                let (old, text) = read_text(&target)?;
+                let text = read_text(&target)?;
                 let new =
                     patch::apply_chunks(target.requested(), &text, chunks).map_err(patch_error)?;
+                let old = text.into_bytes();
                 check_size(sandbox, new.len() as u64)?;
                 let source = FileChange {
                     path: target.requested().to_owned(),
@@ -388,10 +390,8 @@ fn read_existing(target: &SandboxedPath) -> Result<Vec<u8>, FsError> {
 }
 
 /// The content of an existing file as UTF-8 text (edits and patches).
-fn read_text(target: &SandboxedPath) -> Result<(Vec<u8>, String), FsError> {
-    let bytes = read_existing(target)?;
-    let text = String::from_utf8(bytes.clone()).map_err(|_| FsError::InvalidUtf8 {
+fn read_text(target: &SandboxedPath) -> Result<String, FsError> {
+    String::from_utf8(read_existing(target)?).map_err(|_| FsError::InvalidUtf8 {
         path: target.requested().to_owned(),
-    })?;
-    Ok((bytes, text))
+    })
 }
