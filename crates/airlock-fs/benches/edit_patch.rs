@@ -132,6 +132,27 @@ fn main() {
             black_box(airlock_core::patch::apply_chunks("src/big.rs", &original, chunks).unwrap());
         }),
     );
+    let changes = plan.changes.clone();
+    percentiles(
+        "  of which the diff over the file",
+        None,
+        time(runs, || {
+            black_box(airlock_fs::ChangePlan::new(
+                "apply_patch",
+                String::new(),
+                changes.clone(),
+                &[Some(original.as_bytes())],
+                serde_json::Map::new(),
+            ));
+        }),
+    );
+    percentiles(
+        "  of which sha256 of the file",
+        None,
+        time(runs, || {
+            black_box(airlock_fs::sha256_hex(&original));
+        }),
+    );
     percentiles(
         "apply_patch commit (hash check, rename, fsync)",
         None,

@@ -871,13 +871,20 @@ pub(crate) fn file_diff(
     old: Option<&[u8]>,
     new: Option<&[u8]>,
 ) -> String {
-    let old_text = old.map(String::from_utf8_lossy).unwrap_or_default();
-    let new_text = new
-        .map(String::from_utf8_lossy)
-        .unwrap_or(Cow::Borrowed(""));
+    let old_text = old.map(text_of).unwrap_or_default();
+    let new_text = new.map(text_of).unwrap_or_default();
     let from = from.map_or_else(|| "/dev/null".to_owned(), |path| format!("a/{path}"));
     let to = to.map_or_else(|| "/dev/null".to_owned(), |path| format!("b/{path}"));
     crate::diff::unified(&from, &to, &old_text, &new_text)
+}
+
+/// The bytes as text: borrowed when they are UTF-8 (the fast check), else
+/// with invalid sequences replaced.
+fn text_of(bytes: &[u8]) -> Cow<'_, str> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => Cow::Borrowed(text),
+        Err(_) => String::from_utf8_lossy(bytes),
+    }
 }
 
 /// `text` cut after `max_chars` characters (never inside one), with a closing

@@ -1,13 +1,17 @@
 //! The unified diff a human approves, fast on large files with scattered
 //! changes.
 //!
-//! Lines are compared whole (terminator included). The common prefix and
-//! suffix are set aside first; a small middle goes to Myers (the `similar`
-//! crate). A large middle is split at anchors, lines that occur exactly once
-//! on each side, taking the longest chain of them that keeps both sides in
-//! order (as patience diff does), and each gap between anchors goes to Myers.
-//! So a 1 MB file with a hundred scattered edits costs a few linear passes
-//! instead of Myers' `O(N·D)` over the whole file.
+//! Lines are compared whole (terminator included). The common beginning and
+//! end are set aside first, byte-wise; a small middle goes to Myers (the
+//! `similar` crate). A large middle is walked on both sides at once: where
+//! they differ, the nearest place where three lines agree again ends the
+//! difference, and only that stretch goes to Myers. A stretch where that
+//! fails is split at anchors, lines that occur exactly once on each side in
+//! their longest chain that keeps both sides in order (as patience diff
+//! does), with Myers in the gaps. So a 1 MB file with a hundred scattered
+//! edits costs a few linear passes instead of Myers' `O(N·D)` over the whole
+//! file. Every result is a correct diff; only its choice among equally valid
+//! alignments may differ from Myers' on large inputs.
 //!
 //! The output is the classic format: `--- a/p` / `+++ b/p` headers, hunks
 //! with three lines of context, `@@ -l,n +l,n @@` ranges (`-l` alone when
@@ -31,9 +35,10 @@ const CONTEXT: usize = 3;
 /// The unified diff from `old` (`from`) to `new` (`to`); only the headers when
 /// nothing changes. Headers are written as given (`a/p`, `/dev/null`).
 pub(crate) fn unified(from: &str, to: &str, old: &str, new: &str) -> String {
-    let old_lines: Vec<&str> = old.split_inclusive('\n').collect();
-    let new_lines: Vec<&str> = new.split_inclusive('\n').collect();
-    let ops = line_ops(&old_lines, &new_lines);
+    let window = Window::of(old, new);
+    let old_lines = lines(&old[window.old.clone()]);
+    let new_lines = lines(&new[window.new.clone()]);
+    let ops = window.ops(&old_lines, &new_lines);
     let mut out = format!("--- {from}\n+++ {to}\n");
     for group in similar::group_diff_ops(ops, CONTEXT) {
         let (Some(first), Some(last)) = (group.first(), group.last()) else {
@@ -46,10 +51,11 @@ pub(crate) fn unified(from: &str, to: &str, old: &str, new: &str) -> String {
             Range(first.new_range().start, last.new_range().end)
         );
         for op in &group {
+            let op = shift_back(*op, window.first_line, window.first_line);
             for (tag, lines) in [
-                (' ', op_lines(op, &old_lines, &new_lines, Side::Equal)),
-                ('-', op_lines(op, &old_lines, &new_lines, Side::Old)),
-                ('+', op_lines(op, &old_lines, &new_lines, Side::New)),
+                (' ', op_lines(&op, &old_lines, &new_lines, Side::Equal)),
+                ('-', op_lines(&op, &old_lines, &new_lines, Side::Old)),
+                ('+', op_lines(&op, &old_lines, &new_lines, Side::New)),
             ] {
                 for line in lines {
                     out.push(tag);
@@ -60,6 +66,174 @@ pub(crate) fn unified(from: &str, to: &str, old: &str, new: &str) -> String {
                 }
             }
         }
+    }
+    out
+}
+
+/// The part of both texts a diff needs to look at line by line: everything
+/// but the common beginning and end (found byte-wise), widened to whole lines
+/// and by the context shown around changes.
+struct Window {
+    /// Byte ranges of the window in `old` and `new`.
+    old: std::ops::Range<usize>,
+    new: std::ops::Range<usize>,
+    /// The line number (0-based, the same on both sides) the window starts at.
+    first_line: usize,
+    /// Lines after the window (the same on both sides).
+    lines_after: usize,
+}
+
+impl Window {
+    fn of(old: &str, new: &str) -> Window {
+        let (a, b) = (old.as_bytes(), new.as_bytes());
+        let prefix = common_prefix(a, b);
+        let suffix = common_suffix(&a[prefix..], &b[prefix..]);
+        // Back to the start of the line holding the first difference, then
+        // `CONTEXT` lines more.
+        let mut start = line_start(a, prefix);
+        for _ in 0..CONTEXT {
+            if start == 0 {
+                break;
+            }
+            start = line_start(a, start - 1);
+        }
+        // The byte before the common end differs, so the window ends after
+        // the first `\n` inside the common end (a line boundary on both
+        // sides), or at the end; then `CONTEXT` lines more.
+        let mut end = a.len() - suffix;
+        if suffix > 0 {
+            end = next_line(a, end);
+        }
+        for _ in 0..CONTEXT {
+            if end >= a.len() {
+                break;
+            }
+            end = next_line(a, end);
+        }
+        let keep = a.len() - end;
+        let after = &a[end..];
+        Window {
+            old: start..end,
+            new: start..b.len() - keep,
+            first_line: memchr::memchr_iter(b'\n', &a[..start]).count(),
+            lines_after: memchr::memchr_iter(b'\n', after).count()
+                + usize::from(!after.is_empty() && !after.ends_with(b"\n")),
+        }
+    }
+
+    /// The ops over the whole texts, from the lines inside the window.
+    fn ops(&self, old: &[&str], new: &[&str]) -> Vec<DiffOp> {
+        let mut ops = Ops::default();
+        ops.equal(0, 0, self.first_line);
+        for op in line_ops(old, new) {
+            ops.push(shift(op, self.first_line, self.first_line));
+        }
+        ops.equal(
+            self.first_line + old.len(),
+            self.first_line + new.len(),
+            self.lines_after,
+        );
+        ops.0
+    }
+}
+
+/// Bytes `a` and `b` share at the start, compared a block at a time.
+fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    const BLOCK: usize = 256;
+    let len = a.len().min(b.len());
+    let mut at = 0;
+    while at + BLOCK <= len && a[at..at + BLOCK] == b[at..at + BLOCK] {
+        at += BLOCK;
+    }
+    at + a[at..len]
+        .iter()
+        .zip(&b[at..len])
+        .take_while(|(x, y)| x == y)
+        .count()
+}
+
+/// Bytes `a` and `b` share at the end.
+fn common_suffix(a: &[u8], b: &[u8]) -> usize {
+    const BLOCK: usize = 256;
+    let len = a.len().min(b.len());
+    let (a, b) = (&a[a.len() - len..], &b[b.len() - len..]);
+    let mut at = 0;
+    while at + BLOCK <= len && a[len - at - BLOCK..len - at] == b[len - at - BLOCK..len - at] {
+        at += BLOCK;
+    }
+    at + a[..len - at]
+        .iter()
+        .rev()
+        .zip(b[..len - at].iter().rev())
+        .take_while(|(x, y)| x == y)
+        .count()
+}
+
+/// The start of the line holding byte `at` (or of the last line, at the end).
+fn line_start(text: &[u8], at: usize) -> usize {
+    memchr::memrchr(b'\n', &text[..at.min(text.len())]).map_or(0, |i| i + 1)
+}
+
+/// Where the line after the one holding byte `at` starts (or the end).
+fn next_line(text: &[u8], at: usize) -> usize {
+    memchr::memchr(b'\n', &text[at..]).map_or(text.len(), |i| at + i + 1)
+}
+
+/// `shift` backwards: absolute line numbers to the window's.
+fn shift_back(op: DiffOp, old_base: usize, new_base: usize) -> DiffOp {
+    match op {
+        DiffOp::Equal {
+            old_index,
+            new_index,
+            len,
+        } => DiffOp::Equal {
+            old_index: old_index.saturating_sub(old_base),
+            new_index: new_index.saturating_sub(new_base),
+            len,
+        },
+        DiffOp::Delete {
+            old_index,
+            old_len,
+            new_index,
+        } => DiffOp::Delete {
+            old_index: old_index.saturating_sub(old_base),
+            old_len,
+            new_index: new_index.saturating_sub(new_base),
+        },
+        DiffOp::Insert {
+            old_index,
+            new_index,
+            new_len,
+        } => DiffOp::Insert {
+            old_index: old_index.saturating_sub(old_base),
+            new_index: new_index.saturating_sub(new_base),
+            new_len,
+        },
+        DiffOp::Replace {
+            old_index,
+            old_len,
+            new_index,
+            new_len,
+        } => DiffOp::Replace {
+            old_index: old_index.saturating_sub(old_base),
+            old_len,
+            new_index: new_index.saturating_sub(new_base),
+            new_len,
+        },
+    }
+}
+
+/// The lines of `text`, each with its `\n` (the last one may lack it).
+fn lines(text: &str) -> Vec<&str> {
+    let mut out = Vec::with_capacity(text.len() / 32 + 1);
+    let mut start = 0;
+    for end in memchr::memchr_iter(b'\n', text.as_bytes()) {
+        // `\n` is ASCII, so `end + 1` is a character boundary.
+        out.push(&text[start..=end]);
+        start = end + 1;
+    }
+    if start < text.len() {
+        out.push(&text[start..]);
     }
     out
 }
@@ -125,9 +299,60 @@ fn line_ops(old: &[&str], new: &[&str]) -> Vec<DiffOp> {
 }
 
 fn middle(old: &[&str], new: &[&str], old_base: usize, new_base: usize, ops: &mut Ops) {
-    if old.is_empty() && new.is_empty() {
-        return;
+    if old.len().min(new.len()) <= SMALL {
+        return myers(old, new, old_base, new_base, ops);
     }
+    // Sparse changes: walk both sides while they agree; at a difference,
+    // find the nearest place where `RUN` lines agree again and diff only the
+    // stretch in between.
+    let (mut i, mut j) = (0, 0);
+    while i < old.len() && j < new.len() {
+        if old[i] == new[j] {
+            ops.equal(old_base + i, new_base + j, 1);
+            (i, j) = (i + 1, j + 1);
+            continue;
+        }
+        match resync(old, new, i, j) {
+            Some((next_i, next_j)) => {
+                myers(
+                    &old[i..next_i],
+                    &new[j..next_j],
+                    old_base + i,
+                    new_base + j,
+                    ops,
+                );
+                (i, j) = (next_i, next_j);
+            }
+            None => {
+                return anchored(&old[i..], &new[j..], old_base + i, new_base + j, ops);
+            }
+        }
+    }
+    myers(&old[i..], &new[j..], old_base + i, new_base + j, ops);
+}
+
+/// Lines that must agree for the walk to take up again after a difference.
+const RUN: usize = 3;
+/// How far (lines on both sides together) the walk looks for that.
+const RESYNC_LIMIT: usize = 512;
+
+/// The nearest `(i', j')` past a difference at `(i, j)` where `RUN` lines
+/// agree, nearest by `i' + j'`, then by `i'`.
+fn resync(old: &[&str], new: &[&str], i: usize, j: usize) -> Option<(usize, usize)> {
+    for distance in 1..=RESYNC_LIMIT {
+        for skip_old in 0..=distance {
+            let (a, b) = (i + skip_old, j + distance - skip_old);
+            if a + RUN <= old.len() && b + RUN <= new.len() && old[a..a + RUN] == new[b..b + RUN] {
+                return Some((a, b));
+            }
+        }
+    }
+    None
+}
+
+/// A large stretch without sparse structure: split at anchors, lines unique
+/// on both sides in their longest increasing chain, and diff the gaps.
+fn anchored(old: &[&str], new: &[&str], old_base: usize, new_base: usize, ops: &mut Ops) {
     if old.len().min(new.len()) <= SMALL {
         return myers(old, new, old_base, new_base, ops);
     }
@@ -416,5 +641,47 @@ mod tests {
         assert_eq!(diff.matches("@@ -").count(), 13);
         assert_eq!(diff.matches("\n+inserted\n").count(), 13);
         assert!(diff.len() < 13 * 200, "{} bytes", diff.len());
+    }
+
+    fn applies(old: &str, new: &str) {
+        let diff = unified("a/f", "b/f", old, new);
+        if old == new {
+            assert_eq!(diff, "--- a/f\n+++ b/f\n");
+            return;
+        }
+        let patch = airlock_core::patch::parse(&diff, airlock_core::patch::PatchFormat::Unified)
+            .unwrap_or_else(|error| panic!("{error:?}\n{diff}"));
+        let airlock_core::patch::PatchOp::Update { chunks, .. } = &patch.ops[0] else {
+            panic!("{diff}");
+        };
+        let applied = airlock_core::patch::apply_chunks("f", old, chunks)
+            .unwrap_or_else(|error| panic!("{error:?}\n{diff}"));
+        assert_eq!(applied, new, "{diff}");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn every_diff_applies_back(
+            old in proptest::collection::vec("[abc]{0,2}\n", 0..400),
+            edits in proptest::collection::vec((0usize..400, "[abcd]{0,2}\n", 0u8..3), 0..12),
+            final_newline: bool,
+        ) {
+            let mut new = old.clone();
+            for (at, line, kind) in edits {
+                let at = at % (new.len() + 1);
+                match kind {
+                    0 => new.insert(at, line),
+                    1 if at < new.len() => { new.remove(at); }
+                    _ if at < new.len() => new[at] = line,
+                    _ => new.push(line),
+                }
+            }
+            let old: String = old.concat();
+            let mut new: String = new.concat();
+            if !final_newline && new.ends_with('\n') {
+                new.pop();
+            }
+            applies(&old, &new);
+        }
     }
 }

@@ -359,7 +359,7 @@ pub(crate) fn read_current(target: &SandboxedPath) -> Result<Option<(Vec<u8>, St
         return Ok(None);
     }
     let (mut file, stat) = target.open_for_read()?;
-    let mut bytes = Vec::new();
+    let mut bytes = Vec::with_capacity(usize::try_from(stat.st_size).unwrap_or(0) + 1);
     file.read_to_end(&mut bytes)
         .map_err(|error| FsError::io(format!("cannot read `{}`", target.requested()), error))?;
     Ok(Some((bytes, stat)))
