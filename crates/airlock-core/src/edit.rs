@@ -81,6 +81,14 @@ pub fn apply_edit(
     if fuzzy.is_empty() {
         return Err(EditError::NotFound);
     }
+    // A fuzzy match covers the text from its first to its last non-blank
+    // character, so the file keeps the whitespace around it. The whitespace
+    // the agent put around `old` is dropped from `new` too, where `new`
+    // carries the same, or the file's indentation would be doubled.
+    let leading = &old[..old.len() - old.trim_start().len()];
+    let trailing = &old[old.trim_end().len()..];
+    let new = new.strip_prefix(leading).unwrap_or(new);
+    let new = new.strip_suffix(trailing).unwrap_or(new);
     replace(content, &fuzzy, new, replace_all, true)
 }
 
@@ -172,13 +180,23 @@ impl NormalizedText {
     fn new(original: &str) -> NormalizedText {
         let bytes = original.as_bytes();
         let mut text = String::with_capacity(original.len());
-        let mut units = Vec::new();
+        // Roughly one unit per line (its indentation); reserving avoids regrowing.
+        let mut units = Vec::with_capacity(original.len() / 32);
         // Plain text (kept as is) is copied in runs rather than char by char, and
         // ASCII, the common case, is told apart byte by byte without decoding.
         let mut plain_start = 0;
         let mut at = 0;
         while at < bytes.len() {
             let byte = bytes[at];
+            // Printable ASCII, and a lone space before it, are the common case.
+            if is_printable_ascii(byte) {
+                at += 1;
+                continue;
+            }
+            if byte == b' ' && bytes.get(at + 1).copied().is_some_and(is_printable_ascii) {
+                at += 2;
+                continue;
+            }
             let (c, len) = if byte.is_ascii() {
                 if !is_ascii_whitespace(byte) {
                     at += 1;
@@ -271,6 +289,11 @@ impl NormalizedText {
         }
         Some(unit.original.end + (offset - unit.normalized.end))
     }
+}
+
+/// `!` to `~` and DEL: ASCII that is neither whitespace nor (mostly) control.
+fn is_printable_ascii(byte: u8) -> bool {
+    byte.wrapping_sub(0x21) < 0x5F
 }
 
 /// The ASCII characters that `char::is_whitespace` accepts.

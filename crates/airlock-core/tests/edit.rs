@@ -181,6 +181,20 @@ fn new_string_is_inserted_verbatim() {
 }
 
 #[test]
+fn a_fuzzy_match_keeps_the_files_indentation() {
+    // The agent's old_string has 4 spaces and a newline around it; the file
+    // has 2 spaces. The whitespace the agent wrapped old_string in is not
+    // inserted again around new_string.
+    check(
+        "fn f() {\n  let x = 1;\n}\n",
+        "    let x = 1;\n",
+        "    let x = 2;\n",
+        false,
+        Ok(("fn f() {\n  let x = 2;\n}\n", 1, true)),
+    );
+}
+
+#[test]
 fn errors_have_codes_and_lowercase_messages() {
     let cases = [
         (

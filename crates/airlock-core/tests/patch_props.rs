@@ -12,13 +12,63 @@ use airlock_core::patch::{PatchError, PatchFormat, PatchOp, apply_chunks, parse}
 use proptest::prelude::*;
 use similar::{ChangeTag, TextDiff};
 
-/// Few distinct lines, so that texts repeat lines and context is often not unique.
-const LINES: &[&str] = &[
-    "a", "b", "c", "", "  a", "fn x() {", "}", "*** note", "@@ x",
-];
+/// Lines that look like patch syntax or differ only in whitespace, drawn now and then.
+const ODD_LINES: &[&str] = &["", "}", "  a", "a ", "*** note", "@@ x", "-- x"];
+
+/// Mostly `a` and `b`, so that texts repeat whole stretches and a hunk's context is
+/// often found in more than one place.
+fn line() -> impl Strategy<Value = &'static str> {
+    prop_oneof![6 => Just("a"), 3 => Just("b"), 2 => prop::sample::select(ODD_LINES)]
+}
 
 fn lines() -> impl Strategy<Value = Vec<&'static str>> {
-    prop::collection::vec(prop::sample::select(LINES), 0..14)
+    prop::collection::vec(line(), 0..24)
+}
+
+/// A block of one to three lines repeated: the most repetitive text.
+fn periodic_lines() -> impl Strategy<Value = Vec<&'static str>> {
+    (prop::collection::vec(line(), 1..4), 1usize..10).prop_map(|(block, times)| block.repeat(times))
+}
+
+/// A change to one line of a text, at a position taken modulo its length.
+#[derive(Debug, Clone)]
+enum LineChange {
+    Replace(usize, &'static str),
+    Insert(usize, &'static str),
+    Delete(usize),
+}
+
+fn line_change() -> impl Strategy<Value = LineChange> {
+    prop_oneof![
+        (any::<usize>(), line()).prop_map(|(at, line)| LineChange::Replace(at, line)),
+        (any::<usize>(), line()).prop_map(|(at, line)| LineChange::Insert(at, line)),
+        any::<usize>().prop_map(LineChange::Delete),
+    ]
+}
+
+/// Old and new lines: mostly a few changes to a repetitive (or periodic) text, so that
+/// the hunks are small and their context is often found elsewhere too; sometimes two
+/// unrelated texts.
+fn line_pair() -> impl Strategy<Value = (Vec<&'static str>, Vec<&'static str>)> {
+    let old = prop_oneof![lines(), periodic_lines()];
+    let edited = (old, prop::collection::vec(line_change(), 1..5)).prop_map(|(old, changes)| {
+        let mut new = old.clone();
+        for change in changes {
+            match change {
+                LineChange::Replace(at, line) if !new.is_empty() => {
+                    let at = at % new.len();
+                    new[at] = line;
+                }
+                LineChange::Insert(at, line) => new.insert(at % (new.len() + 1), line),
+                LineChange::Delete(at) if !new.is_empty() => {
+                    new.remove(at % new.len());
+                }
+                LineChange::Replace(..) | LineChange::Delete(_) => {}
+            }
+        }
+        (old, new)
+    });
+    prop_oneof![3 => edited, 1 => (lines(), lines())]
 }
 
 fn join(lines: &[&str], final_newline: bool) -> String {
@@ -29,14 +79,16 @@ fn join(lines: &[&str], final_newline: bool) -> String {
     text
 }
 
-fn text() -> impl Strategy<Value = String> {
-    (lines(), any::<bool>()).prop_map(|(lines, final_newline)| join(&lines, final_newline))
+/// Two texts, each ending with a newline or not.
+fn text_pair() -> impl Strategy<Value = (String, String)> {
+    (line_pair(), any::<bool>(), any::<bool>())
+        .prop_map(|((a, b), a_newline, b_newline)| (join(&a, a_newline), join(&b, b_newline)))
 }
 
 /// Two texts built with the same final-newline flag.
 fn texts_alike_at_the_end() -> impl Strategy<Value = (String, String)> {
-    (lines(), lines(), any::<bool>())
-        .prop_map(|(a, b, final_newline)| (join(&a, final_newline), join(&b, final_newline)))
+    (line_pair(), any::<bool>())
+        .prop_map(|((a, b), final_newline)| (join(&a, final_newline), join(&b, final_newline)))
 }
 
 fn unified_diff(a: &str, b: &str) -> String {
@@ -195,7 +247,7 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
 
     #[test]
-    fn a_unified_diff_applies_to_its_old_text(a in text(), b in text()) {
+    fn a_unified_diff_applies_to_its_old_text((a, b) in text_pair()) {
         let diff = unified_diff(&a, &b);
         if a == b {
             prop_assert_eq!(diff, "");
@@ -235,8 +287,7 @@ proptest! {
 
     #[test]
     fn parse_never_panics_on_damaged_patches(
-        a in text(),
-        b in text(),
+        (a, b) in text_pair(),
         mutations in prop::collection::vec(mutation(), 1..4),
     ) {
         for patch in [unified_diff(&a, &b), v4a_patch(&a, &b)] {

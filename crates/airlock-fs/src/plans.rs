@@ -367,8 +367,12 @@ fn patch_error(error: PatchError) -> FsError {
         PatchError::Parse { line, message } => FsError::ParseError {
             message: format!("line {line}: {message}"),
         },
-        PatchError::HunkRejected { message, .. } => FsError::HunkRejected { message },
-        PatchError::Ambiguous { message, .. } => FsError::Ambiguous { message },
+        PatchError::HunkRejected { path, message } => FsError::HunkRejected {
+            message: format!("`{path}`: {message}"),
+        },
+        PatchError::Ambiguous { path, message } => FsError::Ambiguous {
+            message: format!("`{path}`: {message}"),
+        },
     }
 }
 

@@ -1,10 +1,13 @@
 //! Locating chunks in a file's text and applying them.
 //!
-//! Each pass compares lines through a key (the line itself, without trailing
-//! whitespace, trimmed, or trimmed with whitespace runs and punctuation normalised).
-//! A pass's index (the hash of every file line's key, grouped by hash) is built the
-//! first time the pass is needed and then serves every chunk, so a search costs the
-//! occurrences of the chunk's rarest line rather than a scan of the file.
+//! Each pass compares lines through a key: the line itself, without trailing
+//! whitespace, trimmed, or trimmed with whitespace runs and punctuation normalised.
+//! Searches go through an index of the file's lines by the hash of their key, built
+//! when first needed and then shared by every chunk, so a search costs the
+//! occurrences of the chunk's rarest line rather than a scan of the file. Two
+//! indexes serve the four passes: one of exact lines, and one of normalised lines,
+//! whose candidates cover the three lenient passes (lines equal without trailing or
+//! surrounding whitespace are equal normalised too).
 
 use super::{Chunk, LineEdit, PatchError, excerpt};
 use crate::edit::ascii_punctuation;
@@ -20,7 +23,7 @@ pub fn apply_chunks(path: &str, original: &str, chunks: &[Chunk]) -> Result<Stri
     let file = FileLines::new(original);
     let mut searcher = Searcher {
         file: &file,
-        indexes: [None, None, None, None],
+        indexes: [None, None],
     };
     let mut positions = Vec::with_capacity(chunks.len());
     let mut cursor = 0;
@@ -30,7 +33,7 @@ pub fn apply_chunks(path: &str, original: &str, chunks: &[Chunk]) -> Result<Stri
         check_script(path, chunk)?;
         let position = searcher.locate(path, chunk, cursor, drift)?;
         if let Some(hint) = chunk.line_hint {
-            drift = position as isize - hint_index(chunk, hint) as isize;
+            drift = offset(hint_index(chunk, hint), position);
         }
         cursor = position + chunk.old_lines.len();
         positions.push(position);
@@ -41,50 +44,79 @@ pub fn apply_chunks(path: &str, original: &str, chunks: &[Chunk]) -> Result<Stri
 /// A file's text cut into lines, by byte offsets.
 struct FileLines<'a> {
     text: &'a str,
-    lines: Vec<FileLine>,
+    /// Where each line ends, after its line ending (if it has one).
+    ends: Vec<usize>,
     /// The line ending for inserted lines.
     eol: &'static str,
 }
 
-struct FileLine {
-    start: usize,
-    /// Where the line's text ends: before `\n` or `\r\n`.
-    content_end: usize,
-    /// After the line ending (equal to `content_end` for a last line without one).
-    end: usize,
-}
-
 impl<'a> FileLines<'a> {
     fn new(text: &'a str) -> FileLines<'a> {
-        let mut lines = Vec::with_capacity(text.len() / 32 + 1);
-        let mut start = 0;
-        for piece in text.split_inclusive('\n') {
-            let content = match piece.strip_suffix('\n') {
-                Some(line) => line.strip_suffix('\r').unwrap_or(line),
-                None => piece,
-            };
-            lines.push(FileLine {
-                start,
-                content_end: start + content.len(),
-                end: start + piece.len(),
-            });
-            start += piece.len();
+        let mut ends = line_ends(text.as_bytes());
+        if !text.ends_with('\n') && !text.is_empty() {
+            ends.push(text.len());
         }
-        let eol = match lines.first() {
-            Some(line) if line.end - line.content_end == 2 => "\r\n",
+        let eol = match ends.first() {
+            Some(end) if text[..*end].ends_with("\r\n") => "\r\n",
             _ => "\n",
         };
-        FileLines { text, lines, eol }
+        FileLines { text, ends, eol }
     }
 
     fn len(&self) -> usize {
-        self.lines.len()
+        self.ends.len()
     }
 
-    fn content(&self, index: usize) -> &'a str {
-        let line = &self.lines[index];
-        &self.text[line.start..line.content_end]
+    /// Where line `index` starts.
+    fn start(&self, index: usize) -> usize {
+        index
+            .checked_sub(1)
+            .map_or(0, |previous| self.ends[previous])
     }
+
+    /// Line `index` without its line ending.
+    fn content(&self, index: usize) -> &'a str {
+        let line = &self.text[self.start(index)..self.ends[index]];
+        match line.strip_suffix('\n') {
+            Some(line) => line.strip_suffix('\r').unwrap_or(line),
+            None => line,
+        }
+    }
+
+    /// Lines `start..end` with their line endings.
+    fn span(&self, start: usize, end: usize) -> &'a str {
+        &self.text[self.start(start)..self.ends[end - 1]]
+    }
+}
+
+/// The offsets just after each `\n`. Lines are short, so rather than a `memchr` per
+/// line this tests eight bytes at a time for a newline (the classic "has zero
+/// byte" bit trick on the bytes XOR `\n`).
+fn line_ends(bytes: &[u8]) -> Vec<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH_BITS: u64 = 0x8080_8080_8080_8080;
+    const NEWLINES: u64 = ONES * b'\n' as u64;
+    let mut ends = Vec::with_capacity(bytes.len() / 32 + 1);
+    let mut at = 0;
+    while at + 8 <= bytes.len() {
+        let word = read_u64(bytes, at) ^ NEWLINES;
+        let mut candidates = word.wrapping_sub(ONES) & !word & HIGH_BITS;
+        while candidates != 0 {
+            // The trick can flag a byte above a real newline too: check each one.
+            let offset = at + (candidates.trailing_zeros() / 8) as usize;
+            if bytes[offset] == b'\n' {
+                ends.push(offset + 1);
+            }
+            candidates &= candidates - 1;
+        }
+        at += 8;
+    }
+    for (offset, byte) in bytes.iter().enumerate().skip(at) {
+        if *byte == b'\n' {
+            ends.push(offset + 1);
+        }
+    }
+    ends
 }
 
 /// How leniently lines are compared, strictest first.
@@ -186,20 +218,39 @@ const HASH_MULTIPLIER: u64 = 0x9E37_79B9_7F4A_7C15;
 /// A fast, non-cryptographic hash; collisions only cost a comparison, since every
 /// candidate is compared in full.
 fn hash_bytes(bytes: &[u8]) -> u64 {
-    let mut hash = (bytes.len() as u64).wrapping_mul(HASH_MULTIPLIER);
-    let mut words = bytes.chunks_exact(8);
-    for word in &mut words {
-        let mut buffer = [0; 8];
-        buffer.copy_from_slice(word);
-        hash = (hash.rotate_left(23) ^ u64::from_le_bytes(buffer)).wrapping_mul(HASH_MULTIPLIER);
-    }
-    let rest = words.remainder();
-    if !rest.is_empty() {
-        let mut buffer = [0; 8];
-        buffer[..rest.len()].copy_from_slice(rest);
-        hash = (hash.rotate_left(23) ^ u64::from_le_bytes(buffer)).wrapping_mul(HASH_MULTIPLIER);
+    let len = bytes.len();
+    let mut hash = (len as u64).wrapping_mul(HASH_MULTIPLIER);
+    let mut step = |word: u64| {
+        hash = (hash.rotate_left(23) ^ word).wrapping_mul(HASH_MULTIPLIER);
+    };
+    if len >= 8 {
+        let mut at = 0;
+        while at + 8 < len {
+            step(read_u64(bytes, at));
+            at += 8;
+        }
+        // The last word may overlap the one before; the length is in the seed.
+        step(read_u64(bytes, len - 8));
+    } else if len >= 4 {
+        step(u64::from(read_u32(bytes, 0)) << 32 | u64::from(read_u32(bytes, len - 4)));
+    } else if len > 0 {
+        step(
+            u64::from(bytes[0]) << 16 | u64::from(bytes[len / 2]) << 8 | u64::from(bytes[len - 1]),
+        );
     }
     mix(hash)
+}
+
+fn read_u64(bytes: &[u8], at: usize) -> u64 {
+    let mut word = [0; 8];
+    word.copy_from_slice(&bytes[at..at + 8]);
+    u64::from_le_bytes(word)
+}
+
+fn read_u32(bytes: &[u8], at: usize) -> u32 {
+    let mut word = [0; 4];
+    word.copy_from_slice(&bytes[at..at + 4]);
+    u32::from_le_bytes(word)
 }
 
 fn mix(hash: u64) -> u64 {
@@ -270,7 +321,9 @@ fn bucket(hash: u64, buckets: usize) -> usize {
 
 struct Searcher<'f, 'a> {
     file: &'f FileLines<'a>,
-    indexes: [Option<LineIndex>; 4],
+    /// The index of exact lines, and that of normalised lines (which serves the
+    /// three lenient passes: lines equal under any of them are equal normalised).
+    indexes: [Option<LineIndex>; 2],
 }
 
 impl Searcher<'_, '_> {
@@ -289,7 +342,7 @@ impl Searcher<'_, '_> {
             let hinted = hint_index(chunk, hint).checked_add_signed(drift);
             if let Some(at) = hinted
                 && at >= cursor
-                && at + old.len() <= total
+                && fits(at, old.len(), total)
                 && self.matches_at(Pass::Exact, old, at)
             {
                 return Ok(at);
@@ -405,7 +458,7 @@ impl Searcher<'_, '_> {
     }
 
     fn matches_at(&self, pass: Pass, old: &[String], at: usize) -> bool {
-        at + old.len() <= self.file.len()
+        fits(at, old.len(), self.file.len())
             && old
                 .iter()
                 .enumerate()
@@ -418,11 +471,16 @@ impl Searcher<'_, '_> {
         if from + old.len() > file.len() {
             return Vec::new();
         }
-        let index = self.indexes[pass as usize].get_or_insert_with(|| LineIndex::new(file, pass));
+        let index_pass = match pass {
+            Pass::Exact => Pass::Exact,
+            Pass::TrimEnd | Pass::Trim | Pass::Punctuation => Pass::Punctuation,
+        };
+        let index = self.indexes[usize::from(index_pass != Pass::Exact)]
+            .get_or_insert_with(|| LineIndex::new(file, index_pass));
         let mut scratch = String::new();
         let hashes: Vec<u64> = old
             .iter()
-            .map(|line| pass.hash(line, &mut scratch))
+            .map(|line| index_pass.hash(line, &mut scratch))
             .collect();
         // Candidates come from the line of the chunk with the fewest occurrences (as
         // its bucket's size estimates), typically a line found once.
@@ -456,6 +514,20 @@ impl Searcher<'_, '_> {
             }
         }
         found
+    }
+}
+
+/// Whether `len` lines starting at line `at` lie within `total` lines (`at` may be
+/// anything a patch's line numbers say).
+fn fits(at: usize, len: usize, total: usize) -> bool {
+    at.checked_add(len).is_some_and(|end| end <= total)
+}
+
+/// How far `found` is from `hinted`; 0 for hints too large to mean anything.
+fn offset(hinted: usize, found: usize) -> isize {
+    match (isize::try_from(hinted), isize::try_from(found)) {
+        (Ok(hinted), Ok(found)) => found.checked_sub(hinted).unwrap_or(0),
+        _ => 0,
     }
 }
 
@@ -555,7 +627,7 @@ fn render(file: &FileLines<'_>, chunks: &[Chunk], positions: &[usize]) -> String
 fn push_original(out: &mut String, file: &FileLines<'_>, start: usize, end: usize) {
     if start < end {
         start_line(out, file.eol);
-        out.push_str(&file.text[file.lines[start].start..file.lines[end - 1].end]);
+        out.push_str(file.span(start, end));
     }
 }
 

@@ -6,11 +6,16 @@
 //! deleting or updating one file. [`apply_chunks`] applies an update's [`Chunk`]s to
 //! the file's current text. Reading and writing the files is the caller's business.
 //!
-//! Chunks are located leniently but never by guessing: exactly first, then ignoring
-//! trailing whitespace, then ignoring surrounding whitespace, then also ignoring
-//! punctuation style (curly quotes, dashes); the first of these passes that finds the
-//! chunk decides, and a chunk it finds in more than one place is
-//! [`PatchError::Ambiguous`].
+//! Chunks apply in order, each after the previous one. A unified hunk goes where its
+//! line numbers say (shifted as far as the hunks before it were found from theirs)
+//! when its old lines are exactly there. Otherwise its lines are searched for: after
+//! its anchor line if it has one (V4A `@@ fn main() {`), only at the end of the file
+//! if it is marked `*** End of File`. The search is lenient but never guesses:
+//! exactly first, then ignoring trailing whitespace, then ignoring surrounding
+//! whitespace, then also ignoring whitespace runs and punctuation style (curly
+//! quotes, dashes); the first of these passes that finds the lines decides, and
+//! lines it finds in more than one place are [`PatchError::Ambiguous`]. A chunk
+//! without old lines goes after its anchor, at its line number, or at the end.
 //!
 //! ```
 //! use airlock_core::patch::{PatchFormat, PatchOp, apply_chunks, parse};
@@ -308,8 +313,8 @@ fn detect(lines: &[Line<'_>], total_lines: usize) -> Result<PatchFormat, PatchEr
     }
 }
 
-/// Rejects an empty patch and two operations on one path, which could not be applied
-/// all or nothing in any order.
+/// Rejects an empty patch, an empty path, and two operations on one path, which
+/// could not be applied all or nothing in any order.
 fn check_paths(
     ops: &[(usize, PatchOp)],
     lines: &[Line<'_>],
@@ -329,6 +334,9 @@ fn check_paths(
             PatchOp::Add { .. } | PatchOp::Delete { .. } => None,
         };
         for path in std::iter::once(op.path()).chain(move_to) {
+            if path.is_empty() {
+                return Err(parse_error(*line, "the operation names an empty path"));
+            }
             if let Some(first) = seen.insert(path, *line) {
                 return Err(parse_error(
                     *line,

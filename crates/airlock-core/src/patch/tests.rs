@@ -331,6 +331,42 @@ fn unified_parse_errors_name_the_line() {
 }
 
 #[test]
+fn unified_paths_may_not_be_empty() {
+    // Found by the patch_parser fuzz target.
+    check_parse_error(
+        "diff --git \"\" \"\"\nnew file mode 100644\n",
+        PatchFormat::Auto,
+        "line 1: the operation names an empty path",
+    );
+    check_parse_error(
+        "diff --git a/x b/y\nrename from x\nrename to \n",
+        PatchFormat::Auto,
+        "line 1: the operation names an empty path",
+    );
+}
+
+#[test]
+fn huge_line_numbers_do_not_overflow() {
+    let diff = format!(
+        "--- a/f\n+++ b/f\n@@ -{max} +{max} @@\n-x\n+y\n@@ -{max},0 +1 @@\n+z\n",
+        max = usize::MAX
+    );
+    assert_eq!(
+        apply(PatchFormat::Unified, "x\n", &diff).map_err(|error| error.to_string()),
+        Err(format!(
+            "`f`: the chunk starting `z` inserts after line {}, which is not after the previous chunk or not in the file (1 lines)",
+            usize::MAX
+        ))
+    );
+    let diff = "--- a/f\n+++ b/f\n@@ -99999999999999999999 +1 @@\n-x\n+y\n";
+    check_parse_error(
+        diff,
+        PatchFormat::Unified,
+        "line 3: malformed hunk header `@@ -99999999999999999999 +1 @@`, expected `@@ -l,n +l,n @@`",
+    );
+}
+
+#[test]
 fn locates_exactly_first() {
     check_apply("a\nb\nc\n", "@@\n b\n-c\n+C\n", Ok("a\nb\nC\n"));
 }
