@@ -152,6 +152,65 @@ pub const FOREIGN_PATH_PARAMS: &[&str] = &[
     "new_path",
 ];
 
+/// What an `apply_patch` call's patch touches, for the policy.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PatchTargets {
+    /// The paths the patch parser (the one the file tools apply with) reads:
+    /// every operation's path and move target. Empty when it does not parse.
+    pub parsed: Vec<String>,
+    /// Whether the patch parsed; grants cover only a parsed patch.
+    pub parses: bool,
+    /// It deletes or moves a file: delete/move risk.
+    pub destructive: bool,
+    /// [`patch_paths`]' textual reading, checked by the sandbox layer too.
+    pub textual: Vec<String>,
+}
+
+/// The targets of `apply_patch` arguments (`patch`, `patch_format`).
+pub fn patch_targets(args: &serde_json::Value) -> PatchTargets {
+    let Some(text) = args.get("patch").and_then(serde_json::Value::as_str) else {
+        return PatchTargets::default();
+    };
+    let format = args
+        .get("patch_format")
+        .and_then(|format| serde_json::from_value(format.clone()).ok())
+        .unwrap_or_default();
+    let textual = patch_paths(text);
+    match crate::patch::parse(text, format) {
+        Ok(patch) => {
+            let mut parsed = Vec::new();
+            let mut destructive = false;
+            for op in &patch.ops {
+                parsed.push(op.path().to_owned());
+                match op {
+                    crate::patch::PatchOp::Delete { .. } => destructive = true,
+                    crate::patch::PatchOp::Update {
+                        move_to: Some(to), ..
+                    } => {
+                        destructive = true;
+                        parsed.push(to.clone());
+                    }
+                    crate::patch::PatchOp::Add { .. } | crate::patch::PatchOp::Update { .. } => {}
+                }
+            }
+            PatchTargets {
+                parsed,
+                parses: true,
+                destructive,
+                textual,
+            }
+        }
+        // It will fail to plan; until then it is judged by its headers, and no
+        // grant covers it.
+        Err(_) => PatchTargets {
+            parsed: Vec::new(),
+            parses: false,
+            destructive: false,
+            textual,
+        },
+    }
+}
+
 /// The paths an `apply_patch` patch text touches, read from its file headers:
 /// V4A `*** Add/Delete/Update File:` and `*** Move to:`; unified `---`/`+++`
 /// pairs; git's `diff --git`, `rename`/`copy from`/`to` lines.

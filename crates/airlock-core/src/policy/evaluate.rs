@@ -8,7 +8,7 @@ use super::grant::Grant;
 use super::paths::Scope;
 use crate::call::{ToolCall, ToolOrigin};
 use crate::error_code::ErrorCode;
-use crate::tools::{BuiltinTool, FOREIGN_PATH_PARAMS, patch_paths};
+use crate::tools::{BuiltinTool, FOREIGN_PATH_PARAMS, PatchTargets, patch_targets};
 
 /// Collects the layers' votes; the strictest wins.
 struct Tally {
@@ -45,7 +45,18 @@ impl Policy {
         let rule = self.rules.first_match(&call.tool, &call.args, &|param| {
             is_path_param(&call.origin, param)
         });
-        let (class, default_risk) = self.default_risk(&call.origin);
+        // A patch is read as the applier will read it, once.
+        let patch = matches!(call.origin, ToolOrigin::Builtin(BuiltinTool::ApplyPatch))
+            .then(|| patch_targets(&call.args));
+        let (class, default_risk) = match &patch {
+            // A patch that deletes or moves files is as risky as delete_file
+            // and move_file (and one that does not parse is not trusted less).
+            Some(patch) if patch.destructive => {
+                let class = crate::tools::BuiltinClass::Destructive;
+                (ToolClass::of_builtin(class), class.default_risk())
+            }
+            _ => self.default_risk(&call.origin),
+        };
         let risk = rule.and_then(|(_, rule)| rule.risk).unwrap_or(default_risk);
         let write_class = match &call.origin {
             ToolOrigin::Builtin(tool) => tool.is_write(),
@@ -53,15 +64,18 @@ impl Policy {
         };
 
         // Layer 1: the sandbox, on every path-like argument.
-        for_each_path(call, |param, path, scope| {
-            match self.paths.check(param, path, scope, write_class) {
+        for_each_path(
+            call,
+            patch.as_ref(),
+            true,
+            |param, path, scope| match self.paths.check(param, path, scope, write_class) {
                 Some((reason, code)) => {
                     tally.deny(reason, code);
                     false
                 }
                 None => true,
-            }
-        });
+            },
+        );
 
         // Layer 2: the write-tool user allowlist (spec 001).
         if write_class && let Some(users) = &self.write_allowlist {
@@ -186,10 +200,16 @@ impl Policy {
         }
 
         // Layer 7: grants turn ask into allow, only where the policy allows skipping.
-        if tally.disposition == Disposition::Ask && risk_policy.allow_skip && !grants.is_empty() {
+        // A patch that does not parse names no path a grant could vouch for.
+        let patch_parses = patch.as_ref().is_none_or(|patch| patch.parses);
+        if tally.disposition == Disposition::Ask
+            && risk_policy.allow_skip
+            && !grants.is_empty()
+            && patch_parses
+        {
             // Grants see workspace-relative paths only; anything else covers nothing.
             let mut paths = Vec::new();
-            for_each_path(call, |_, path, _| {
+            for_each_path(call, patch.as_ref(), false, |_, path, _| {
                 paths.push(self.paths.workspace_relative(path));
                 true
             });
@@ -277,14 +297,23 @@ fn is_path_param(origin: &ToolOrigin, param: &str) -> bool {
 
 /// Calls `visit(param, path, scope)` for every path-like argument of `call` until
 /// it returns `false`.
-fn for_each_path(call: &ToolCall, mut visit: impl FnMut(&str, &str, Scope) -> bool) {
+/// A patch's paths are the parser's; with `textual_too` (the sandbox layer)
+/// also every path its headers could be read as.
+fn for_each_path(
+    call: &ToolCall,
+    patch: Option<&PatchTargets>,
+    textual_too: bool,
+    mut visit: impl FnMut(&str, &str, Scope) -> bool,
+) {
     match &call.origin {
         ToolOrigin::Builtin(BuiltinTool::ApplyPatch) => {
-            if let Some(patch) = call.args.get("patch").and_then(Value::as_str) {
-                for path in patch_paths(patch) {
-                    if !visit("patch", &path, Scope::Workspace) {
-                        return;
-                    }
+            let Some(patch) = patch else {
+                return;
+            };
+            let textual = if textual_too { &patch.textual[..] } else { &[] };
+            for path in patch.parsed.iter().chain(textual) {
+                if !visit("patch", path, Scope::Workspace) {
+                    return;
                 }
             }
         }
