@@ -184,9 +184,6 @@ impl Broker {
         let sandbox = Sandbox::open(&root, &config.file_broker, policy.clone())?
             .with_blob_dir(state_dir.join("blobs"));
         let journal_dir = state_dir.join("journal");
-        // Multi-file applies that a crash interrupted after their commit point
-        // are finished before anything else runs.
-        airlock_fs::recover(&sandbox, &journal_dir)?;
         let broker = Broker {
             config,
             policy,
@@ -276,6 +273,9 @@ impl Broker {
     /// Rolls forward approvals a crash left half way: approved but never
     /// claimed, or claimed but never finished, by a process that no longer runs.
     fn recover_applies(&self) -> Result<(), BrokerError> {
+        // Multi-file applies (and undos) interrupted after their commit point
+        // are finished first: then the files say whether an apply happened.
+        self.recover_journals()?;
         for (orphan, owner) in self.store.orphaned(&process_alive)? {
             let Some(approval) = self.store.take_over(&orphan.id, owner)? else {
                 continue;
@@ -299,6 +299,41 @@ impl Broker {
                 | ApprovalStatus::Denied
                 | ApprovalStatus::Expired
                 | ApprovalStatus::Cancelled => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Finishes journaled commits that were interrupted, and audits each.
+    fn recover_journals(&self) -> Result<(), BrokerError> {
+        for recovered in airlock_fs::recover(&self.sandbox, &self.journal_dir)? {
+            let label = recovered.label.clone().unwrap_or_default();
+            let (id, kind) = label.rsplit_once(':').unwrap_or((label.as_str(), ""));
+            if kind == "undo" {
+                self.store.mark_undone(id)?;
+            }
+            let logged = self.log(
+                Record::new("journal_recovered")
+                    .value(
+                        "hitl_id",
+                        (!id.is_empty()).then(|| Value::String(id.to_owned())),
+                    )
+                    .text("kind", kind)
+                    .value("skipped", Some(json!(recovered.skipped)))
+                    .text(
+                        "status",
+                        if recovered.skipped.is_empty() {
+                            "allowed"
+                        } else {
+                            "error"
+                        },
+                    ),
+            );
+            if logged.is_none() {
+                return Err(BrokerError::refused(
+                    ErrorCode::IoError,
+                    "a recovered apply could not be recorded in the audit log",
+                ));
             }
         }
         Ok(())
@@ -1193,6 +1228,11 @@ impl Broker {
                 );
             }
         };
+        // An earlier apply interrupted after its commit point is finished (and
+        // audited) before this one compares hashes.
+        if let Err(error) = self.recover_journals() {
+            return fail(error.code(), error.to_string());
+        }
         let hashes = |plan: &ChangePlan| -> Vec<FileHashes> {
             plan.changes
                 .iter()
@@ -1234,8 +1274,10 @@ impl Broker {
         if let Err(error) = self.store.insert_snapshot(&snapshot) {
             return fail(ErrorCode::IoError, error.to_string());
         }
+        let label = format!("{}:apply", approval.id);
         let options = CommitOptions {
             journal_dir: Some(&self.journal_dir),
+            label: Some(&label),
             interrupt_after: None,
         };
         match airlock_fs::commit(&self.sandbox, &plan, options) {
@@ -1378,8 +1420,11 @@ impl Broker {
                 restore: file.before.clone(),
             })
             .collect();
+        self.recover_journals()?;
+        let label = format!("{id}:undo");
         let options = CommitOptions {
             journal_dir: Some(&self.journal_dir),
+            label: Some(&label),
             interrupt_after: None,
         };
         let result = airlock_fs::undo(&self.sandbox, &files, options);

@@ -374,7 +374,11 @@ fn ripgrep(root: &Path, args: &[&str]) -> Vec<String> {
 
 #[test]
 fn grep_matches_ripgrep_invalid_regex_not_found_empty_truncation_blob() {
-    let ws = Ws::new("");
+    let ws = Ws::new("# main configuration: the defaults\n");
+    ws.write(
+        ".git/config",
+        "[remote \"origin\"]\n  url = https://user:main-token@example.com\n",
+    );
     ws.write("src/a.rs", "fn main() {}\nfn helper() {}\n// main again\n");
     ws.write("src/b.py", "def main():\n    pass\n");
     ws.write("docs/guide.md", "MAIN heading\nmain text\n");
@@ -399,12 +403,26 @@ fn grep_matches_ripgrep_invalid_regex_not_found_empty_truncation_blob() {
             vec![pattern]
         };
         let mut theirs = ripgrep(ws.dir.path(), &rg_args);
-        // airlock's own files never show; rg does not know them.
-        theirs.retain(|line| !line.starts_with(".airlock/") && !line.starts_with("airlock.yaml"));
+        // airlock's state, its configuration file and .git never show; rg
+        // does not know them.
+        assert!(
+            ours.iter()
+                .all(|line| !line.starts_with("airlock.yaml:") && !line.starts_with(".git/")),
+            "{ours:?}"
+        );
+        theirs.retain(|line| {
+            !line.starts_with(".airlock/")
+                && !line.starts_with("airlock.yaml:")
+                && !line.starts_with(".git/")
+        });
         ours.sort();
         assert_eq!(ours, theirs, "pattern {pattern}");
         assert_eq!(data["match_count"], theirs.len());
     }
+    let in_git = ws.call("grep", json!({"pattern": "main", "path": ".git"}));
+    assert_eq!(ok(&in_git)["match_count"], 0);
+    let globbed = ws.call("glob", json!({"pattern": "**/config*", "path": ".git"}));
+    assert_eq!(ok(&globbed)["count"], 0);
     failed(
         &ws.call("grep", json!({"pattern": "fn ("})),
         "error",
@@ -626,4 +644,59 @@ fn configured_limits_clamp_and_the_defaults_are_permissive() {
         "inline_required_too_large",
     );
     ok(&defaults.call("grep", inline));
+}
+
+#[test]
+fn delete_and_move_never_act_through_a_symbolic_link() {
+    let ws = Ws::new("");
+    ws.write("src/important.rs", "fn keep() {}\n");
+    std::os::unix::fs::symlink("src/important.rs", ws.path("notes.txt")).unwrap();
+    let delete = ws.call("delete_file", json!({"path": "notes.txt"}));
+    failed(&delete, "error", "invalid_input");
+    assert!(
+        delete["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("symbolic link to `src/important.rs`"),
+        "{delete:#}"
+    );
+    let moved = ws.call(
+        "move_file",
+        json!({"from": "notes.txt", "to": "src/old.txt"}),
+    );
+    failed(&moved, "error", "invalid_input");
+    let patch = "*** Begin Patch\n*** Delete File: notes.txt\n*** End Patch\n";
+    failed(
+        &ws.call("apply_patch", json!({"patch": patch})),
+        "error",
+        "invalid_input",
+    );
+    assert_eq!(ws.read("src/important.rs").unwrap(), b"fn keep() {}\n");
+    assert!(ws.path("notes.txt").is_symlink());
+    // The file itself can be deleted by its own name.
+    ok(&ws.call("delete_file", json!({"path": "src/important.rs"})));
+}
+
+#[test]
+fn a_binary_change_shows_its_hashes_not_a_lossy_text_diff() {
+    let ws = Ws::new("");
+    ws.write("src/b.dat", [0xffu8, 0x00]);
+    let encoded = base64::engine::general_purpose::STANDARD.encode([0xfeu8, 0x00]);
+    let output = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args(["call", "write_file", "--defer", "--args"])
+        .arg(json!({"path": "src/b.dat", "content": encoded, "encoding": "bytes"}).to_string())
+        .current_dir(ws.dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let proposed: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let preview = proposed["hitl"]["diff_preview"].as_str().unwrap();
+    assert_eq!(
+        preview,
+        format!(
+            "--- a/src/b.dat\n+++ b/src/b.dat\nBinary content differs: {} (2 bytes) -> {} (2 bytes)\n",
+            airlock_fs::sha256_hex([0xffu8, 0x00]),
+            airlock_fs::sha256_hex([0xfeu8, 0x00])
+        )
+    );
 }

@@ -160,7 +160,7 @@ fn main() {
             std::fs::write(root.join("src/big.rs"), &original).unwrap();
             let options = CommitOptions {
                 journal_dir: Some(&journal),
-                interrupt_after: None,
+                ..CommitOptions::default()
             };
             commit(&sandbox, &plan, options).unwrap();
         }),

@@ -30,7 +30,6 @@
 //! [`undo`] reverts an applied plan through the same engine, with `conflict`
 //! instead of `stale` when a file no longer holds what was applied.
 
-use std::borrow::Cow;
 use std::fs::File;
 use std::io::Write as _;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -44,9 +43,7 @@ use uuid::Uuid;
 use crate::error::FsError;
 use crate::hash::sha256_hex;
 use crate::sandbox::{Access, Sandbox, SandboxedPath, sync_directory};
-use crate::write::{
-    Placement, WritePlan, fill, lock_directory, permission_bits, place, read_named,
-};
+use crate::write::{Placement, WritePlan, fill, lock_directory, permission_bits, read_named};
 
 /// One file's transition in a plan.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -211,6 +208,9 @@ pub struct CommitOptions<'a> {
     /// The journal directory (in the state dir). Without one, only single-file
     /// plans can be applied, and commits are serialized by directory locks only.
     pub journal_dir: Option<&'a Path>,
+    /// Recorded in the journal, so that whoever recovers an interrupted commit
+    /// can say which one it was (the broker: `<approval id>:apply|undo`).
+    pub label: Option<&'a str>,
     /// Testing crash recovery: stop (as a crash would) after this many steps of
     /// a journaled commit, leaving the journal behind.
     #[doc(hidden)]
@@ -310,12 +310,33 @@ pub fn undo(
     })
 }
 
-/// Rolls forward every journaled commit that a crash interrupted after its
-/// commit point. Returns how many there were.
-pub fn recover(sandbox: &Sandbox, journal_dir: &Path) -> Result<usize, FsError> {
+/// A journaled commit that [`recover`] finished.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recovered {
+    /// The label the commit was made with ([`CommitOptions::label`]).
+    pub label: Option<String>,
+    /// Paths left as they were because something other than airlock changed
+    /// them after the commit point.
+    pub skipped: Vec<String>,
+}
+
+/// Rolls forward every journaled commit that was interrupted after its commit
+/// point (a crash, or a step that failed). Each step is finished only if its
+/// file still holds what the commit found (or already what it wrote); a file
+/// changed by someone else since is left alone and reported.
+pub fn recover(sandbox: &Sandbox, journal_dir: &Path) -> Result<Vec<Recovered>, FsError> {
+    if !journal_dir.exists() {
+        return Ok(Vec::new());
+    }
+    let _lock = workspace_lock(journal_dir)?;
+    recover_locked(sandbox, journal_dir)
+}
+
+/// [`recover`], with the workspace lock already held.
+fn recover_locked(sandbox: &Sandbox, journal_dir: &Path) -> Result<Vec<Recovered>, FsError> {
     let entries = match std::fs::read_dir(journal_dir) {
         Ok(entries) => entries,
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(error) => {
             return Err(FsError::io(
                 format!("cannot list {}", journal_dir.display()),
@@ -323,26 +344,39 @@ pub fn recover(sandbox: &Sandbox, journal_dir: &Path) -> Result<usize, FsError> 
             ));
         }
     };
-    let _lock = workspace_lock(journal_dir)?;
-    let mut recovered = 0;
     let mut paths: Vec<PathBuf> = entries
         .filter_map(Result::ok)
         .map(|entry| entry.path())
         .filter(|path| path.extension().is_some_and(|ext| ext == "json"))
         .collect();
     paths.sort();
+    let mut recovered = Vec::new();
     for path in paths {
-        let text = std::fs::read_to_string(&path)
-            .map_err(|error| FsError::io(format!("cannot read {}", path.display()), error))?;
-        let journal: Journal = serde_json::from_str(&text).map_err(|error| FsError::Io {
-            context: format!("journal {} is unreadable", path.display()),
-            error: std::io::Error::other(error.to_string()),
-        })?;
-        roll_forward(sandbox, &journal)?;
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(error) => {
+                return Err(FsError::io(
+                    format!("cannot read {}", path.display()),
+                    error,
+                ));
+            }
+        };
+        let journal: Journal = serde_json::from_str(&text)
+            .map_err(|error| error.to_string())
+            .and_then(|journal: Journal| journal.validate(sandbox).map(|()| journal))
+            .map_err(|message| FsError::Io {
+                context: format!("journal {} is unusable", path.display()),
+                error: std::io::Error::other(message),
+            })?;
+        let skipped = roll_forward(sandbox, &journal, true)?;
         std::fs::remove_file(&path)
             .map_err(|error| FsError::io(format!("cannot remove {}", path.display()), error))?;
         sync_path_dir(journal_dir)?;
-        recovered += 1;
+        recovered.push(Recovered {
+            label: journal.label,
+            skipped,
+        });
     }
     Ok(recovered)
 }
@@ -366,7 +400,38 @@ struct Step<'a> {
 #[derive(Debug, Serialize, Deserialize)]
 struct Journal {
     id: String,
+    #[serde(default)]
+    label: Option<String>,
     steps: Vec<JournalStep>,
+}
+
+impl Journal {
+    /// A journal is data from disk: every name must be one plain component,
+    /// every temporary file airlock's, and every target writable by policy.
+    fn validate(&self, sandbox: &Sandbox) -> Result<(), String> {
+        let plain = |name: &str| {
+            !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '\0'])
+        };
+        for step in &self.steps {
+            if !plain(&step.name) {
+                return Err(format!("bad file name {:?}", step.name));
+            }
+            if let Some(temp) = &step.temp
+                && !(plain(temp) && temp.starts_with(".airlock-tmp-"))
+            {
+                return Err(format!("bad temporary file name {temp:?}"));
+            }
+            let target = if step.dir.is_empty() {
+                step.name.clone()
+            } else {
+                format!("{}/{}", step.dir, step.name)
+            };
+            if let Some(refusal) = sandbox.policy().check_workspace_path("path", &target, true) {
+                return Err(refusal.message);
+            }
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -377,8 +442,11 @@ struct JournalStep {
     action: Action,
     /// The staged new content (replace and create).
     temp: Option<String>,
-    /// The hash the file had (delete: it is removed only if it still has it).
+    /// The hash the file had (`None`: absent).
     before_hash: Option<String>,
+    /// The hash it gets (`None`: removed).
+    #[serde(default)]
+    after_hash: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -397,7 +465,6 @@ struct Ready {
     action: Action,
     placement: Placement,
     temp: Option<String>,
-    before: Option<Vec<u8>>,
     before_hash: Option<String>,
     after_hash: Option<String>,
 }
@@ -461,6 +528,11 @@ fn apply_steps(
     }
 
     let _workspace = options.journal_dir.map(workspace_lock).transpose()?;
+    // A commit interrupted earlier is finished before this one looks at the
+    // files (the broker normally does this itself first, and audits it).
+    if let Some(journal_dir) = options.journal_dir {
+        recover_locked(sandbox, journal_dir)?;
+    }
     let _directories = lock_directories(&targets)?;
 
     // Under the locks: what each file holds now.
@@ -512,7 +584,6 @@ fn apply_steps(
             placement,
             temp: None,
             before_hash: before.as_deref().map(sha256_hex),
-            before,
             after_hash: step.after.map(sha256_hex),
         });
     }
@@ -561,6 +632,7 @@ fn commit_journaled(
     }
     let mut journal = Journal {
         id: Uuid::new_v4().simple().to_string(),
+        label: options.label.map(str::to_owned),
         steps: Vec::with_capacity(ready.len()),
     };
     for one in ready.iter() {
@@ -570,6 +642,7 @@ fn commit_journaled(
             action: one.action,
             temp: one.temp.clone(),
             before_hash: one.before_hash.clone(),
+            after_hash: one.after_hash.clone(),
         });
     }
     let journal_path = journal_dir.join(format!("{}.json", journal.id));
@@ -577,29 +650,31 @@ fn commit_journaled(
         discard_temps(ready);
         return Err(error);
     }
-    // Past the commit point: every step runs, or recovery finishes them.
-    for (done, one) in ready.iter().enumerate() {
-        if options.interrupt_after == Some(done) {
-            return Err(FsError::io(
-                "commit interrupted for a test",
-                std::io::Error::other("interrupted"),
-            ));
-        }
-        let result = match (&one.temp, one.action) {
-            (Some(temp), _) => place(&one.dir, temp, &one.name, one.placement, &one.path),
-            (None, _) => remove(&one.dir, &one.name, &one.path),
-        };
-        if let Err(error) = result {
-            // Put back what was done (best effort), so the plan is all or
-            // nothing even when a step fails, and drop the journal.
-            roll_back(&ready[..done]);
-            discard_temps(&ready[done..]);
-            let _ = std::fs::remove_file(&journal_path);
-            return Err(error);
-        }
+    // Past the commit point the commit only goes forward: if a step fails,
+    // the journal stays and recovery (at the next commit or start) finishes
+    // it; nothing is rolled back into a mix of old and new.
+    if let Some(done) = options.interrupt_after {
+        roll_forward_steps(
+            sandbox,
+            &journal.steps[..done.min(journal.steps.len())],
+            false,
+        )?;
+        return Err(FsError::io(
+            "commit interrupted for a test",
+            std::io::Error::other("interrupted"),
+        ));
     }
-    for one in ready.iter() {
-        sync_directory(&one.dir)?;
+    let skipped = roll_forward(sandbox, &journal, false).map_err(|error| FsError::Io {
+        context: format!(
+            "the apply stopped after its commit point ({error}); it is finished by recovery"
+        ),
+        error: std::io::Error::other("interrupted apply"),
+    })?;
+    if let Some(path) = skipped.first() {
+        return Err(FsError::Stale {
+            path: path.clone(),
+            reason: "it changed during the apply".to_owned(),
+        });
     }
     std::fs::remove_file(&journal_path)
         .map_err(|error| FsError::io(format!("cannot remove {}", journal_path.display()), error))?;
@@ -650,22 +725,6 @@ fn discard_temps(ready: &[Ready]) {
     }
 }
 
-/// Undoes the steps already placed, newest first (best effort).
-fn roll_back(done: &[Ready]) {
-    for one in done.iter().rev() {
-        let _ = match (&one.before, one.action) {
-            (Some(before), Action::Replace | Action::Delete) => {
-                let placement = match one.action {
-                    Action::Replace => one.placement,
-                    Action::Create | Action::Delete => Placement::CreateNew,
-                };
-                crate::write::write_atomically(&one.dir, &one.name, before, placement, &one.path)
-            }
-            _ => remove(&one.dir, &one.name, &one.path),
-        };
-    }
-}
-
 fn remove(dir: &OwnedFd, name: &str, path: &str) -> Result<(), FsError> {
     rustix::fs::unlinkat(dir, name, AtFlags::empty()).map_err(|errno| match errno {
         Errno::ISDIR | Errno::PERM => FsError::IsDirectory {
@@ -676,34 +735,77 @@ fn remove(dir: &OwnedFd, name: &str, path: &str) -> Result<(), FsError> {
     sync_directory(dir)
 }
 
-fn roll_forward(sandbox: &Sandbox, journal: &Journal) -> Result<(), FsError> {
-    for step in &journal.steps {
+/// Finishes a journal's steps; returns the paths skipped because their file
+/// holds neither what the commit found nor what it wrote (`check`: look; a
+/// live commit that holds its locks does not need to).
+fn roll_forward(sandbox: &Sandbox, journal: &Journal, check: bool) -> Result<Vec<String>, FsError> {
+    roll_forward_steps(sandbox, &journal.steps, check)
+}
+
+fn roll_forward_steps(
+    sandbox: &Sandbox,
+    steps: &[JournalStep],
+    check: bool,
+) -> Result<Vec<String>, FsError> {
+    let mut skipped = Vec::new();
+    for step in steps {
         let dir = sandbox.open_directory(&step.dir)?;
-        match (&step.temp, step.action) {
-            (Some(temp), _) => {
-                match rustix::fs::renameat(&dir, temp.as_str(), &dir, step.name.as_str()) {
-                    // Already placed before the crash.
-                    Ok(()) | Err(Errno::NOENT) => {}
-                    Err(errno) => {
-                        return Err(FsError::io(
-                            format!("cannot finish the journaled write of `{}`", step.name),
-                            errno,
-                        ));
+        let path = if step.dir.is_empty() {
+            step.name.clone()
+        } else {
+            format!("{}/{}", step.dir, step.name)
+        };
+        let current = if check {
+            read_named(&dir, &step.name, &path)?.map(|(bytes, _)| sha256_hex(bytes))
+        } else {
+            step.before_hash.clone()
+        };
+        let finished = current == step.after_hash;
+        let untouched = current == step.before_hash;
+        match &step.temp {
+            Some(temp) => {
+                let staged =
+                    match rustix::fs::statat(&dir, temp.as_str(), AtFlags::SYMLINK_NOFOLLOW) {
+                        Ok(_) => true,
+                        Err(Errno::NOENT) => false,
+                        Err(errno) => {
+                            return Err(FsError::io(
+                                format!("cannot look up a staged file for `{path}`"),
+                                errno,
+                            ));
+                        }
+                    };
+                if !staged {
+                    // Placed before the interruption (or removed as debris).
+                    if !finished {
+                        skipped.push(path);
+                    }
+                    continue;
+                }
+                if untouched {
+                    rustix::fs::renameat(&dir, temp.as_str(), &dir, step.name.as_str()).map_err(
+                        |errno| {
+                            FsError::io(format!("cannot move the new content into `{path}`"), errno)
+                        },
+                    )?;
+                } else {
+                    let _ = rustix::fs::unlinkat(&dir, temp.as_str(), AtFlags::empty());
+                    if !finished {
+                        skipped.push(path);
                     }
                 }
             }
-            (None, _) => {
-                // Removed only if it still holds what the plan removed.
-                let current = read_named(&dir, &step.name, &step.name)?;
-                let hash = current.as_ref().map(|(bytes, _)| sha256_hex(bytes));
-                if hash.is_some() && hash == step.before_hash {
-                    remove(&dir, &step.name, &step.name)?;
+            None => {
+                if untouched && current.is_some() {
+                    remove(&dir, &step.name, &path)?;
+                } else if !finished {
+                    skipped.push(path);
                 }
             }
         }
         sync_directory(&dir)?;
     }
-    Ok(())
+    Ok(skipped)
 }
 
 fn write_journal(path: &Path, journal: &Journal) -> Result<(), FsError> {
@@ -871,19 +973,39 @@ pub(crate) fn file_diff(
     old: Option<&[u8]>,
     new: Option<&[u8]>,
 ) -> String {
-    let old_text = old.map(text_of).unwrap_or_default();
-    let new_text = new.map(text_of).unwrap_or_default();
     let from = from.map_or_else(|| "/dev/null".to_owned(), |path| format!("a/{path}"));
     let to = to.map_or_else(|| "/dev/null".to_owned(), |path| format!("b/{path}"));
-    crate::diff::unified(&from, &to, &old_text, &new_text)
+    let (old_text, new_text) = match (text_of(old), text_of(new)) {
+        (Some(old_text), Some(new_text)) => (old_text, new_text),
+        // Binary content has no text diff, and a lossy one would hide
+        // changes (two different invalid bytes both render as U+FFFD): the
+        // human sees the hashes and sizes of what is replaced.
+        _ => {
+            let describe = |bytes: Option<&[u8]>| {
+                bytes.map_or_else(
+                    || "nothing".to_owned(),
+                    |bytes| format!("{} ({} bytes)", sha256_hex(bytes), bytes.len()),
+                )
+            };
+            if old == new {
+                return format!("--- {from}\n+++ {to}\n");
+            }
+            return format!(
+                "--- {from}\n+++ {to}\nBinary content differs: {} -> {}\n",
+                describe(old),
+                describe(new)
+            );
+        }
+    };
+    crate::diff::unified(&from, &to, old_text, new_text)
 }
 
-/// The bytes as text: borrowed when they are UTF-8 (the fast check), else
-/// with invalid sequences replaced.
-fn text_of(bytes: &[u8]) -> Cow<'_, str> {
-    match std::str::from_utf8(bytes) {
-        Ok(text) => Cow::Borrowed(text),
-        Err(_) => String::from_utf8_lossy(bytes),
+/// The bytes as text (absent content is empty text); `None` when they are
+/// not UTF-8.
+fn text_of(bytes: Option<&[u8]>) -> Option<&str> {
+    match bytes {
+        None => Some(""),
+        Some(bytes) => std::str::from_utf8(bytes).ok(),
     }
 }
 

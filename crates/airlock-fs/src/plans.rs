@@ -127,6 +127,7 @@ pub fn prepare_edit(sandbox: &Sandbox, params: &EditParams) -> Result<ChangePlan
 pub fn prepare_delete(sandbox: &Sandbox, params: &DeleteParams) -> Result<ChangePlan, FsError> {
     let target = sandbox.resolve("path", &params.path, Access::Write)?;
     let old = read_existing(&target)?;
+    no_link(&target, "delete_file")?;
     let change = FileChange {
         path: target.requested().to_owned(),
         resolved_path: target.resolved().to_owned(),
@@ -151,6 +152,8 @@ pub fn prepare_delete(sandbox: &Sandbox, params: &DeleteParams) -> Result<Change
 pub fn prepare_move(sandbox: &Sandbox, params: &MoveParams) -> Result<ChangePlan, FsError> {
     let source = sandbox.resolve("from", &params.from, Access::Write)?;
     let old = read_existing(&source)?;
+    no_link(&source, "move_file")?;
+    check_size(sandbox, old.len() as u64)?;
     let target = sandbox.resolve("to", &params.to, Access::Write)?;
     if target.exists() {
         return Err(FsError::FileExists {
@@ -236,6 +239,7 @@ pub fn prepare_patch(sandbox: &Sandbox, params: &PatchParams) -> Result<ChangePl
             PatchOp::Delete { path } => {
                 let target = sandbox.resolve("patch", path, Access::Write)?;
                 let old = read_existing(&target)?;
+                no_link(&target, "a Delete File")?;
                 changes.push(FileChange {
                     path: target.requested().to_owned(),
                     resolved_path: target.resolved().to_owned(),
@@ -273,6 +277,7 @@ pub fn prepare_patch(sandbox: &Sandbox, params: &PatchParams) -> Result<ChangePl
                         updated += 1;
                     }
                     Some(to) => {
+                        no_link(&target, "a Move to")?;
                         let destination = sandbox.resolve("patch", to, Access::Write)?;
                         if destination.exists() {
                             return Err(FsError::FileExists {
@@ -374,6 +379,23 @@ fn patch_error(error: PatchError) -> FsError {
             message: format!("`{path}`: {message}"),
         },
     }
+}
+
+/// Deleting or moving acts on a file, never through a symbolic link: the
+/// link and its target are different things, and a human approving
+/// `DELETE link` must not see something else disappear. Naming the file
+/// itself is the fix.
+fn no_link(target: &SandboxedPath, what: &str) -> Result<(), FsError> {
+    if target.requested() == target.resolved() {
+        return Ok(());
+    }
+    Err(FsError::InvalidInput {
+        message: format!(
+            "`{}` leads through a symbolic link to `{}`; {what} names the file itself",
+            target.requested(),
+            target.resolved()
+        ),
+    })
 }
 
 /// The whole content of an existing regular file.

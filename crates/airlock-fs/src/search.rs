@@ -509,14 +509,18 @@ impl EntryFilter {
         let Some(rel) = relative(entry.path(), self.root_prefix) else {
             return false;
         };
+        let is_dir = entry.file_type().is_some_and(|kind| kind.is_dir());
+        // Denied paths and the state dir are never searched; of protected
+        // paths (the configuration file, `.git`) no file is shown either (the
+        // write check refuses them; directories get the read check, so a
+        // directory merely holding the config file is still searched).
         if self
             .policy
-            .check_workspace_path("path", rel, false)
+            .check_workspace_path("path", rel, !is_dir)
             .is_some()
         {
             return false;
         }
-        let is_dir = entry.file_type().is_some_and(|kind| kind.is_dir());
         if self.ancestors.ignores(entry.path(), is_dir) {
             return false;
         }

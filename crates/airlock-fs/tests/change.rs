@@ -49,7 +49,7 @@ impl Ws {
     fn options(&self) -> CommitOptions<'_> {
         CommitOptions {
             journal_dir: Some(&self.journal),
-            interrupt_after: None,
+            ..CommitOptions::default()
         }
     }
 
@@ -220,7 +220,7 @@ fn a_commit_interrupted_after_its_commit_point_is_rolled_forward() {
             .count();
         assert_eq!(journals, 1, "after {steps_done} steps");
         // The next start finishes it.
-        assert_eq!(recover(&ws.sandbox, ws.journal()).unwrap(), 1);
+        assert_eq!(recover(&ws.sandbox, ws.journal()).unwrap().len(), 1);
         assert_eq!(
             ws.files(),
             map(&[
@@ -230,7 +230,7 @@ fn a_commit_interrupted_after_its_commit_point_is_rolled_forward() {
             ]),
             "after {steps_done} steps"
         );
-        assert_eq!(recover(&ws.sandbox, ws.journal()).unwrap(), 0);
+        assert_eq!(recover(&ws.sandbox, ws.journal()).unwrap(), vec![]);
         // No temporary file anywhere.
         let mut all = Vec::new();
         for dir in [ws.root.clone(), ws.root.join("src/new")] {
@@ -328,4 +328,96 @@ fn of_many_plans_against_the_same_files_exactly_one_applies() {
     let i = winners[0];
     assert_eq!(ws.files()["a.txt"], format!("a{i}\n"));
     assert_eq!(ws.files()["c.txt"], format!("c{i}\n"));
+}
+
+/// Leaves `three_file_plan` interrupted after its commit point, with
+/// `steps_done` of its three steps done.
+fn interrupted(ws: &Ws, steps_done: usize) {
+    let mut options = ws.options();
+    options.interrupt_after = Some(steps_done);
+    options.label = Some("hitl-x:apply");
+    commit(&ws.sandbox, &three_file_plan(), options).unwrap_err();
+}
+
+#[test]
+fn a_later_commit_finishes_an_interrupted_one_first_and_is_stale_against_it() {
+    let ws = start();
+    interrupted(&ws, 1);
+    // a.txt is new, c.txt still old: a plan made now against c.txt...
+    let changes = vec![change("c.txt", Some("c\n"), Some("mine\n"))];
+    let plan = ChangePlan::new(
+        "write_file",
+        "MODIFY c.txt".to_owned(),
+        changes,
+        &[Some(b"c\n")],
+        serde_json::Map::new(),
+    );
+    // ...finds the interrupted apply finished first, and is stale.
+    let error = commit(&ws.sandbox, &plan, ws.options()).unwrap_err();
+    assert_eq!(error.code().as_str(), "stale");
+    assert_eq!(
+        ws.files(),
+        map(&[
+            ("a.txt", "a2\n"),
+            ("src/keep.txt", "k\n"),
+            ("src/new/b.txt", "b\n")
+        ])
+    );
+}
+
+#[test]
+fn recovery_leaves_a_file_that_changed_since_alone_and_says_so() {
+    let ws = start();
+    interrupted(&ws, 0);
+    std::fs::write(ws.root.join("a.txt"), "someone else\n").unwrap();
+    let recovered = recover(&ws.sandbox, ws.journal()).unwrap();
+    assert_eq!(recovered.len(), 1);
+    assert_eq!(recovered[0].label.as_deref(), Some("hitl-x:apply"));
+    assert_eq!(recovered[0].skipped, vec!["a.txt".to_owned()]);
+    assert_eq!(
+        ws.files(),
+        map(&[
+            ("a.txt", "someone else\n"),
+            ("src/keep.txt", "k\n"),
+            ("src/new/b.txt", "b\n")
+        ])
+    );
+}
+
+#[test]
+fn a_journal_naming_paths_outside_the_root_is_refused() {
+    let parent = tempfile::tempdir().unwrap();
+    let parent = std::fs::canonicalize(parent.path()).unwrap();
+    std::fs::create_dir_all(parent.join("outside")).unwrap();
+    std::fs::write(parent.join("outside/victim.txt"), "victim\n").unwrap();
+    let ws = start();
+    std::fs::create_dir_all(ws.journal()).unwrap();
+    std::fs::write(ws.root.join("src/.airlock-tmp-payload"), "owned\n").unwrap();
+    let outside = parent.join("outside/victim.txt");
+    let escape = pathdiff(&ws.root.join("src"), &outside);
+    for (name, temp, dir) in [
+        (escape.as_str(), ".airlock-tmp-payload", "src"),
+        ("victim.txt", "../../payload", "src"),
+        ("airlock.yaml", ".airlock-tmp-payload", ""),
+        ("x.txt", "payload", "src"),
+    ] {
+        let journal = serde_json::json!({
+            "id": "evil",
+            "steps": [{"dir": dir, "name": name, "action": "replace", "temp": temp,
+                       "before_hash": null, "after_hash": null}]
+        });
+        std::fs::write(ws.journal().join("evil.json"), journal.to_string()).unwrap();
+        let error = recover(&ws.sandbox, ws.journal()).unwrap_err();
+        assert_eq!(error.code().as_str(), "io_error", "{name} {temp}: {error}");
+        assert_eq!(std::fs::read_to_string(&outside).unwrap(), "victim\n");
+        assert!(!ws.root.join("airlock.yaml").exists());
+    }
+}
+
+/// `to` relative to `from` (both absolute), through `..`.
+fn pathdiff(from: &Path, to: &Path) -> String {
+    let ups = from.components().count();
+    let mut out = "../".repeat(ups);
+    out.push_str(to.to_str().unwrap().trim_start_matches('/'));
+    out
 }

@@ -164,7 +164,7 @@ proptest! {
                 prop_assert!(!change.resolved_path.starts_with('/'), "{change:?}");
                 prop_assert!(!change.resolved_path.split('/').any(|c| c == ".."), "{change:?}");
             }
-            let options = CommitOptions { journal_dir: Some(&journal), interrupt_after: None };
+            let options = CommitOptions { journal_dir: Some(&journal), ..CommitOptions::default() };
             let _ = commit(&sandbox, &plan, options);
         }
         prop_assert_eq!(around(snapshot(&parent_path)), before);
@@ -212,7 +212,7 @@ fn the_benign_paths_of_the_generator_apply() {
         let journal = root.join(".airlock/journal");
         let options = CommitOptions {
             journal_dir: Some(&journal),
-            interrupt_after: None,
+            ..CommitOptions::default()
         };
         commit(&sandbox, &plan, options).unwrap();
         assert_eq!(

@@ -120,9 +120,8 @@ fn grep_workspace() -> Fixture {
 }
 
 /// Every line of the workspace that contains `hello`, case-sensitively, in
-/// the order grep returns them.
+/// the order grep returns them (never the configuration file's).
 const HELLO: &[&str] = &[
-    "airlock.yaml:1:# hello config",
     "crlf.txt:1:hello crlf\r",
     "docs/guide.md:1:Say hello.",
     "latin1.txt:1:hello caf\u{fffd}",
@@ -142,14 +141,13 @@ fn grep_returns_sorted_lines_and_honours_ignore_files_and_the_policy() {
             // Not searched: target/ and *.log (.gitignore, without a .git
             // dir), src/nested/ignored.rs (src/.ignore), hidden .hidden/,
             // denied .env, sub/.env and secrets/, the state dir .airlock/,
-            // the binary bin.dat, and the symlinks link.rs, link_src and
-            // out.txt.
-            (json!({"pattern": "hello"}), grep_data(HELLO, 7)),
+            // the binary bin.dat, the symlinks link.rs, link_src and
+            // out.txt, and the protected configuration file airlock.yaml.
+            (json!({"pattern": "hello"}), grep_data(HELLO, 6)),
             (
                 json!({"pattern": "hello", "case_insensitive": true}),
                 grep_data(
                     &[
-                        "airlock.yaml:1:# hello config",
                         "crlf.txt:1:hello crlf\r",
                         "docs/guide.md:1:Say hello.",
                         "docs/guide.md:2:HELLO again.",
@@ -159,7 +157,7 @@ fn grep_returns_sorted_lines_and_honours_ignore_files_and_the_policy() {
                         "src/main.rs:2:    println!(\"hello\");",
                         "src/nested/deep.rs:1:// hello from deep",
                     ],
-                    9,
+                    8,
                 ),
             ),
             (
@@ -176,41 +174,41 @@ fn grep_returns_sorted_lines_and_honours_ignore_files_and_the_policy() {
                 json!({"pattern": "hello|fn", "max_results": 3}),
                 grep_data(
                     &[
-                        "airlock.yaml:1:# hello config",
                         "crlf.txt:1:hello crlf\r",
                         "docs/guide.md:1:Say hello.",
+                        "latin1.txt:1:hello caf\u{fffd}",
                     ],
-                    8,
+                    7,
                 ),
             ),
             // Zero only counts.
             (
                 json!({"pattern": "hello", "max_results": 0}),
-                grep_data(&[], 7),
+                grep_data(&[], 6),
             ),
             // Clamped to max_grep_results.
             (
                 json!({"pattern": "hello", "max_results": 100_000}),
-                grep_data(HELLO, 7),
+                grep_data(HELLO, 6),
             ),
             (json!({"pattern": "nowhere to be found"}), grep_data(&[], 0)),
             // glob_filter: the file name or the root-relative path.
             (
                 json!({"pattern": "hello", "glob_filter": "*.rs"}),
-                grep_data(&HELLO[4..], 3),
+                grep_data(&HELLO[3..], 3),
             ),
             (
                 json!({"pattern": "hello", "glob_filter": "src/*/*.rs"}),
-                grep_data(&HELLO[6..], 1),
+                grep_data(&HELLO[5..], 1),
             ),
             (
                 json!({"pattern": "hello", "glob_filter": "docs/**"}),
-                grep_data(&HELLO[2..3], 1),
+                grep_data(&HELLO[1..2], 1),
             ),
             // A single file.
             (
                 json!({"pattern": "hello", "path": "src/lib.rs"}),
-                grep_data(&HELLO[4..5], 1),
+                grep_data(&HELLO[3..4], 1),
             ),
             (
                 json!({"pattern": "hello", "path": "src/lib.rs", "glob_filter": "*.md"}),
@@ -219,20 +217,20 @@ fn grep_returns_sorted_lines_and_honours_ignore_files_and_the_policy() {
             // A subdirectory: the ignore files above it still apply.
             (
                 json!({"pattern": "hello", "path": "src/nested"}),
-                grep_data(&HELLO[6..], 1),
+                grep_data(&HELLO[5..], 1),
             ),
             (
                 json!({"pattern": "hello", "path": "./src/../src/"}),
-                grep_data(&HELLO[4..], 3),
+                grep_data(&HELLO[3..], 3),
             ),
             // Through a symlink: reported where it leads.
             (
                 json!({"pattern": "hello", "path": "link_src"}),
-                grep_data(&HELLO[4..], 3),
+                grep_data(&HELLO[3..], 3),
             ),
             (
                 json!({"pattern": "hello", "path": "link.rs"}),
-                grep_data(&HELLO[4..5], 1),
+                grep_data(&HELLO[3..4], 1),
             ),
             // A directory named on purpose is searched even when hidden or
             // ignored, as `rg <dir>` does.
@@ -363,7 +361,7 @@ fn large_grep_output_becomes_a_blob_under_auto() {
     let text = HELLO.join("\n");
     assert!(text.len() > 64);
     let with_blobs = fixture.sandbox(small).with_blob_dir(blob_dir(&fixture));
-    let inline = grep_data(HELLO, 7);
+    let inline = grep_data(HELLO, 6);
     check(
         call_grep,
         &with_blobs,
@@ -379,11 +377,11 @@ fn large_grep_output_becomes_a_blob_under_auto() {
             // Small output stays inline.
             (
                 json!({"pattern": "hello", "max_results": 1}),
-                grep_data(&HELLO[..1], 7),
+                grep_data(&HELLO[..1], 6),
             ),
             (
                 json!({"pattern": "hello", "max_results": 1, "output_mode": "require_inline"}),
-                grep_data(&HELLO[..1], 7),
+                grep_data(&HELLO[..1], 6),
             ),
         ],
     );
