@@ -1264,7 +1264,8 @@ impl Broker {
                 .zip(before)
                 .map(|(change, before)| SnapshotFile {
                     path: change.path.clone(),
-                    before,
+                    mode: before.as_ref().map(|(_, mode)| *mode),
+                    before: before.map(|(bytes, _)| bytes),
                     before_hash: change.before_hash.clone(),
                     after_hash: change.after_hash(),
                 })
@@ -1418,6 +1419,7 @@ impl Broker {
                 path: file.path.clone(),
                 expected: file.after_hash.clone(),
                 restore: file.before.clone(),
+                mode: file.mode,
             })
             .collect();
         self.recover_journals()?;

@@ -700,3 +700,44 @@ fn a_binary_change_shows_its_hashes_not_a_lossy_text_diff() {
         )
     );
 }
+
+#[test]
+fn a_move_and_the_undo_of_a_delete_keep_the_permission_bits() {
+    use std::os::unix::fs::PermissionsExt;
+    let ws = Ws::new("");
+    ws.write("scripts/run.sh", "#!/bin/sh\necho hi\n");
+    std::fs::set_permissions(
+        ws.path("scripts/run.sh"),
+        std::fs::Permissions::from_mode(0o750),
+    )
+    .unwrap();
+    let mode = |rel: &str| {
+        std::fs::metadata(ws.path(rel))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777
+    };
+    ok(&ws.call(
+        "move_file",
+        json!({"from": "scripts/run.sh", "to": "scripts/go.sh"}),
+    ));
+    assert_eq!(mode("scripts/go.sh"), 0o750);
+    let deleted = ws.call("delete_file", json!({"path": "scripts/go.sh"}));
+    let id = ok(&deleted)["hitl_id"].as_str().unwrap().to_owned();
+    assert!(!ws.path("scripts/go.sh").exists());
+    let undo = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args(["undo", &id])
+        .current_dir(ws.dir.path())
+        .env("AIRLOCK_USER", "tester")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        undo.status.success(),
+        "{}",
+        String::from_utf8_lossy(&undo.stdout)
+    );
+    assert_eq!(ws.read("scripts/go.sh").unwrap(), b"#!/bin/sh\necho hi\n");
+    assert_eq!(mode("scripts/go.sh"), 0o750);
+}

@@ -64,6 +64,10 @@ pub struct FileChange {
     /// source is its own change to absence).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub moved_from: Option<String>,
+    /// Permission bits for a file the change creates (a move keeps its
+    /// source's); `None`: 0666 less the umask.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<u32>,
 }
 
 impl FileChange {
@@ -171,6 +175,7 @@ impl From<WritePlan> for ChangePlan {
             after: Some(plan.new_content),
             create_parents: plan.create_parents,
             moved_from: None,
+            mode: None,
         };
         ChangePlan {
             tool: "write_file".to_owned(),
@@ -200,6 +205,8 @@ pub struct UndoFile {
     pub path: String,
     pub expected: Option<String>,
     pub restore: Option<Vec<u8>>,
+    /// Permission bits when the file is created again (`None`: the default).
+    pub mode: Option<u32>,
 }
 
 /// Where a commit keeps its lock and journal.
@@ -217,16 +224,20 @@ pub struct CommitOptions<'a> {
     pub interrupt_after: Option<usize>,
 }
 
-/// The content a plan is about to replace, per change (`None` where the file
-/// does not exist), checked against the plan's hashes like [`commit`] does, so
-/// it is a faithful snapshot for undo.
-pub fn snapshot(sandbox: &Sandbox, plan: &ChangePlan) -> Result<Vec<Option<Vec<u8>>>, FsError> {
+/// The content a plan is about to replace and its permission bits, per change
+/// (`None` where the file does not exist), checked against the plan's hashes
+/// like [`commit`] does, so it is a faithful snapshot for undo.
+pub fn snapshot(
+    sandbox: &Sandbox,
+    plan: &ChangePlan,
+) -> Result<Vec<Option<(Vec<u8>, u32)>>, FsError> {
     plan.changes
         .iter()
         .map(|change| {
             let target = resolve_change(sandbox, change)?;
-            let current = crate::write::read_current(&target)?.map(|(bytes, _)| bytes);
-            let hash = current.as_deref().map(sha256_hex);
+            let current = crate::write::read_current(&target)?
+                .map(|(bytes, stat)| (bytes, stat.st_mode & 0o1777));
+            let hash = current.as_ref().map(|(bytes, _)| sha256_hex(bytes));
             check_hash(
                 &change.path,
                 change.before_hash.as_deref(),
@@ -270,6 +281,7 @@ pub fn commit(
             expected: change.before_hash.as_deref(),
             after: change.after.as_deref(),
             create_parents: change.create_parents,
+            mode: change.mode,
         })
         .collect();
     let verify = |olds: &[Option<Vec<u8>>]| {
@@ -303,6 +315,7 @@ pub fn undo(
             expected: file.expected.as_deref(),
             after: file.restore.as_deref(),
             create_parents: true,
+            mode: file.mode,
         })
         .collect();
     apply_steps(sandbox, &steps, options, Mismatch::Conflict, false, &|_| {
@@ -394,6 +407,7 @@ struct Step<'a> {
     expected: Option<&'a str>,
     after: Option<&'a [u8]>,
     create_parents: bool,
+    mode: Option<u32>,
 }
 
 /// A journal: the steps of a commit past its commit point.
@@ -573,8 +587,13 @@ fn apply_steps(
                     mode: permission_bits(stat),
                 },
             ),
-            (None, _) => (Action::Create, Placement::CreateNew),
-            (Some(_), None) => (Action::Delete, Placement::CreateNew),
+            (None, _) => (
+                Action::Create,
+                Placement::CreateNew {
+                    mode: step.mode.map(Mode::from_raw_mode),
+                },
+            ),
+            (Some(_), None) => (Action::Delete, Placement::CreateNew { mode: None }),
         };
         ready.push(Ready {
             path: step.path.to_owned(),
@@ -695,7 +714,7 @@ fn stage(dir: &OwnedFd, bytes: &[u8], placement: Placement, path: &str) -> Resul
     let temp = format!(".airlock-tmp-{}", Uuid::new_v4().simple());
     let create_mode = match placement {
         Placement::Replace { mode } => mode,
-        Placement::CreateNew => Mode::from_raw_mode(0o666),
+        Placement::CreateNew { mode } => mode.unwrap_or(Mode::from_raw_mode(0o666)),
     };
     let fd = rustix::fs::openat(
         dir,

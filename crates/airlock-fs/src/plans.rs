@@ -76,7 +76,7 @@ pub fn prepare_edit(sandbox: &Sandbox, params: &EditParams) -> Result<ChangePlan
         return Err(FsError::EmptyOldString);
     }
     let target = sandbox.resolve("path", &params.path, Access::Write)?;
-    let text = read_text(&target)?;
+    let (text, _) = read_text(&target)?;
     let old = text.as_bytes();
     let path = target.requested().to_owned();
     let outcome = apply_edit(
@@ -102,6 +102,7 @@ pub fn prepare_edit(sandbox: &Sandbox, params: &EditParams) -> Result<ChangePlan
         after: Some(outcome.content.into_bytes()),
         create_parents: false,
         moved_from: None,
+        mode: None,
     };
     let mut report = Map::new();
     report.insert("replacements".to_owned(), json!(outcome.replacements));
@@ -126,7 +127,7 @@ pub fn prepare_edit(sandbox: &Sandbox, params: &EditParams) -> Result<ChangePlan
 /// Plans a delete of one regular file.
 pub fn prepare_delete(sandbox: &Sandbox, params: &DeleteParams) -> Result<ChangePlan, FsError> {
     let target = sandbox.resolve("path", &params.path, Access::Write)?;
-    let old = read_existing(&target)?;
+    let (old, _) = read_existing(&target)?;
     no_link(&target, "delete_file")?;
     let change = FileChange {
         path: target.requested().to_owned(),
@@ -135,6 +136,7 @@ pub fn prepare_delete(sandbox: &Sandbox, params: &DeleteParams) -> Result<Change
         after: None,
         create_parents: false,
         moved_from: None,
+        mode: None,
     };
     let mut report = Map::new();
     report.insert("deleted".to_owned(), json!(true));
@@ -151,7 +153,7 @@ pub fn prepare_delete(sandbox: &Sandbox, params: &DeleteParams) -> Result<Change
 /// Plans a move of one regular file onto a free name.
 pub fn prepare_move(sandbox: &Sandbox, params: &MoveParams) -> Result<ChangePlan, FsError> {
     let source = sandbox.resolve("from", &params.from, Access::Write)?;
-    let old = read_existing(&source)?;
+    let (old, source_mode) = read_existing(&source)?;
     no_link(&source, "move_file")?;
     check_size(sandbox, old.len() as u64)?;
     let target = sandbox.resolve("to", &params.to, Access::Write)?;
@@ -178,6 +180,7 @@ pub fn prepare_move(sandbox: &Sandbox, params: &MoveParams) -> Result<ChangePlan
             after: None,
             create_parents: false,
             moved_from: None,
+            mode: None,
         },
         FileChange {
             path: target.requested().to_owned(),
@@ -186,6 +189,7 @@ pub fn prepare_move(sandbox: &Sandbox, params: &MoveParams) -> Result<ChangePlan
             after: Some(old.clone()),
             create_parents: params.create_parents,
             moved_from: Some(source.requested().to_owned()),
+            mode: Some(source_mode),
         },
     ];
     let mut report = Map::new();
@@ -232,13 +236,14 @@ pub fn prepare_patch(sandbox: &Sandbox, params: &PatchParams) -> Result<ChangePl
                     after: Some(content.clone().into_bytes()),
                     create_parents: true,
                     moved_from: None,
+                    mode: None,
                 });
                 olds.push(None);
                 added += 1;
             }
             PatchOp::Delete { path } => {
                 let target = sandbox.resolve("patch", path, Access::Write)?;
-                let old = read_existing(&target)?;
+                let (old, _) = read_existing(&target)?;
                 no_link(&target, "a Delete File")?;
                 changes.push(FileChange {
                     path: target.requested().to_owned(),
@@ -247,6 +252,7 @@ pub fn prepare_patch(sandbox: &Sandbox, params: &PatchParams) -> Result<ChangePl
                     after: None,
                     create_parents: false,
                     moved_from: None,
+                    mode: None,
                 });
                 olds.push(Some(old));
                 deleted += 1;
@@ -257,7 +263,7 @@ pub fn prepare_patch(sandbox: &Sandbox, params: &PatchParams) -> Result<ChangePl
                 chunks,
             } => {
                 let target = sandbox.resolve("patch", path, Access::Write)?;
-                let text = read_text(&target)?;
+                let (text, source_mode) = read_text(&target)?;
                 let new =
                     patch::apply_chunks(target.requested(), &text, chunks).map_err(patch_error)?;
                 let old = text.into_bytes();
@@ -269,6 +275,7 @@ pub fn prepare_patch(sandbox: &Sandbox, params: &PatchParams) -> Result<ChangePl
                     after: Some(new.into_bytes()),
                     create_parents: false,
                     moved_from: None,
+                    mode: None,
                 };
                 match move_to {
                     None => {
@@ -297,6 +304,7 @@ pub fn prepare_patch(sandbox: &Sandbox, params: &PatchParams) -> Result<ChangePl
                             after,
                             create_parents: true,
                             moved_from: Some(target.requested().to_owned()),
+                            mode: Some(source_mode),
                         });
                         olds.push(None);
                         moved += 1;
@@ -398,8 +406,8 @@ fn no_link(target: &SandboxedPath, what: &str) -> Result<(), FsError> {
     })
 }
 
-/// The whole content of an existing regular file.
-fn read_existing(target: &SandboxedPath) -> Result<Vec<u8>, FsError> {
+/// The whole content of an existing regular file, and its permission bits.
+fn read_existing(target: &SandboxedPath) -> Result<(Vec<u8>, u32), FsError> {
     match target.kind() {
         None => Err(FsError::NotFound {
             path: target.requested().to_owned(),
@@ -408,7 +416,7 @@ fn read_existing(target: &SandboxedPath) -> Result<Vec<u8>, FsError> {
             path: target.requested().to_owned(),
         }),
         Some(FileKind::File | FileKind::Other) => read_current(target)?
-            .map(|(bytes, _)| bytes)
+            .map(|(bytes, stat)| (bytes, stat.st_mode & 0o1777))
             .ok_or_else(|| FsError::NotFound {
                 path: target.requested().to_owned(),
             }),
@@ -416,8 +424,10 @@ fn read_existing(target: &SandboxedPath) -> Result<Vec<u8>, FsError> {
 }
 
 /// The content of an existing file as UTF-8 text (edits and patches).
-fn read_text(target: &SandboxedPath) -> Result<String, FsError> {
-    String::from_utf8(read_existing(target)?).map_err(|_| FsError::InvalidUtf8 {
+fn read_text(target: &SandboxedPath) -> Result<(String, u32), FsError> {
+    let (bytes, mode) = read_existing(target)?;
+    let text = String::from_utf8(bytes).map_err(|_| FsError::InvalidUtf8 {
         path: target.requested().to_owned(),
-    })
+    })?;
+    Ok((text, mode))
 }

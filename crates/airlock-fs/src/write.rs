@@ -236,7 +236,7 @@ pub fn commit_write(sandbox: &Sandbox, plan: &WritePlan) -> Result<WriteApplied,
 /// plan's base hash like [`commit_write`] does, so it is a faithful snapshot.
 pub fn snapshot_before(sandbox: &Sandbox, plan: &WritePlan) -> Result<Option<Vec<u8>>, FsError> {
     let mut before = crate::change::snapshot(sandbox, &ChangePlan::from(plan.clone()))?;
-    Ok(before.pop().flatten())
+    Ok(before.pop().flatten().map(|(bytes, _)| bytes))
 }
 
 /// Undoes a write: if `path` still hashes to `expected_current_hash`, puts
@@ -253,6 +253,7 @@ pub fn restore(
         path: path.to_owned(),
         expected: Some(expected_current_hash.to_owned()),
         restore: before.map(<[u8]>::to_vec),
+        mode: None,
     };
     let mut done = crate::change::undo(sandbox, &[file], CommitOptions::default())?;
     let done = done.pop().ok_or_else(|| FsError::Conflict {
@@ -380,8 +381,9 @@ pub(crate) fn permission_bits(stat: &Stat) -> Mode {
 pub(crate) enum Placement {
     /// Replace the existing file, giving the new one these permission bits.
     Replace { mode: Mode },
-    /// The name must still be free.
-    CreateNew,
+    /// The name must still be free; the new file gets these permission bits
+    /// (`None`: 0666 less the umask).
+    CreateNew { mode: Option<Mode> },
 }
 
 /// Writes `bytes` as `name` in `directory`, atomically.
@@ -395,7 +397,7 @@ pub(crate) fn write_atomically(
     let temp = format!(".airlock-tmp-{}", Uuid::new_v4().simple());
     let create_mode = match placement {
         Placement::Replace { mode } => mode,
-        Placement::CreateNew => Mode::from_raw_mode(0o666),
+        Placement::CreateNew { mode } => mode.unwrap_or(Mode::from_raw_mode(0o666)),
     };
     let fd = rustix::fs::openat(
         directory,
@@ -426,7 +428,7 @@ pub(crate) fn write_atomically(
 
 pub(crate) fn fill(file: &mut File, bytes: &[u8], placement: Placement) -> io::Result<()> {
     file.write_all(bytes)?;
-    if let Placement::Replace { mode } = placement {
+    if let Placement::Replace { mode } | Placement::CreateNew { mode: Some(mode) } = placement {
         // The umask may have taken bits away at creation.
         rustix::fs::fchmod(&*file, mode)?;
     }
@@ -442,7 +444,7 @@ pub(crate) fn place(
 ) -> Result<(), FsError> {
     let result = match placement {
         Placement::Replace { .. } => rustix::fs::renameat(directory, temp, directory, name),
-        Placement::CreateNew => {
+        Placement::CreateNew { .. } => {
             match rustix::fs::renameat_with(
                 directory,
                 temp,

@@ -32,6 +32,11 @@ const PATHS: &[&str] = &[
     "src/ünï.txt",
     "./src/./a.txt",
     "src//a.txt",
+    // Quoted, with C escapes, as git writes unusual names: `..` spelled in
+    // octal, a control character, a tab.
+    "\"src/\\056\\056/\\056\\056/outside/victim.txt\"",
+    "\"src/a.\\rtxt\"",
+    "\"out/\\166ictim.txt\"",
 ];
 
 /// Everything under `dir` (files with content, links with target).
@@ -116,9 +121,14 @@ fn unified(ops: &[Op]) -> String {
                 "--- a/{}\n+++ /dev/null\n@@ -1 +0,0 @@\n-victim\n",
                 PATHS[*p]
             )),
-            Op::Update(p, _) => text.push_str(&format!(
+            Op::Update(p, None) => text.push_str(&format!(
                 "--- a/{0}\n+++ b/{0}\n@@ -1 +1 @@\n-victim\n+owned\n",
                 PATHS[*p]
+            )),
+            // A git rename (a move), with an edit.
+            Op::Update(p, Some(to)) => text.push_str(&format!(
+                "diff --git a/{0} b/{1}\nrename from {0}\nrename to {1}\n--- a/{0}\n+++ b/{1}\n@@ -1 +1 @@\n-victim\n+owned\n",
+                PATHS[*p], PATHS[*to]
             )),
         }
     }

@@ -233,6 +233,8 @@ pub struct SnapshotFile {
     pub before_hash: Option<String>,
     /// `None` when the change removed the file.
     pub after_hash: Option<String>,
+    /// The permission bits the file had (`None` when it did not exist).
+    pub mode: Option<u32>,
 }
 
 /// The durable store. One connection per process, shared by its threads.
@@ -281,6 +283,7 @@ CREATE TABLE IF NOT EXISTS snapshot_files (
     before BLOB,
     before_hash TEXT,
     after_hash TEXT,
+    mode INTEGER,
     undone INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (approval_id, idx)
 );
@@ -735,15 +738,16 @@ impl Store {
             for (idx, file) in snapshot.files.iter().enumerate() {
                 tx.execute(
                     "INSERT INTO snapshot_files \
-                     (approval_id, idx, path, before, before_hash, after_hash, undone) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0)",
+                     (approval_id, idx, path, before, before_hash, after_hash, mode, undone) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0)",
                     params![
                         snapshot.approval_id,
                         idx as i64,
                         file.path,
                         file.before,
                         file.before_hash,
-                        file.after_hash
+                        file.after_hash,
+                        file.mode
                     ],
                 )?;
             }
@@ -756,7 +760,7 @@ impl Store {
     pub fn snapshot(&self, approval_id: &str) -> Result<Snapshot, StoreError> {
         self.with(|conn| {
             let mut statement = conn.prepare_cached(
-                "SELECT path, before, before_hash, after_hash, undone FROM snapshot_files \
+                "SELECT path, before, before_hash, after_hash, undone, mode FROM snapshot_files \
                  WHERE approval_id = ?1 ORDER BY idx",
             )?;
             let mut undone = false;
@@ -768,6 +772,7 @@ impl Store {
                             before: row.get(1)?,
                             before_hash: row.get(2)?,
                             after_hash: row.get(3)?,
+                            mode: row.get(5)?,
                         },
                         row.get::<_, i64>(4)? != 0,
                     ))
