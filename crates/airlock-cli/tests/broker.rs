@@ -696,6 +696,97 @@ fn killing_applies_at_random_points_leaves_old_or_new_and_a_verifying_audit() {
     );
 }
 
+#[test]
+fn killing_multi_file_applies_leaves_every_file_at_the_same_version_after_recovery() {
+    let ws = Ws::new("");
+    let files = ["a.txt", "src/b.txt", "src/c.txt"];
+    let filler: String = (0..20_000).map(|i| format!("filler line {i}\n")).collect();
+    for file in files {
+        ws.write(file, &format!("version 0\n{filler}"));
+    }
+    let version_of = |file: &str| -> u64 {
+        let text = ws.read(file).unwrap();
+        let first = text.lines().next().unwrap();
+        first.strip_prefix("version ").unwrap().parse().unwrap()
+    };
+    let patch_to_next = |version: u64| {
+        let mut patch = String::from("*** Begin Patch\n");
+        for file in files {
+            patch.push_str(&format!(
+                "*** Update File: {file}\n@@\n-version {version}\n+version {}\n",
+                version + 1
+            ));
+        }
+        patch.push_str("*** End Patch\n");
+        json!({"patch": patch}).to_string()
+    };
+    // One run to the end: how long a whole call takes here.
+    let started = Instant::now();
+    let run = ws.run(&["call", "apply_patch", "--args", &patch_to_next(0), "--yes"]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    let whole = u64::try_from(started.elapsed().as_micros()).unwrap();
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut killed = 0;
+    for _ in 0..25 {
+        let version = version_of("a.txt");
+        let args = patch_to_next(version);
+        let mut child = ws
+            .command(&["call", "apply_patch", "--args", &args, "--yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        // Anywhere in the second half of a call, where the apply is.
+        std::thread::sleep(Duration::from_micros(whole / 2 + seed % (whole * 3 / 4)));
+        if child.try_wait().unwrap().is_none() {
+            child.kill().unwrap();
+            killed += 1;
+        }
+        child.wait().unwrap();
+        // The next command finishes whatever the kill interrupted.
+        let pending = ws.run(&["pending", "--json"]);
+        assert_eq!(pending.code, 0, "{}", pending.stderr);
+        let versions: Vec<u64> = files.iter().map(|file| version_of(file)).collect();
+        assert!(
+            versions.iter().all(|v| *v == versions[0]),
+            "files at different versions after recovery: {versions:?}"
+        );
+    }
+    assert!(killed > 0, "no run was killed; the test proves nothing");
+    let recovered = ws
+        .audit()
+        .iter()
+        .filter(|r| r["event"] == "journal_recovered")
+        .count();
+    eprintln!(
+        "killed {killed} of 25; version {}; journals recovered: {recovered}",
+        version_of("a.txt")
+    );
+    assert!(
+        version_of("a.txt") > 1,
+        "no killed-at-random apply went through"
+    );
+    let verify = ws.run(&["audit", "verify"]);
+    assert_eq!(verify.code, 0, "{}{}", verify.stdout, verify.stderr);
+    let db = rusqlite_free_status(&ws);
+    assert!(
+        !db.contains("applying") && !db.contains("approved"),
+        "an apply was left half done: {db}"
+    );
+    // No temporary file stays behind where a commit got past staging.
+    let left: Vec<String> = std::fs::read_dir(ws.path(".airlock/journal"))
+        .map(|dir| {
+            dir.map(|e| e.unwrap().file_name().into_string().unwrap())
+                .filter(|name| name.ends_with(".json"))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert_eq!(left, Vec::<String>::new(), "journals left behind");
+}
+
 /// The statuses of all approvals, through `show --json` of each id in the audit.
 fn rusqlite_free_status(ws: &Ws) -> String {
     let ids: std::collections::BTreeSet<String> = ws
