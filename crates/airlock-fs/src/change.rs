@@ -224,13 +224,14 @@ pub struct CommitOptions<'a> {
     pub interrupt_after: Option<usize>,
 }
 
+/// What one change replaces: the file's content and permission bits, or
+/// `None` when it does not exist.
+pub type Before = Option<(Vec<u8>, u32)>;
+
 /// The content a plan is about to replace and its permission bits, per change
 /// (`None` where the file does not exist), checked against the plan's hashes
 /// like [`commit`] does, so it is a faithful snapshot for undo.
-pub fn snapshot(
-    sandbox: &Sandbox,
-    plan: &ChangePlan,
-) -> Result<Vec<Option<(Vec<u8>, u32)>>, FsError> {
+pub fn snapshot(sandbox: &Sandbox, plan: &ChangePlan) -> Result<Vec<Before>, FsError> {
     plan.changes
         .iter()
         .map(|change| {

@@ -11,6 +11,13 @@
 //!   hash, patch hash) without side effects; [`commit_write`] applies it later,
 //!   after re-checking everything, atomically. [`snapshot_before`] and
 //!   [`restore`] support undo.
+//! - Every write-class tool plans a [`ChangePlan`] without side effects
+//!   ([`prepare_write`] via `From`, [`prepare_edit`], [`prepare_patch`],
+//!   [`prepare_delete`], [`prepare_move`]); [`commit`] applies one, all or
+//!   nothing across files, with a journal that [`recover`] rolls forward after
+//!   a crash; [`undo`] reverts through the same engine.
+//! - [`grep`], [`glob`], [`list_dir`], [`stat`] and [`exists`] search and
+//!   describe the workspace; large outputs become blobs ([`BlobRef`]).
 //! - [`sha256_hex`] is the hash format of the whole project: `sha256:<64 hex>`.
 //!
 //! Errors are [`FsError`]; [`FsError::code`] is the envelope's error code.
@@ -55,16 +62,19 @@ mod sandbox;
 mod search;
 mod write;
 
-pub use blob::*;
+pub use blob::{BlobRef, PREVIEW_BYTES, read_blob, store_blob};
 pub use change::{
-    ChangePlan, CommitOptions, FileApplied, FileChange, UndoFile, already_applied, commit, recover,
-    snapshot, undo,
+    Before, ChangePlan, CommitOptions, FileApplied, FileChange, Recovered, UndoFile,
+    already_applied, commit, recover, snapshot, undo,
 };
 pub use plans::{
     DeleteParams, EditParams, MoveParams, PatchParams, prepare_delete, prepare_edit, prepare_move,
     prepare_patch,
 };
-pub use search::*;
+pub use search::{
+    ExistsData, ExistsParams, GREP_DEFAULT_MAX_RESULTS, GlobData, GlobParams, GrepData, GrepParams,
+    ListDirData, ListDirParams, StatData, StatParams, exists, glob, grep, list_dir, stat,
+};
 
 pub use error::FsError;
 pub use hash::{ContentHasher, sha256_hex, sha256_reader};

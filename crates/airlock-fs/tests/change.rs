@@ -89,6 +89,7 @@ fn change(path: &str, before: Option<&str>, after: Option<&str>) -> FileChange {
         after: after.map(|text| text.as_bytes().to_vec()),
         create_parents: true,
         moved_from: None,
+        mode: None,
     }
 }
 
@@ -255,16 +256,19 @@ fn undo_restores_every_file_or_none() {
             path: "a.txt".to_owned(),
             expected: Some(sha256_hex("a2\n")),
             restore: Some(b"a1\n".to_vec()),
+            mode: None,
         },
         UndoFile {
             path: "src/new/b.txt".to_owned(),
             expected: Some(sha256_hex("b\n")),
             restore: None,
+            mode: None,
         },
         UndoFile {
             path: "c.txt".to_owned(),
             expected: None,
             restore: Some(b"c\n".to_vec()),
+            mode: None,
         },
     ];
     // Someone edited b since: conflict, and nothing is undone.
