@@ -785,7 +785,7 @@ impl Store {
                 })
                 .collect::<rusqlite::Result<Vec<_>>>()?;
             if files.is_empty() {
-                return Err(StoreError::NotFound(approval_id.to_owned()));
+                return legacy_snapshot(conn, approval_id);
             }
             Ok(Snapshot {
                 approval_id: approval_id.to_owned(),
@@ -798,10 +798,16 @@ impl Store {
     /// Marks a snapshot undone: `Ok(false)` when it already was.
     pub fn mark_undone(&self, approval_id: &str) -> Result<bool, StoreError> {
         self.with(|conn| {
-            let changed = conn.execute(
+            let mut changed = conn.execute(
                 "UPDATE snapshot_files SET undone = 1 WHERE approval_id = ?1 AND undone = 0",
                 params![approval_id],
             )?;
+            if has_legacy_snapshots(conn)? {
+                changed += conn.execute(
+                    "UPDATE snapshots SET undone = 1 WHERE approval_id = ?1 AND undone = 0",
+                    params![approval_id],
+                )?;
+            }
             Ok(changed >= 1)
         })
     }
@@ -852,6 +858,44 @@ impl Store {
             Ok(())
         })
     }
+}
+
+/// Whether the database still has the one-file `snapshots` table of earlier
+/// versions (undo keeps working for changes applied before the upgrade).
+fn has_legacy_snapshots(conn: &Connection) -> Result<bool, StoreError> {
+    let count: i64 = conn.query_row(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'snapshots'",
+        [],
+        |row| row.get(0),
+    )?;
+    Ok(count > 0)
+}
+
+/// A snapshot from the one-file table of earlier versions.
+fn legacy_snapshot(conn: &Connection, approval_id: &str) -> Result<Snapshot, StoreError> {
+    if !has_legacy_snapshots(conn)? {
+        return Err(StoreError::NotFound(approval_id.to_owned()));
+    }
+    conn.query_row(
+        "SELECT path, before, before_hash, after_hash, undone FROM snapshots \
+         WHERE approval_id = ?1",
+        params![approval_id],
+        |row| {
+            Ok(Snapshot {
+                approval_id: approval_id.to_owned(),
+                files: vec![SnapshotFile {
+                    path: row.get(0)?,
+                    before: row.get(1)?,
+                    before_hash: row.get(2)?,
+                    after_hash: row.get(3)?,
+                    mode: None,
+                }],
+                undone: row.get::<_, i64>(4)? != 0,
+            })
+        },
+    )
+    .optional()?
+    .ok_or_else(|| StoreError::NotFound(approval_id.to_owned()))
 }
 
 fn is_busy(error: &rusqlite::Error) -> bool {

@@ -328,3 +328,40 @@ fn many_processes_opening_a_new_database_at_once_all_succeed() {
         }
     }
 }
+
+#[test]
+fn undo_snapshots_of_earlier_versions_are_still_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("airlock.db");
+    {
+        // The one-file table airlock wrote before multi-file snapshots.
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE snapshots (approval_id TEXT PRIMARY KEY, path TEXT NOT NULL, \
+             before BLOB, before_hash TEXT, after_hash TEXT NOT NULL, \
+             undone INTEGER NOT NULL DEFAULT 0);
+             INSERT INTO snapshots VALUES ('hitl-old', 'a.txt', x'6f6c640a', 'sha256:b', 'sha256:a', 0);",
+        )
+        .unwrap();
+    }
+    let store = Store::open(&path).unwrap();
+    let snapshot = store.snapshot("hitl-old").unwrap();
+    assert_eq!(
+        snapshot,
+        airlock_store::Snapshot {
+            approval_id: "hitl-old".to_owned(),
+            files: vec![airlock_store::SnapshotFile {
+                path: "a.txt".to_owned(),
+                before: Some(b"old\n".to_vec()),
+                before_hash: Some("sha256:b".to_owned()),
+                after_hash: Some("sha256:a".to_owned()),
+                mode: None,
+            }],
+            undone: false,
+        }
+    );
+    assert!(store.mark_undone("hitl-old").unwrap());
+    assert!(!store.mark_undone("hitl-old").unwrap());
+    assert!(store.snapshot("hitl-old").unwrap().undone);
+    assert!(store.snapshot("hitl-none").is_err());
+}
