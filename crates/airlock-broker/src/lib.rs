@@ -382,6 +382,9 @@ impl Broker {
         match call.tool.as_str() {
             "read_file" => self.read(call, &decision, base),
             "grep" | "glob" | "list_dir" | "stat" | "exists" => self.look(call, &decision, base),
+            "proposal_status" => self.read_only(call, &decision, base, "tool_call", || {
+                self.proposal_status(call)
+            }),
             "write_file" | "edit_file" | "apply_patch" | "delete_file" | "move_file" => {
                 self.write(call, &decision, mode, on_pending, base, now)
             }
@@ -526,6 +529,56 @@ impl Broker {
                 )
             }
         }
+    }
+
+    /// `proposal_status {hitl_id}`: where an approval stands, and its final
+    /// envelope once settled. A call made in a session sees only that
+    /// session's approvals (others are `not_found`, like unknown ids).
+    fn proposal_status(&self, call: &ToolCall) -> Result<Value, FsError> {
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Params {
+            hitl_id: String,
+        }
+        let params: Params =
+            serde::Deserialize::deserialize(&call.args).map_err(|error: serde_json::Error| {
+                FsError::InvalidInput {
+                    message: error.to_string(),
+                }
+            })?;
+        let not_found = || FsError::NotFound {
+            path: params.hitl_id.clone(),
+        };
+        let approval = match self.store.get(&params.hitl_id) {
+            Ok(approval) => approval,
+            Err(StoreError::NotFound(_)) => return Err(not_found()),
+            Err(error) => {
+                return Err(FsError::Io {
+                    context: "cannot read the approval".to_owned(),
+                    error: std::io::Error::other(error.to_string()),
+                });
+            }
+        };
+        if call.session.is_some() && approval.session != call.session {
+            return Err(not_found());
+        }
+        if approval.status == ApprovalStatus::Pending && now_ms() >= approval.expires_ms {
+            // Past its time: it can only expire now.
+            self.expire(&approval.id);
+        }
+        let now = self.store.get(&approval.id).unwrap_or(approval);
+        Ok(json!({
+            "hitl_id": now.id,
+            "status": now.status.as_str(),
+            "tool": now.tool,
+            "path": now.path,
+            "summary": now.summary,
+            "risk": now.risk,
+            "created_ms": now.created_ms,
+            "expires_ms": now.expires_ms,
+            "decided_by": now.decided_by,
+            "result": stored_result(&now),
+        }))
     }
 
     /// The plan of a write-class call, without side effects.
@@ -1690,6 +1743,7 @@ fn method_of(tool: &str) -> &'static str {
         "list_dir" => "fs.list_dir",
         "stat" => "fs.stat",
         "exists" => "fs.exists",
+        "proposal_status" => "hitl.status",
         "write_file" | "edit_file" | "apply_patch" | "delete_file" | "move_file" => {
             "fs.propose_patch"
         }

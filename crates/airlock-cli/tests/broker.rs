@@ -1207,3 +1207,41 @@ fn a_patch_dry_run_writes_nothing_and_asks_nobody() {
     let pending = ws.run(&["pending", "--json"]);
     assert_eq!(pending.json, json!([]));
 }
+
+#[test]
+fn proposal_status_follows_an_approval_within_its_session() {
+    let ws = Ws::new("");
+    let id = ws.propose("notes.md", "new\n");
+    let status = |session: &str, args: &Value| {
+        ws.run(&[
+            "call",
+            "proposal_status",
+            "--args",
+            &args.to_string(),
+            "--session",
+            session,
+        ])
+    };
+    let pending = status("s1", &json!({"hitl_id": id}));
+    assert_eq!(pending.code, 0, "{}{}", pending.stdout, pending.stderr);
+    assert_eq!(pending.json["data"]["status"], "pending");
+    assert_eq!(pending.json["data"]["summary"], "CREATE FILE notes.md");
+    assert_eq!(pending.json["data"]["result"], Value::Null);
+    let approve = ws.run(&["approve", &id]);
+    assert_eq!(approve.code, 0, "{}", approve.stderr);
+    let applied = status("s1", &json!({"hitl_id": id}));
+    assert_eq!(applied.json["data"]["status"], "applied");
+    assert_eq!(applied.json["data"]["decided_by"], "human");
+    assert_eq!(applied.json["data"]["result"]["status"], "allowed");
+    assert_eq!(
+        applied.json["data"]["result"]["data"]["after_hash"],
+        sha("new\n")
+    );
+    // Another session's approvals are as unknown as made-up ids.
+    let other = status("s2", &json!({"hitl_id": id}));
+    assert_eq!(other.json["error"]["code"], "not_found");
+    let unknown = status("s1", &json!({"hitl_id": "hitl-nope"}));
+    assert_eq!(unknown.json["error"]["code"], "not_found");
+    let bad = status("s1", &json!({"id": id}));
+    assert_eq!(bad.json["error"]["code"], "invalid_input");
+}
