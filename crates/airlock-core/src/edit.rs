@@ -70,9 +70,9 @@ pub fn apply_edit(
     if old.is_empty() {
         return Err(EditError::EmptyOldString);
     }
-    let exact: Vec<Range<usize>> = content
-        .match_indices(old)
-        .map(|(start, found)| start..start + found.len())
+    // Non-overlapping, left to right (as `str::match_indices`), with SIMD.
+    let exact: Vec<Range<usize>> = memchr::memmem::find_iter(content.as_bytes(), old.as_bytes())
+        .map(|start| start..start + old.len())
         .collect();
     if !exact.is_empty() {
         return replace(content, &exact, new, replace_all, false);
@@ -151,10 +151,8 @@ fn fuzzy_matches(content: &str, old: &str) -> Vec<Range<usize>> {
         return Vec::new();
     }
     let haystack = NormalizedText::new(content);
-    haystack
-        .text
-        .match_indices(needle)
-        .filter_map(|(start, found)| haystack.original_range(start..start + found.len()))
+    memchr::memmem::find_iter(haystack.text.as_bytes(), needle.as_bytes())
+        .filter_map(|start| haystack.original_range(start..start + needle.len()))
         .collect()
 }
 
