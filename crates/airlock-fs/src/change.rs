@@ -35,7 +35,7 @@ use std::io::Write as _;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{AtFlags, FlockOperation, Mode, OFlags};
+use rustix::fs::{AtFlags, FlockOperation, Mode};
 use rustix::io::Errno;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -43,7 +43,7 @@ use uuid::Uuid;
 use crate::error::FsError;
 use crate::hash::sha256_hex;
 use crate::sandbox::{Access, Sandbox, SandboxedPath, sync_directory};
-use crate::write::{Placement, WritePlan, fill, lock_directory, permission_bits, read_named};
+use crate::write::{Placement, WritePlan, lock_directory, permission_bits, read_named, stage};
 
 /// One file's transition in a plan.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -708,33 +708,6 @@ fn stage_all(steps: &[Step<'_>], ready: &mut [Ready]) -> Result<(), FsError> {
         }
     }
     Ok(())
-}
-
-/// Writes `bytes` to a new temporary file in `dir`, fsynced; returns its name.
-fn stage(dir: &OwnedFd, bytes: &[u8], placement: Placement, path: &str) -> Result<String, FsError> {
-    let temp = format!(".airlock-tmp-{}", Uuid::new_v4().simple());
-    let create_mode = match placement {
-        Placement::Replace { mode } => mode,
-        Placement::CreateNew { mode } => mode.unwrap_or(Mode::from_raw_mode(0o666)),
-    };
-    let fd = rustix::fs::openat(
-        dir,
-        temp.as_str(),
-        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        create_mode,
-    )
-    .map_err(|errno| {
-        FsError::io(
-            format!("cannot create a temporary file next to `{path}`"),
-            errno,
-        )
-    })?;
-    let mut file = File::from(fd);
-    if let Err(error) = fill(&mut file, bytes, placement) {
-        let _ = rustix::fs::unlinkat(dir, temp.as_str(), AtFlags::empty());
-        return Err(FsError::io(format!("cannot write `{path}`"), error));
-    }
-    Ok(temp)
 }
 
 fn discard_temps(ready: &[Ready]) {

@@ -179,50 +179,6 @@ fn next_line(text: &[u8], at: usize) -> usize {
     memchr::memchr(b'\n', &text[at..]).map_or(text.len(), |i| at + i + 1)
 }
 
-/// `shift` backwards: absolute line numbers to the window's.
-fn shift_back(op: DiffOp, old_base: usize, new_base: usize) -> DiffOp {
-    match op {
-        DiffOp::Equal {
-            old_index,
-            new_index,
-            len,
-        } => DiffOp::Equal {
-            old_index: old_index.saturating_sub(old_base),
-            new_index: new_index.saturating_sub(new_base),
-            len,
-        },
-        DiffOp::Delete {
-            old_index,
-            old_len,
-            new_index,
-        } => DiffOp::Delete {
-            old_index: old_index.saturating_sub(old_base),
-            old_len,
-            new_index: new_index.saturating_sub(new_base),
-        },
-        DiffOp::Insert {
-            old_index,
-            new_index,
-            new_len,
-        } => DiffOp::Insert {
-            old_index: old_index.saturating_sub(old_base),
-            new_index: new_index.saturating_sub(new_base),
-            new_len,
-        },
-        DiffOp::Replace {
-            old_index,
-            old_len,
-            new_index,
-            new_len,
-        } => DiffOp::Replace {
-            old_index: old_index.saturating_sub(old_base),
-            old_len,
-            new_index: new_index.saturating_sub(new_base),
-            new_len,
-        },
-    }
-}
-
 /// The lines of `text`, each with its `\n` (the last one may lack it).
 fn lines(text: &str) -> Vec<&str> {
     let mut out = Vec::with_capacity(text.len() / 32 + 1);
@@ -477,15 +433,30 @@ fn longest_increasing(pairs: &[(usize, usize)]) -> Vec<(usize, usize)> {
     chain
 }
 
+/// `op` with its line indices moved by `old_base`/`new_base`.
 fn shift(op: DiffOp, old_base: usize, new_base: usize) -> DiffOp {
+    rebase(op, |i| i + old_base, |i| i + new_base)
+}
+
+/// `op` with absolute line indices made the window's.
+fn shift_back(op: DiffOp, old_base: usize, new_base: usize) -> DiffOp {
+    rebase(
+        op,
+        |i| i.saturating_sub(old_base),
+        |i| i.saturating_sub(new_base),
+    )
+}
+
+/// `op` with `old` and `new` applied to its indices (lengths stay).
+fn rebase(op: DiffOp, old: impl Fn(usize) -> usize, new: impl Fn(usize) -> usize) -> DiffOp {
     match op {
         DiffOp::Equal {
             old_index,
             new_index,
             len,
         } => DiffOp::Equal {
-            old_index: old_index + old_base,
-            new_index: new_index + new_base,
+            old_index: old(old_index),
+            new_index: new(new_index),
             len,
         },
         DiffOp::Delete {
@@ -493,17 +464,17 @@ fn shift(op: DiffOp, old_base: usize, new_base: usize) -> DiffOp {
             old_len,
             new_index,
         } => DiffOp::Delete {
-            old_index: old_index + old_base,
+            old_index: old(old_index),
             old_len,
-            new_index: new_index + new_base,
+            new_index: new(new_index),
         },
         DiffOp::Insert {
             old_index,
             new_index,
             new_len,
         } => DiffOp::Insert {
-            old_index: old_index + old_base,
-            new_index: new_index + new_base,
+            old_index: old(old_index),
+            new_index: new(new_index),
             new_len,
         },
         DiffOp::Replace {
@@ -512,9 +483,9 @@ fn shift(op: DiffOp, old_base: usize, new_base: usize) -> DiffOp {
             new_index,
             new_len,
         } => DiffOp::Replace {
-            old_index: old_index + old_base,
+            old_index: old(old_index),
             old_len,
-            new_index: new_index + new_base,
+            new_index: new(new_index),
             new_len,
         },
     }

@@ -95,15 +95,7 @@ pub fn prepare_edit(sandbox: &Sandbox, params: &EditParams) -> Result<ChangePlan
         },
     })?;
     check_size(sandbox, outcome.content.len() as u64)?;
-    let change = FileChange {
-        path: path.clone(),
-        resolved_path: target.resolved().to_owned(),
-        before_hash: Some(sha256_hex(old)),
-        after: Some(outcome.content.into_bytes()),
-        create_parents: false,
-        moved_from: None,
-        mode: None,
-    };
+    let change = change_of(&target, Some(old), Some(outcome.content.into_bytes()));
     let mut report = Map::new();
     report.insert("replacements".to_owned(), json!(outcome.replacements));
     report.insert("fuzzy".to_owned(), json!(outcome.fuzzy));
@@ -129,15 +121,7 @@ pub fn prepare_delete(sandbox: &Sandbox, params: &DeleteParams) -> Result<Change
     let target = sandbox.resolve("path", &params.path, Access::Write)?;
     let (old, _) = read_existing(&target)?;
     no_link(&target, "delete_file")?;
-    let change = FileChange {
-        path: target.requested().to_owned(),
-        resolved_path: target.resolved().to_owned(),
-        before_hash: Some(sha256_hex(&old)),
-        after: None,
-        create_parents: false,
-        moved_from: None,
-        mode: None,
-    };
+    let change = change_of(&target, Some(&old), None);
     let mut report = Map::new();
     report.insert("deleted".to_owned(), json!(true));
     let summary = change.summary();
@@ -173,23 +157,12 @@ pub fn prepare_move(sandbox: &Sandbox, params: &MoveParams) -> Result<ChangePlan
         });
     }
     let changes = vec![
+        change_of(&source, Some(&old), None),
         FileChange {
-            path: source.requested().to_owned(),
-            resolved_path: source.resolved().to_owned(),
-            before_hash: Some(sha256_hex(&old)),
-            after: None,
-            create_parents: false,
-            moved_from: None,
-            mode: None,
-        },
-        FileChange {
-            path: target.requested().to_owned(),
-            resolved_path: target.resolved().to_owned(),
-            before_hash: None,
-            after: Some(old.clone()),
             create_parents: params.create_parents,
             moved_from: Some(source.requested().to_owned()),
             mode: Some(source_mode),
+            ..change_of(&target, None, Some(old.clone()))
         },
     ];
     let mut report = Map::new();
@@ -230,13 +203,8 @@ pub fn prepare_patch(sandbox: &Sandbox, params: &PatchParams) -> Result<ChangePl
                 }
                 check_size(sandbox, content.len() as u64)?;
                 changes.push(FileChange {
-                    path: target.requested().to_owned(),
-                    resolved_path: target.resolved().to_owned(),
-                    before_hash: None,
-                    after: Some(content.clone().into_bytes()),
                     create_parents: true,
-                    moved_from: None,
-                    mode: None,
+                    ..change_of(&target, None, Some(content.clone().into_bytes()))
                 });
                 olds.push(None);
                 added += 1;
@@ -245,15 +213,7 @@ pub fn prepare_patch(sandbox: &Sandbox, params: &PatchParams) -> Result<ChangePl
                 let target = sandbox.resolve("patch", path, Access::Write)?;
                 let (old, _) = read_existing(&target)?;
                 no_link(&target, "a Delete File")?;
-                changes.push(FileChange {
-                    path: target.requested().to_owned(),
-                    resolved_path: target.resolved().to_owned(),
-                    before_hash: Some(sha256_hex(&old)),
-                    after: None,
-                    create_parents: false,
-                    moved_from: None,
-                    mode: None,
-                });
+                changes.push(change_of(&target, Some(&old), None));
                 olds.push(Some(old));
                 deleted += 1;
             }
@@ -268,15 +228,7 @@ pub fn prepare_patch(sandbox: &Sandbox, params: &PatchParams) -> Result<ChangePl
                     patch::apply_chunks(target.requested(), &text, chunks).map_err(patch_error)?;
                 let old = text.into_bytes();
                 check_size(sandbox, new.len() as u64)?;
-                let source = FileChange {
-                    path: target.requested().to_owned(),
-                    resolved_path: target.resolved().to_owned(),
-                    before_hash: Some(sha256_hex(&old)),
-                    after: Some(new.into_bytes()),
-                    create_parents: false,
-                    moved_from: None,
-                    mode: None,
-                };
+                let source = change_of(&target, Some(&old), Some(new.into_bytes()));
                 match move_to {
                     None => {
                         changes.push(source);
@@ -298,13 +250,10 @@ pub fn prepare_patch(sandbox: &Sandbox, params: &PatchParams) -> Result<ChangePl
                         });
                         olds.push(Some(old));
                         changes.push(FileChange {
-                            path: destination.requested().to_owned(),
-                            resolved_path: destination.resolved().to_owned(),
-                            before_hash: None,
-                            after,
                             create_parents: true,
                             moved_from: Some(target.requested().to_owned()),
                             mode: Some(source_mode),
+                            ..change_of(&destination, None, after)
                         });
                         olds.push(None);
                         moved += 1;
@@ -386,6 +335,20 @@ fn patch_error(error: PatchError) -> FsError {
         PatchError::Ambiguous { path, message } => FsError::Ambiguous {
             message: format!("`{path}`: {message}"),
         },
+    }
+}
+
+/// The change of `target` from `before` (`None`: absent) to `after`
+/// (`None`: removed), creating no parents.
+fn change_of(target: &SandboxedPath, before: Option<&[u8]>, after: Option<Vec<u8>>) -> FileChange {
+    FileChange {
+        path: target.requested().to_owned(),
+        resolved_path: target.resolved().to_owned(),
+        before_hash: before.map(sha256_hex),
+        after,
+        create_parents: false,
+        moved_from: None,
+        mode: None,
     }
 }
 

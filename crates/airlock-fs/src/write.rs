@@ -386,7 +386,8 @@ pub(crate) enum Placement {
     CreateNew { mode: Option<Mode> },
 }
 
-/// Writes `bytes` as `name` in `directory`, atomically.
+/// Writes `bytes` as `name` in `directory`, atomically: staged in a
+/// temporary file, then renamed into place.
 pub(crate) fn write_atomically(
     directory: &OwnedFd,
     name: &str,
@@ -394,6 +395,24 @@ pub(crate) fn write_atomically(
     placement: Placement,
     path: &str,
 ) -> Result<(), FsError> {
+    let temp = stage(directory, bytes, placement, path)?;
+    if let Err(error) = place(directory, &temp, name, placement, path) {
+        // Best effort: the temporary file is debris, and the error that
+        // matters is the one above.
+        let _ = rustix::fs::unlinkat(directory, temp.as_str(), AtFlags::empty());
+        return Err(error);
+    }
+    sync_directory(directory)
+}
+
+/// Writes `bytes` to a new temporary file in `directory` (with the
+/// placement's permission bits), fsynced; returns its name.
+pub(crate) fn stage(
+    directory: &OwnedFd,
+    bytes: &[u8],
+    placement: Placement,
+    path: &str,
+) -> Result<String, FsError> {
     let temp = format!(".airlock-tmp-{}", Uuid::new_v4().simple());
     let create_mode = match placement {
         Placement::Replace { mode } => mode,
@@ -412,21 +431,14 @@ pub(crate) fn write_atomically(
         )
     })?;
     let mut file = File::from(fd);
-    let filled = fill(&mut file, bytes, placement);
-    drop(file);
-    let placed = filled
-        .map_err(|error| FsError::io(format!("cannot write `{path}`"), error))
-        .and_then(|()| place(directory, &temp, name, placement, path));
-    if let Err(error) = placed {
-        // Best effort: the temporary file is debris, and the error that
-        // matters is the one above.
+    if let Err(error) = fill(&mut file, bytes, placement) {
         let _ = rustix::fs::unlinkat(directory, temp.as_str(), AtFlags::empty());
-        return Err(error);
+        return Err(FsError::io(format!("cannot write `{path}`"), error));
     }
-    sync_directory(directory)
+    Ok(temp)
 }
 
-pub(crate) fn fill(file: &mut File, bytes: &[u8], placement: Placement) -> io::Result<()> {
+fn fill(file: &mut File, bytes: &[u8], placement: Placement) -> io::Result<()> {
     file.write_all(bytes)?;
     if let Placement::Replace { mode } | Placement::CreateNew { mode: Some(mode) } = placement {
         // The umask may have taken bits away at creation.
