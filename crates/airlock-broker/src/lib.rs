@@ -11,6 +11,7 @@
 //! and applied through the same claim -> commit -> finish path, so undo and the
 //! one-time-apply guarantee hold for all of them.
 
+mod forward;
 mod record;
 
 use std::path::{Path, PathBuf};
@@ -18,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use airlock_audit::AuditLog;
-use airlock_core::config::{ApprovalMode, Config, LoadedConfig};
+use airlock_core::config::{ApprovalMode, Config, ElicitationFallback, LoadedConfig};
 use airlock_core::envelope::{DecidedBy, DecisionInfo, Envelope, HitlInfo, Status};
 use airlock_core::policy::Reason;
 use airlock_core::{Decision, Disposition, ErrorCode, Grant, GrantScope, Policy, ToolCall, policy};
@@ -29,7 +30,11 @@ use airlock_store::{
 };
 use serde_json::{Map, Value, json};
 
+pub use forward::{ForwardCall, Forwarder};
 pub use record::Record;
+
+/// The reason stored with a call `elicitation_fallback: allow` let through.
+const FALLBACK_ALLOW: &str = "elicitation_fallback: allow";
 
 /// How long a waiting call sleeps between looks at the store.
 const POLL: Duration = Duration::from_millis(20);
@@ -86,6 +91,58 @@ pub enum Mode {
         user: String,
         reason: Option<String>,
     },
+    /// An MCP client made the call; how its human can be asked decides the
+    /// rest (DESIGN §9). `approval_mode: defer` still defers.
+    Client(ClientAsk),
+}
+
+/// How the human behind an MCP client can be asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientAsk {
+    /// The client answers `elicitation/create` while the call waits.
+    Elicit,
+    /// A 2026-07-28 client: the call returns at once with its approval pending,
+    /// and the client's answer comes with a retry of the call.
+    Rounds,
+    /// The client cannot be asked: the `elicitation_fallback` decides.
+    Unable,
+}
+
+/// What happens to a call the policy makes ask, given the mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Handling<'m> {
+    Wait,
+    Defer,
+    /// Pending, like `Defer`, but expiring with the wait timeout: the client
+    /// answers on a retry.
+    Rounds,
+    ApproveNow {
+        user: &'m str,
+        reason: Option<&'m str>,
+    },
+    /// `elicitation_fallback: deny`.
+    Refuse,
+    /// `elicitation_fallback: allow`.
+    Allow,
+}
+
+/// What an approver channel shows, and what it may offer, for one pending
+/// approval.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct AskForm {
+    pub hitl_id: String,
+    pub tool: String,
+    pub risk: String,
+    pub summary: String,
+    pub diff_preview: String,
+    /// "Always allow" may be offered.
+    pub allow_skip: bool,
+    /// A reason is required to approve.
+    pub require_reason: bool,
+    /// The client's human may decide it (no `approvers` restriction, and
+    /// `approval_mode` is not `defer`).
+    pub client_may_decide: bool,
+    pub expires_ms: u64,
 }
 
 /// A human's decision on a pending approval.
@@ -128,6 +185,9 @@ pub struct Broker {
     root: PathBuf,
     /// Where multi-file applies keep their journal and the apply lock.
     journal_dir: PathBuf,
+    /// Carries approved upstream calls out (only in a process holding the
+    /// upstream connections).
+    forwarder: Option<Arc<dyn Forwarder>>,
 }
 
 /// Milliseconds since the Unix epoch, now.
@@ -192,6 +252,7 @@ impl Broker {
             audit,
             root,
             journal_dir,
+            forwarder: None,
         };
         // What the log's recovery found is recorded in the log itself.
         for record in recovery.records() {
@@ -200,6 +261,110 @@ impl Broker {
         broker.note_config()?;
         broker.recover_applies()?;
         Ok(broker)
+    }
+
+    /// Lets this broker carry out upstream tool calls through `forwarder`.
+    pub fn with_forwarder(mut self, forwarder: Arc<dyn Forwarder>) -> Broker {
+        self.forwarder = Some(forwarder);
+        self
+    }
+
+    /// Records that a new configuration was refused and the one in force stays.
+    pub fn note_config_rejected(&self, source: &str, message: &str) -> Result<(), BrokerError> {
+        let logged = self.log(
+            Record::new("config_rejected")
+                .text("path", source)
+                .text("reason", message)
+                .text("status", "error"),
+        );
+        logged.map(|_| ()).ok_or_else(|| {
+            BrokerError::refused(ErrorCode::IoError, "the audit log could not be written")
+        })
+    }
+
+    /// The content of a stored blob (`sha256:<hex>`), for the MCP resource
+    /// `airlock://blob/sha256/<hex>`; audited as `resource_read`.
+    pub fn read_blob(
+        &self,
+        blob_ref: &str,
+        session: Option<&str>,
+        agent: Option<&str>,
+    ) -> Result<Vec<u8>, BrokerError> {
+        let result = match self.sandbox.blob_dir() {
+            Some(dir) => airlock_fs::read_blob(dir, blob_ref).map_err(BrokerError::from),
+            None => Err(BrokerError::refused(ErrorCode::NotFound, "no blob store")),
+        };
+        let record = Record::new("resource_read")
+            .text("blob_ref", blob_ref)
+            .value("session", session.map(|s| Value::String(s.to_owned())))
+            .value("agent", agent.map(|a| Value::String(a.to_owned())));
+        let record = match &result {
+            Ok(bytes) => record
+                .text("status", "allowed")
+                .number("size_bytes", bytes.len() as u64),
+            Err(error) => record
+                .text("status", "error")
+                .text("code", error.code().as_str()),
+        };
+        if self.log(record).is_none() {
+            return Err(BrokerError::refused(
+                ErrorCode::IoError,
+                "the audit log could not be written",
+            ));
+        }
+        result
+    }
+
+    /// A 32-byte secret kept in the state dir under `name` (created on first
+    /// use, readable only by its owner): keys for sealing what airlock hands out.
+    pub fn state_secret(&self, name: &str) -> Result<Vec<u8>, BrokerError> {
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let path = self.root.join(&self.config.workspace.state_dir).join(name);
+        let io = |error: std::io::Error| {
+            BrokerError::refused(ErrorCode::IoError, format!("{}: {error}", path.display()))
+        };
+        match std::fs::read(&path) {
+            Ok(key) if key.len() >= 32 => return Ok(key),
+            Ok(_) => {
+                return Err(BrokerError::refused(
+                    ErrorCode::IoError,
+                    format!("{} is shorter than 32 bytes", path.display()),
+                ));
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => return Err(io(error)),
+        }
+        let mut key = Vec::with_capacity(32);
+        key.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
+        key.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
+        let temp = path.with_extension(format!("tmp{}", std::process::id()));
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&temp)
+            .map_err(io)?;
+        file.write_all(&key)
+            .and_then(|()| file.sync_all())
+            .map_err(io)?;
+        // Two processes may race: the first link wins, and both use its key.
+        match std::fs::hard_link(&temp, &path) {
+            Ok(()) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(error) => {
+                let _ = std::fs::remove_file(&temp);
+                return Err(io(error));
+            }
+        }
+        let _ = std::fs::remove_file(&temp);
+        std::fs::read(&path).map_err(io)
+    }
+
+    /// Spends a one-time token (a sealed `requestState`'s nonce): `Ok(true)` the
+    /// first time only, across processes.
+    pub fn spend_token(&self, token: &str, expires_ms: u64) -> Result<bool, BrokerError> {
+        Ok(self.store.spend_token(token, expires_ms, now_ms())?)
     }
 
     /// The workspace root.
@@ -277,6 +442,10 @@ impl Broker {
         // are finished first: then the files say whether an apply happened.
         self.recover_journals()?;
         for (orphan, owner) in self.store.orphaned(&process_alive)? {
+            if forward::is_forward(&orphan) && orphan.waiter_pid.is_some_and(process_alive) {
+                // Its holder is alive and will carry it out.
+                continue;
+            }
             let Some(approval) = self.store.take_over(&orphan.id, owner)? else {
                 continue;
             };
@@ -387,6 +556,9 @@ impl Broker {
             }),
             "write_file" | "edit_file" | "apply_patch" | "delete_file" | "move_file" => {
                 self.write(call, &decision, mode, on_pending, base, now)
+            }
+            _ if matches!(call.origin, airlock_core::ToolOrigin::Upstream { .. }) => {
+                self.upstream_call(call, &decision, mode, on_pending, base, now)
             }
             other => {
                 let envelope = Envelope::failure(
@@ -684,6 +856,18 @@ impl Broker {
         now: u64,
     ) -> Envelope {
         let path = call_path(call);
+        let handling = self.handling(mode, decision);
+        let asks = decision.disposition == Disposition::Ask;
+        if asks && handling == Handling::Refuse {
+            return self.refused_by_fallback(
+                call,
+                path,
+                "fs.propose_patch",
+                base.event("write_file_propose"),
+            );
+        }
+        let by_fallback = asks && handling == Handling::Allow;
+        let asks = asks && !by_fallback;
         let plan = match self.plan(call) {
             Ok(Planned::Plan(plan)) => plan,
             Ok(Planned::DryRun(plan)) => return self.dry_run(call, decision, &plan, base),
@@ -701,12 +885,7 @@ impl Broker {
             }
         };
 
-        let asks = decision.disposition == Disposition::Ask;
-        let ttl_seconds = match (asks, mode) {
-            (true, Mode::Defer) => self.config.file_broker.hitl_ttl_seconds,
-            (true, Mode::Wait) => decision.timeout_seconds,
-            _ => self.config.file_broker.hitl_ttl_seconds,
-        };
+        let ttl_seconds = self.ttl_seconds(asks, handling, decision);
         let new = NewApproval {
             id: format!("hitl-{}", uuid::Uuid::new_v4()),
             tool: call.tool.clone(),
@@ -725,7 +904,7 @@ impl Broker {
             plan_json: serde_json::to_string(&plan).unwrap_or_default(),
             created_ms: now,
             expires_ms: now.saturating_add(ttl_seconds.saturating_mul(1000)),
-            waiter_pid: (asks && *mode == Mode::Wait).then(std::process::id),
+            waiter_pid: (asks && handling == Handling::Wait).then(std::process::id),
         };
         // Writes the policy allows are recorded too (so they can be undone), but
         // never count against the pending limits.
@@ -819,7 +998,7 @@ impl Broker {
                 by: by.to_owned(),
                 user: None,
                 channel: None,
-                reason: None,
+                reason: by_fallback.then(|| FALLBACK_ALLOW.to_owned()),
                 at_ms: now_ms(),
             };
             if let Err(error) = self.store.decide(&approval.id, &verdict) {
@@ -828,18 +1007,18 @@ impl Broker {
             return self.settle(&approval.id);
         }
 
-        match mode {
-            Mode::Defer => {
+        match handling {
+            Handling::Defer | Handling::Rounds | Handling::Refuse | Handling::Allow => {
                 let mut envelope = self.hitl_required(&approval, &plan, decision);
                 envelope.audit = Some(propose_audit);
                 envelope
             }
-            Mode::ApproveNow { user, reason } => {
+            Handling::ApproveNow { user, reason } => {
                 let request = DecideRequest {
                     approve: true,
-                    reason: reason.clone(),
+                    reason: reason.map(str::to_owned),
                     always: None,
-                    user: user.clone(),
+                    user: user.to_owned(),
                     channel: "terminal".to_owned(),
                 };
                 match self.decide(&approval.id, &request) {
@@ -859,11 +1038,114 @@ impl Broker {
                     }
                 }
             }
-            Mode::Wait => {
+            Handling::Wait => {
                 on_pending(&approval);
                 self.wait(&approval.id)
             }
         }
+    }
+
+    /// How a call the policy makes ask is handled in `mode`.
+    fn handling<'m>(&self, mode: &'m Mode, decision: &Decision) -> Handling<'m> {
+        match mode {
+            Mode::Wait => Handling::Wait,
+            Mode::Defer => Handling::Defer,
+            Mode::ApproveNow { user, reason } => Handling::ApproveNow {
+                user,
+                reason: reason.as_deref(),
+            },
+            Mode::Client(ask) => {
+                if self.config.security.hitl.approval_mode == ApprovalMode::Defer {
+                    return Handling::Defer;
+                }
+                // Where only named approvers may decide, the client's human
+                // is not asked: the fallback decides, as for any client that
+                // cannot be asked.
+                let ask = if decision.approvers.is_empty() {
+                    *ask
+                } else {
+                    ClientAsk::Unable
+                };
+                match ask {
+                    ClientAsk::Elicit => Handling::Wait,
+                    ClientAsk::Rounds => Handling::Rounds,
+                    ClientAsk::Unable => match decision.elicitation_fallback {
+                        ElicitationFallback::Deny => Handling::Refuse,
+                        ElicitationFallback::Allow => Handling::Allow,
+                        ElicitationFallback::Defer => Handling::Defer,
+                        ElicitationFallback::Wait => Handling::Wait,
+                    },
+                }
+            }
+        }
+    }
+
+    /// How long an approval lives: the wait timeout while someone waits (or a
+    /// client will answer on a retry), the proposal TTL otherwise.
+    fn ttl_seconds(&self, asks: bool, handling: Handling<'_>, decision: &Decision) -> u64 {
+        match (asks, handling) {
+            (true, Handling::Wait | Handling::Rounds) => decision.timeout_seconds,
+            _ => self.config.file_broker.hitl_ttl_seconds,
+        }
+    }
+
+    /// A call that needs a human, from a client that cannot be asked, under
+    /// `elicitation_fallback: deny` (spec 004): denied, nothing proposed.
+    fn refused_by_fallback(
+        &self,
+        call: &ToolCall,
+        path: Option<&str>,
+        method: &str,
+        record: Record,
+    ) -> Envelope {
+        let mut envelope = Envelope::failure(
+            Status::Denied,
+            method,
+            &call.tool,
+            path,
+            ErrorCode::PolicyDenied,
+            "this call needs a human's approval and this client cannot ask one \
+             (elicitation_fallback: deny)",
+        );
+        envelope.decision = Some(DecisionInfo {
+            by: DecidedBy::Policy,
+            user: None,
+            channel: None,
+            reason: Some("elicitation_fallback: deny".to_owned()),
+        });
+        self.audited(
+            envelope,
+            record
+                .text("decision", "deny")
+                .text("decided_by", "policy")
+                .text("reason", "elicitation_fallback: deny")
+                .text("status", "denied")
+                .text("code", ErrorCode::PolicyDenied.as_str()),
+        )
+    }
+
+    /// What a channel asking a human about `id` shows and may offer.
+    pub fn ask_form(&self, id: &str) -> Result<AskForm, BrokerError> {
+        let approval = self.store.get(id)?;
+        let decision: Value = serde_json::from_str(&approval.decision_json).unwrap_or(Value::Null);
+        let flag = |key: &str| decision.get(key).and_then(Value::as_bool).unwrap_or(false);
+        let restricted = decision
+            .get("approvers")
+            .and_then(Value::as_array)
+            .is_none_or(|approvers| !approvers.is_empty());
+        let max = self.config.file_broker.diff_preview_max_chars;
+        Ok(AskForm {
+            hitl_id: approval.id.clone(),
+            tool: approval.tool.clone(),
+            risk: approval.risk.clone(),
+            summary: approval.summary.clone(),
+            diff_preview: airlock_fs::preview(&approval.diff, max),
+            allow_skip: flag("allow_skip"),
+            require_reason: flag("require_reason"),
+            client_may_decide: !restricted
+                && self.config.security.hitl.approval_mode != ApprovalMode::Defer,
+            expires_ms: approval.expires_ms,
+        })
     }
 
     /// A write that could not be proposed: denied for sandbox refusals, an error
@@ -958,7 +1240,16 @@ impl Broker {
                         continue;
                     }
                 }
-                ApprovalStatus::Approved => return self.settle(id),
+                ApprovalStatus::Approved if self.can_apply(&approval) => return self.settle(id),
+                ApprovalStatus::Approved => {
+                    // Only the process holding the upstream connection can carry
+                    // this out; if it is gone, nobody can.
+                    if !approval.waiter_pid.is_some_and(process_alive)
+                        && let Some(envelope) = self.abandon_forward(&approval)
+                    {
+                        return envelope;
+                    }
+                }
                 ApprovalStatus::Applying => {
                     if last_recovery.elapsed() >= Duration::from_secs(1) {
                         last_recovery = std::time::Instant::now();
@@ -1225,6 +1516,11 @@ impl Broker {
     /// Applies an approved approval (if this process wins the claim) or waits for
     /// whoever did, and returns the final envelope.
     fn settle(&self, id: &str) -> Envelope {
+        match self.store.get(id) {
+            Ok(approval) if !self.can_apply(&approval) => return self.wait(id),
+            Ok(_) => {}
+            Err(error) => return failure_for(id, &BrokerError::from(error)),
+        }
         match self.store.claim_apply(id) {
             Ok(Some(approval)) => {
                 let decision = DecisionInfo {
@@ -1247,6 +1543,9 @@ impl Broker {
         decision: DecisionInfo,
         recovering: bool,
     ) -> Envelope {
+        if forward::is_forward(approval) {
+            return self.commit_forward(approval, decision, recovering);
+        }
         let path = approval.path.as_deref();
         let fail = |code: ErrorCode, message: String| {
             let mut envelope = Envelope::failure(
@@ -1452,6 +1751,14 @@ impl Broker {
     /// what the change wrote; otherwise `conflict`. Audited.
     pub fn undo(&self, id: &str, user: &str) -> Result<Envelope, BrokerError> {
         let approval = self.store.get(id)?;
+        if forward::is_forward(&approval) {
+            return Err(BrokerError::refused(
+                ErrorCode::InvalidInput,
+                format!(
+                    "{id} is an upstream tool call; airlock cannot undo what another server did"
+                ),
+            ));
+        }
         if approval.status != ApprovalStatus::Applied {
             return Err(BrokerError::refused(
                 ErrorCode::InvalidInput,

@@ -7,6 +7,7 @@
 mod approvals;
 mod audit;
 mod check;
+mod serve;
 mod watch;
 mod workspace;
 
@@ -33,7 +34,7 @@ struct Cli {
 }
 
 /// Flags every subcommand accepts.
-#[derive(Debug, Args)]
+#[derive(Debug, Clone, Args)]
 pub(crate) struct GlobalArgs {
     /// The workspace directory [default: the current directory].
     #[arg(long, global = true, value_name = "DIR")]
@@ -74,6 +75,10 @@ enum Command {
     /// Verify, query or follow the audit log.
     #[command(subcommand)]
     Audit(audit::AuditCommand),
+    /// Serve MCP: the built-in tools and the configured upstreams, gated.
+    Serve(serve::ServeArgs),
+    /// Gate one stdio MCP server under its own tool names.
+    Wrap(serve::WrapArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -145,6 +150,8 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Watch => watch::run(&workspace.broker()?),
         Command::Undo(args) => approvals::undo(&workspace.broker()?, &args),
         Command::Audit(command) => audit::run(&workspace, &command),
+        Command::Serve(args) => serve::serve(&cli.global, workspace, &args),
+        Command::Wrap(args) => serve::wrap(&cli.global, workspace, &args),
     }
 }
 

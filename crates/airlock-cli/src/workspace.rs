@@ -104,6 +104,37 @@ impl Workspace {
         Ok(())
     }
 
+    /// The configuration with one more upstream (`airlock wrap`), compiled
+    /// and bound again.
+    pub fn with_upstream(
+        mut self,
+        upstream: airlock_core::config::UpstreamConfig,
+    ) -> Result<Workspace, Failure> {
+        let name = upstream.name.clone();
+        if self
+            .loaded
+            .config
+            .upstreams
+            .iter()
+            .any(|existing| existing.name == name)
+        {
+            return Err(Failure::usage(anyhow!(
+                "the configuration already has an upstream named {name}; pick another with --name"
+            )));
+        }
+        self.loaded.config.upstreams.push(upstream);
+        self.loaded.policy =
+            airlock_core::Policy::compile(&self.loaded.config).map_err(|issues| {
+                let text: Vec<String> = issues
+                    .iter()
+                    .map(|issue| format!("{}: {}", issue.path, issue.message))
+                    .collect();
+                Failure::usage(anyhow!("invalid upstream {name}: {}", text.join("; ")))
+            })?;
+        self.bind_policy()?;
+        Ok(self)
+    }
+
     /// Opens the workspace's broker (store, audit log, sandbox).
     pub fn broker(self) -> Result<airlock_broker::Broker, Failure> {
         airlock_broker::Broker::open(airlock_broker::Workspace {

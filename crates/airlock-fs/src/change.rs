@@ -1004,7 +1004,7 @@ fn text_of(bytes: Option<&[u8]>) -> Option<&str> {
 
 /// `text` cut after `max_chars` characters (never inside one), with a closing
 /// line saying so.
-pub(crate) fn preview(text: &str, max_chars: u64) -> String {
+pub fn preview(text: &str, max_chars: u64) -> String {
     let max_chars = usize::try_from(max_chars).unwrap_or(usize::MAX);
     let Some((cut, _)) = text.char_indices().nth(max_chars) else {
         return text.to_owned();

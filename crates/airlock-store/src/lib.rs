@@ -296,6 +296,10 @@ CREATE TABLE IF NOT EXISTS kv (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS spent_tokens (
+    token TEXT PRIMARY KEY,
+    expires_ms INTEGER NOT NULL
+);
 ";
 
 const APPROVAL_COLUMNS: &str = "seq, id, tool, args_json, args_display, dedup_key, user, agent, \
@@ -573,6 +577,23 @@ impl Store {
         })
     }
 
+    /// Approved approvals that `waiter` holds: calls only that process can carry
+    /// out (an upstream tool call goes through the connection it holds).
+    pub fn approved_held_by(&self, waiter: u32) -> Result<Vec<Approval>, StoreError> {
+        self.with(|conn| {
+            let mut statement = conn.prepare(&format!(
+                "SELECT {APPROVAL_COLUMNS} FROM approvals \
+                 WHERE status = 'approved' AND waiter_pid = ?1 ORDER BY seq"
+            ))?;
+            let mut rows = statement.query([waiter])?;
+            let mut out = Vec::new();
+            while let Some(row) = rows.next()? {
+                out.push(approval_from_row(row)??);
+            }
+            Ok(out)
+        })
+    }
+
     /// Pending approvals whose waiting process is gone.
     pub fn abandoned(&self, alive: &dyn Fn(u32) -> bool) -> Result<Vec<Approval>, StoreError> {
         self.with(|conn| {
@@ -833,6 +854,28 @@ impl Store {
                 params![seq as i64, hash],
             )?;
             Ok(())
+        })
+    }
+
+    /// Spends a one-time token: `true` the first time, `false` ever after (until
+    /// it is past `expires_ms`, when it can no longer be presented anyway and
+    /// its row is swept).
+    pub fn spend_token(
+        &self,
+        token: &str,
+        expires_ms: Millis,
+        now: Millis,
+    ) -> Result<bool, StoreError> {
+        self.with(|conn| {
+            conn.execute(
+                "DELETE FROM spent_tokens WHERE expires_ms < ?1",
+                params![now as i64],
+            )?;
+            let inserted = conn.execute(
+                "INSERT OR IGNORE INTO spent_tokens (token, expires_ms) VALUES (?1, ?2)",
+                params![token, expires_ms as i64],
+            )?;
+            Ok(inserted == 1)
         })
     }
 

@@ -216,6 +216,32 @@ impl Policy {
             })
     }
 
+    /// Whether a tool list shown through an endpoint bound to `profile` (or the
+    /// default profile) includes `tool`: a tool the profile denies whatever its
+    /// arguments (denylist, or an allowlist it misses) is hidden, and an unknown
+    /// profile hides every tool. Calling a hidden tool is denied by `evaluate`
+    /// all the same; this only keeps the list honest.
+    pub fn lists_tool(&self, profile: Option<&str>, tool: &str) -> bool {
+        let Some(name) = profile.or(self.default_profile.as_deref()) else {
+            return true;
+        };
+        let Some(profile) = self.profiles.get(name) else {
+            return false;
+        };
+        if profile.denylist.first_match(tool).is_some() {
+            return false;
+        }
+        profile
+            .allowlist
+            .as_ref()
+            .is_none_or(|list| list.first_match(tool).is_some())
+    }
+
+    /// Whether `name` is a configured profile.
+    pub fn has_profile(&self, name: &str) -> bool {
+        self.profiles.contains_key(name)
+    }
+
     /// Names of the configured profiles.
     pub fn profile_names(&self) -> impl Iterator<Item = &str> {
         self.profiles.keys().map(String::as_str)

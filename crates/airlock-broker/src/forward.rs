@@ -1,0 +1,419 @@
+//! Upstream MCP tool calls through the pipeline (DESIGN §2: "upstream MCP tools
+//! prepare a parameter summary and commit by forwarding the call").
+//!
+//! A call the policy allows is forwarded at once. One that asks becomes an
+//! approval whose plan is the call itself; only the process that holds the
+//! upstream connection (the approval's `waiter_pid`) can carry it out, so a
+//! decision taken elsewhere (`airlock approve`) is applied by that process, and
+//! if it is gone the approval fails instead of waiting forever.
+
+use airlock_core::envelope::{DecidedBy, DecisionInfo, Envelope, HitlInfo, Status};
+use airlock_core::{Decision, Disposition, ErrorCode, ToolCall, ToolOrigin};
+use airlock_store::{Approval, ApprovalStatus, Created, Limits, NewApproval};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::{
+    Broker, FALLBACK_ALLOW, Handling, Mode, Record, audit_unwritable, decided_by_policy_or_grant,
+    dedup_key, hitl_ref, now_ms, to_json,
+};
+
+/// The envelope's `op.method` for upstream calls.
+const METHOD: &str = "mcp.call";
+
+/// Carries a call to an upstream MCP server and returns its `CallToolResult`
+/// (as JSON), or why it could not.
+pub trait Forwarder: Send + Sync {
+    fn forward(&self, call: &ForwardCall) -> Result<Value, String>;
+}
+
+/// One upstream call: the upstream's name, the tool as the upstream names it,
+/// and the arguments.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ForwardCall {
+    pub upstream: String,
+    pub tool: String,
+    pub args: Value,
+}
+
+/// The stored plan of an upstream call's approval.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ForwardPlan {
+    forward: ForwardCall,
+}
+
+/// Whether an approval is an upstream call (its plan is a forward).
+pub(crate) fn is_forward(approval: &Approval) -> bool {
+    approval.plan_json.starts_with("{\"forward\":")
+        && serde_json::from_str::<ForwardPlan>(&approval.plan_json).is_ok()
+}
+
+impl Broker {
+    /// Whether this process may carry out `approval` once approved: any process
+    /// can apply file changes; an upstream call only its holder can.
+    pub(crate) fn can_apply(&self, approval: &Approval) -> bool {
+        !is_forward(approval)
+            || (self.forwarder.is_some() && approval.waiter_pid == Some(std::process::id()))
+    }
+
+    /// Carries out the approved upstream calls this process holds (a decision
+    /// taken in another process, on a call that returned `hitl_required`).
+    /// Returns how many were settled.
+    pub fn apply_held_forwards(&self) -> usize {
+        let held = self
+            .store
+            .approved_held_by(std::process::id())
+            .unwrap_or_default();
+        let mut settled = 0;
+        for approval in held.iter().filter(|approval| is_forward(approval)) {
+            self.settle(&approval.id);
+            settled += 1;
+        }
+        settled
+    }
+
+    /// An upstream tool call through the pipeline.
+    pub(crate) fn upstream_call(
+        &self,
+        call: &ToolCall,
+        decision: &Decision,
+        mode: &Mode,
+        on_pending: &dyn Fn(&Approval),
+        base: Record,
+        now: u64,
+    ) -> Envelope {
+        let path = call.args.get("path").and_then(Value::as_str);
+        let ToolOrigin::Upstream { upstream, .. } = &call.origin else {
+            return Envelope::failure(
+                Status::Error,
+                METHOD,
+                &call.tool,
+                path,
+                ErrorCode::UnknownTool,
+                format!("{} is not an upstream tool", call.tool),
+            );
+        };
+        let tool = call
+            .tool
+            .strip_prefix(&**upstream)
+            .and_then(|rest| rest.strip_prefix("__"))
+            .unwrap_or(&call.tool);
+        let forward = ForwardCall {
+            upstream: upstream.to_string(),
+            tool: tool.to_owned(),
+            args: call.args.clone(),
+        };
+        let handling = self.handling(mode, decision);
+        let asks = decision.disposition == Disposition::Ask;
+        if asks && handling == Handling::Refuse {
+            return self.refused_by_fallback(call, path, METHOD, base.event("tool_call"));
+        }
+        let by_fallback = asks && handling == Handling::Allow;
+        if !asks || by_fallback {
+            let by = if by_fallback {
+                "policy"
+            } else {
+                decided_by_policy_or_grant(decision)
+            };
+            let reason = by_fallback.then(|| FALLBACK_ALLOW.to_owned());
+            let decision_info = DecisionInfo {
+                by: if by == "grant" {
+                    DecidedBy::Grant
+                } else {
+                    DecidedBy::Policy
+                },
+                user: None,
+                channel: None,
+                reason: reason.clone(),
+            };
+            let result = self.run_forward(&forward);
+            let (envelope, record) = forwarded(&call.tool, path, result, base.event("tool_call"));
+            let mut envelope = envelope;
+            envelope.decision = Some(decision_info);
+            return self.audited(
+                envelope,
+                record
+                    .text("decision", "allow")
+                    .text("decided_by", by)
+                    .value("reason", reason.map(Value::String)),
+            );
+        }
+
+        let redacted = airlock_core::redact::redact_params(&call.args);
+        let new = NewApproval {
+            id: format!("hitl-{}", uuid::Uuid::new_v4()),
+            tool: call.tool.clone(),
+            args_json: call.args.to_string(),
+            args_display: redacted.to_string(),
+            dedup_key: dedup_key(call),
+            user: call.principal.user.clone(),
+            agent: call.principal.agent.clone(),
+            session: call.session.clone(),
+            tool_call_id: call.tool_call_id.clone(),
+            risk: decision.risk.as_str().to_owned(),
+            decision_json: serde_json::to_string(decision).unwrap_or_default(),
+            path: path.map(str::to_owned),
+            summary: format!("CALL {}", call.tool),
+            diff: serde_json::to_string_pretty(&redacted).unwrap_or_default(),
+            plan_json: serde_json::to_string(&ForwardPlan { forward }).unwrap_or_default(),
+            created_ms: now,
+            expires_ms: now.saturating_add(
+                self.ttl_seconds(true, handling, decision)
+                    .saturating_mul(1000),
+            ),
+            // Only this process can forward it: it holds the approval, and if
+            // it goes away the approval is cancelled.
+            waiter_pid: Some(std::process::id()),
+        };
+        let limits = Limits {
+            max_pending: self.config.security.hitl.max_pending,
+            max_pending_per_session: self.config.security.hitl.max_pending_per_session,
+        };
+        let (approval, deduplicated) = match self.store.create_approval(&new, limits) {
+            Ok(Created::New(approval)) => (approval, false),
+            Ok(Created::Existing(approval)) => (approval, true),
+            Err(error) => {
+                let error = crate::BrokerError::from(error);
+                let envelope = Envelope::failure(
+                    Status::Error,
+                    METHOD,
+                    &call.tool,
+                    path,
+                    error.code(),
+                    error.to_string(),
+                );
+                return self.audited(
+                    envelope,
+                    base.event("tool_call_propose")
+                        .text("status", "error")
+                        .text("code", error.code().as_str()),
+                );
+            }
+        };
+        let mut record = base
+            .event("tool_call_propose")
+            .text("hitl_id", &approval.id)
+            .text("status", "hitl_required");
+        if deduplicated {
+            record = record.flag("deduplicated", true);
+        }
+        let Some(propose_audit) = self.log(record) else {
+            self.cancel(&approval.id);
+            return audit_unwritable(METHOD, &call.tool, path);
+        };
+        match handling {
+            Handling::Wait => {
+                on_pending(&approval);
+                self.wait(&approval.id)
+            }
+            Handling::ApproveNow { user, reason } => {
+                let request = crate::DecideRequest {
+                    approve: true,
+                    reason: reason.map(str::to_owned),
+                    always: None,
+                    user: user.to_owned(),
+                    channel: "terminal".to_owned(),
+                };
+                match self.decide(&approval.id, &request) {
+                    Ok(envelope) => envelope,
+                    Err(error) => {
+                        self.cancel(&approval.id);
+                        Envelope::failure(
+                            Status::Error,
+                            METHOD,
+                            &call.tool,
+                            path,
+                            error.code(),
+                            error.to_string(),
+                        )
+                    }
+                }
+            }
+            Handling::Defer | Handling::Rounds | Handling::Refuse | Handling::Allow => {
+                let mut envelope = Envelope::new(Status::HitlRequired, METHOD, &call.tool, path);
+                let ttl = approval.expires_ms.saturating_sub(now_ms()).div_ceil(1000);
+                let max = self.config.file_broker.diff_preview_max_chars;
+                envelope.hitl = Some(HitlInfo {
+                    hitl_id: approval.id.clone(),
+                    ttl_seconds: Some(ttl),
+                    risk: Some(decision.risk),
+                    summary: Some(approval.summary.clone()),
+                    diff_preview: Some(airlock_fs::preview(&approval.diff, max)),
+                });
+                envelope.data = Some(json!({
+                    "upstream": upstream.to_string(),
+                    "tool": tool,
+                    "params": redacted,
+                }));
+                envelope.audit = Some(propose_audit);
+                envelope
+            }
+        }
+    }
+
+    fn run_forward(&self, forward: &ForwardCall) -> Result<Value, String> {
+        match &self.forwarder {
+            Some(forwarder) => forwarder.forward(forward),
+            None => Err("this process has no connection to the upstream".to_owned()),
+        }
+    }
+
+    /// Forwards a claimed, approved upstream call and settles its approval.
+    pub(crate) fn commit_forward(
+        &self,
+        approval: &Approval,
+        decision: DecisionInfo,
+        recovering: bool,
+    ) -> Envelope {
+        let path = approval.path.as_deref();
+        let record = Record::for_approval(approval)
+            .event("tool_call_apply")
+            .text("decided_by", decision.by.as_str())
+            .value("user", decision.user.clone().map(Value::String))
+            .value("channel", decision.channel.clone().map(Value::String));
+        let result = if recovering {
+            // A process died while forwarding: whether the upstream ran the
+            // call is unknown, and it is never sent twice.
+            Err(
+                "the process forwarding this call ended before it finished; \
+                 whether the upstream ran it is unknown"
+                    .to_owned(),
+            )
+        } else {
+            match serde_json::from_str::<ForwardPlan>(&approval.plan_json) {
+                Ok(plan) => self.run_forward(&plan.forward),
+                Err(error) => Err(format!("stored call is unreadable: {error}")),
+            }
+        };
+        let (mut envelope, record) = forwarded(&approval.tool, path, result, record);
+        let status = if envelope.status == Status::Allowed {
+            ApprovalStatus::Applied
+        } else {
+            ApprovalStatus::Failed
+        };
+        envelope.hitl = Some(hitl_ref(approval));
+        envelope.decision = Some(decision);
+        let envelope = self.audited(
+            envelope,
+            record.text(
+                "decision",
+                if status == ApprovalStatus::Applied {
+                    "approve"
+                } else {
+                    "error"
+                },
+            ),
+        );
+        let _ = self.store.finish(&approval.id, status, &to_json(&envelope));
+        envelope
+    }
+
+    /// Fails an approved upstream call whose holder is gone. `None` when
+    /// another process claimed it first.
+    pub(crate) fn abandon_forward(&self, approval: &Approval) -> Option<Envelope> {
+        let claimed = self.store.claim_apply(&approval.id).ok().flatten()?;
+        let decision = DecisionInfo {
+            by: crate::decided_by(claimed.decided_by.as_deref()),
+            user: claimed.decided_user.clone(),
+            channel: claimed.channel.clone(),
+            reason: claimed.reason.clone(),
+        };
+        let path = claimed.path.as_deref();
+        let mut envelope = Envelope::failure(
+            Status::Error,
+            METHOD,
+            &claimed.tool,
+            path,
+            ErrorCode::UpstreamError,
+            "the airlock process holding the upstream connection ended before \
+             the approved call was forwarded; it was not sent",
+        );
+        envelope.hitl = Some(hitl_ref(&claimed));
+        envelope.decision = Some(decision);
+        let envelope = self.audited(
+            envelope,
+            Record::for_approval(&claimed)
+                .event("tool_call_apply")
+                .text("status", "error")
+                .text("code", ErrorCode::UpstreamError.as_str()),
+        );
+        let _ = self
+            .store
+            .finish(&claimed.id, ApprovalStatus::Failed, &to_json(&envelope));
+        Some(envelope)
+    }
+}
+
+/// The envelope and audit record of a forwarded call's outcome. An upstream
+/// result with `isError` is a tool error (`upstream_error`), and so is a call
+/// that could not be carried.
+fn forwarded(
+    tool: &str,
+    path: Option<&str>,
+    result: Result<Value, String>,
+    record: Record,
+) -> (Envelope, Record) {
+    match result {
+        Ok(result) => {
+            let is_error = result
+                .get("isError")
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+            let hash = airlock_core::canonical::to_canonical_string(&result)
+                .map(|text| airlock_core::canonical::sha256_hex(text.as_bytes()))
+                .ok();
+            let record = record.value("result_hash", hash.map(Value::String));
+            if is_error {
+                let mut envelope = Envelope::failure(
+                    Status::Error,
+                    METHOD,
+                    tool,
+                    path,
+                    ErrorCode::UpstreamError,
+                    format!(
+                        "the upstream tool reported an error: {}",
+                        first_text(&result)
+                    ),
+                );
+                envelope.data = Some(result);
+                let record = record
+                    .text("status", "error")
+                    .text("code", ErrorCode::UpstreamError.as_str());
+                (envelope, record)
+            } else {
+                let mut envelope = Envelope::new(Status::Allowed, METHOD, tool, path);
+                envelope.data = Some(result);
+                (envelope, record.text("status", "allowed"))
+            }
+        }
+        Err(message) => {
+            let envelope = Envelope::failure(
+                Status::Error,
+                METHOD,
+                tool,
+                path,
+                ErrorCode::UpstreamError,
+                message,
+            );
+            let record = record
+                .text("status", "error")
+                .text("code", ErrorCode::UpstreamError.as_str());
+            (envelope, record)
+        }
+    }
+}
+
+/// The first text content of a `CallToolResult`, cut to 500 characters.
+fn first_text(result: &Value) -> String {
+    let text = result
+        .get("content")
+        .and_then(Value::as_array)
+        .and_then(|content| {
+            content
+                .iter()
+                .find_map(|block| block.get("text").and_then(Value::as_str))
+        })
+        .unwrap_or("(no message)");
+    text.chars().take(500).collect()
+}

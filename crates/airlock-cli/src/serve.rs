@@ -1,0 +1,275 @@
+//! `airlock serve` (MCP over stdio and streamable HTTP) and `airlock wrap`
+//! (one stdio MCP server, gated, under its own tool names).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use airlock_core::config::UpstreamConfig;
+use airlock_mcp::{Gateway, GatewayOptions, SessionOptions};
+use anyhow::anyhow;
+use clap::Args;
+
+use crate::workspace::Workspace;
+use crate::{Failure, GlobalArgs};
+
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// Serve MCP on stdin/stdout (logs go to stderr).
+    #[arg(long)]
+    stdio: bool,
+    /// Serve MCP over streamable HTTP at /mcp and /mcp/{profile} on this address.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<SocketAddr>,
+    /// The profile bound to the stdio endpoint (default: `default_profile`).
+    #[arg(long, value_name = "P")]
+    profile: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct WrapArgs {
+    /// The upstream's name in policy rules (`<name>__<tool>`) [default: the
+    /// command's file name].
+    #[arg(long, value_name = "N")]
+    name: Option<String>,
+    /// The profile bound to the endpoint (default: `default_profile`).
+    #[arg(long, value_name = "P")]
+    profile: Option<String>,
+    /// The MCP server to start, and its arguments.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    command: Vec<String>,
+}
+
+pub(crate) fn serve(
+    global: &GlobalArgs,
+    workspace: Workspace,
+    args: &ServeArgs,
+) -> Result<u8, Failure> {
+    if !args.stdio && args.http.is_none() {
+        return Err(Failure::usage(anyhow!(
+            "serve needs --stdio, --http ADDR, or both"
+        )));
+    }
+    check_profile(&workspace, args.profile.as_deref())?;
+    let session = SessionOptions {
+        profile: args.profile.clone(),
+        user: Some(crate::approvals::terminal_user()),
+        http: false,
+    };
+    run(
+        global,
+        workspace,
+        None,
+        GatewayOptions::default(),
+        session,
+        args.stdio,
+        args.http,
+    )
+}
+
+pub(crate) fn wrap(
+    global: &GlobalArgs,
+    workspace: Workspace,
+    args: &WrapArgs,
+) -> Result<u8, Failure> {
+    check_profile(&workspace, args.profile.as_deref())?;
+    let name = match &args.name {
+        Some(name) => name.clone(),
+        None => default_name(&args.command),
+    };
+    let (command, rest) = args
+        .command
+        .split_first()
+        .ok_or_else(|| Failure::usage(anyhow!("wrap needs a command")))?;
+    let upstream = UpstreamConfig {
+        name: name.clone(),
+        command: Some(command.clone()),
+        args: rest.to_vec(),
+        env: Default::default(),
+        cwd: None,
+        url: None,
+        headers: Default::default(),
+        trusted_annotations: false,
+    };
+    let workspace = workspace.with_upstream(upstream.clone())?;
+    let session = SessionOptions {
+        profile: args.profile.clone(),
+        user: Some(crate::approvals::terminal_user()),
+        http: false,
+    };
+    let options = GatewayOptions { wrap: Some(name) };
+    run(
+        global,
+        workspace,
+        Some(upstream),
+        options,
+        session,
+        true,
+        None,
+    )
+}
+
+/// A name for a wrapped command: its file name (or the package it runs, for
+/// `npx`/`uvx`-style launchers), reduced to the characters a name may have.
+fn default_name(command: &[String]) -> String {
+    let launcher = |word: &str| {
+        matches!(
+            word,
+            "npx" | "uvx" | "node" | "python" | "python3" | "bunx" | "deno"
+        )
+    };
+    let file = |word: &str| {
+        std::path::Path::new(word)
+            .file_stem()
+            .map(|stem| stem.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    let first = command.first().map(|word| file(word)).unwrap_or_default();
+    let chosen = if launcher(&first) {
+        command
+            .iter()
+            .skip(1)
+            .find(|word| !word.starts_with('-'))
+            .map(|word| {
+                let word = word.rsplit('/').next().unwrap_or(word);
+                file(word)
+            })
+            .unwrap_or(first)
+    } else {
+        first
+    };
+    let mut name: String = chosen
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    while name.contains("__") {
+        name = name.replace("__", "_");
+    }
+    let name: String = name.trim_matches('_').chars().take(32).collect();
+    if name.is_empty() {
+        "upstream".to_owned()
+    } else {
+        name
+    }
+}
+
+fn check_profile(workspace: &Workspace, profile: Option<&str>) -> Result<(), Failure> {
+    if let Some(profile) = profile
+        && !workspace.loaded.policy.has_profile(profile)
+    {
+        return Err(Failure::usage(anyhow!(
+            "no profile named {profile} in the configuration"
+        )));
+    }
+    Ok(())
+}
+
+fn run(
+    global: &GlobalArgs,
+    workspace: Workspace,
+    wrapped: Option<UpstreamConfig>,
+    options: GatewayOptions,
+    session: SessionOptions,
+    stdio: bool,
+    http: Option<SocketAddr>,
+) -> Result<u8, Failure> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(Failure::internal)?;
+    let tokens = workspace.loaded.config.auth.tokens.clone();
+    let mut reloader = Reload::new(global.clone(), workspace.config_path.clone(), wrapped);
+    let broker_workspace = airlock_broker::Workspace {
+        root: workspace.root.clone(),
+        loaded: workspace.loaded,
+    };
+    runtime.block_on(async move {
+        let gateway = Gateway::start(broker_workspace, options)
+            .await
+            .map_err(|error| Failure::internal(anyhow!("{error}")))?;
+        reloader.prime();
+        gateway.watch_config(Box::new(move || reloader.check()));
+        let result = match (stdio, http) {
+            (true, None) => airlock_mcp::serve_stdio(gateway.clone(), session)
+                .await
+                .map_err(|error| Failure::internal(anyhow!("{error}"))),
+            (stdio, Some(addr)) => {
+                let served = airlock_http::serve(gateway.clone(), tokens, addr, |bound| {
+                    eprintln!("airlock: serving MCP at http://{bound}/mcp");
+                });
+                if stdio {
+                    tokio::select! {
+                        result = served => result.map_err(|error| Failure::usage(anyhow!("{error}"))),
+                        result = airlock_mcp::serve_stdio(gateway.clone(), session) =>
+                            result.map_err(|error| Failure::internal(anyhow!("{error}"))),
+                    }
+                } else {
+                    tokio::select! {
+                        result = served => result.map_err(|error| Failure::usage(anyhow!("{error}"))),
+                        _ = tokio::signal::ctrl_c() => Ok(()),
+                    }
+                }
+            }
+            (false, None) => Ok(()),
+        };
+        gateway.shutdown().await;
+        // Approvals this process held (waiting calls, upstream calls only it
+        // can forward) cannot be carried out by anyone else.
+        let broker = gateway.broker();
+        let _ = tokio::task::spawn_blocking(move || broker.cancel_own_waits()).await;
+        result.map(|()| 0)
+    })
+}
+
+/// Re-reads the configuration file when it changes.
+struct Reload {
+    global: GlobalArgs,
+    path: PathBuf,
+    wrapped: Option<UpstreamConfig>,
+    last: Option<Vec<u8>>,
+}
+
+impl Reload {
+    fn new(global: GlobalArgs, path: PathBuf, wrapped: Option<UpstreamConfig>) -> Reload {
+        Reload {
+            global,
+            path,
+            wrapped,
+            last: None,
+        }
+    }
+
+    fn read(&self) -> Option<Vec<u8>> {
+        std::fs::read(&self.path).ok()
+    }
+
+    fn prime(&mut self) {
+        self.last = self.read();
+    }
+
+    fn check(&mut self) -> Result<Option<airlock_broker::Workspace>, String> {
+        let now = self.read();
+        if now == self.last {
+            return Ok(None);
+        }
+        self.last = now;
+        let workspace = Workspace::load(&self.global, false)
+            .map_err(|failure| format!("{:#}", failure.error))?;
+        let workspace = match &self.wrapped {
+            Some(upstream) => workspace
+                .with_upstream(upstream.clone())
+                .map_err(|failure| format!("{:#}", failure.error))?,
+            None => workspace,
+        };
+        Ok(Some(airlock_broker::Workspace {
+            root: workspace.root,
+            loaded: workspace.loaded,
+        }))
+    }
+}

@@ -1,0 +1,214 @@
+//! The gateway: one workspace's broker, its upstreams, the sessions to notify,
+//! and live configuration.
+
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use airlock_broker::{Broker, Workspace};
+use airlock_core::Policy;
+use rmcp::RoleServer;
+use rmcp::model::RequestStateCodec;
+use rmcp::service::Peer;
+
+use crate::McpError;
+use crate::upstream::{UpstreamForwarder, Upstreams};
+
+/// How often the configuration file is looked at.
+const RELOAD_POLL: Duration = Duration::from_millis(300);
+/// How often approved upstream calls held by this process are looked for.
+const HELD_POLL: Duration = Duration::from_millis(100);
+
+/// Reads the configuration again: `Ok(None)` when it did not change,
+/// `Ok(Some(workspace))` for a new valid one, `Err(reason)` for an invalid one.
+pub type Reloader = Box<dyn FnMut() -> Result<Option<Workspace>, String> + Send>;
+
+/// How the gateway presents its tools.
+#[derive(Debug, Clone, Default)]
+pub struct GatewayOptions {
+    /// `airlock wrap`: only this upstream's tools, under their own names (and
+    /// `proposal_status`); no built-in file tools.
+    pub wrap: Option<String>,
+}
+
+/// One workspace behind MCP.
+pub struct Gateway {
+    broker: RwLock<Arc<Broker>>,
+    pub(crate) upstreams: Arc<Upstreams>,
+    pub(crate) codec: RequestStateCodec,
+    pub(crate) options: GatewayOptions,
+    peers: Arc<Mutex<Vec<Peer<RoleServer>>>>,
+    runtime: tokio::runtime::Handle,
+}
+
+impl Gateway {
+    /// Opens the broker, starts the upstreams and the background work (held
+    /// upstream calls). Must run inside a multi-threaded tokio runtime.
+    pub async fn start(
+        workspace: Workspace,
+        options: GatewayOptions,
+    ) -> Result<Arc<Gateway>, McpError> {
+        let runtime = tokio::runtime::Handle::current();
+        let root = workspace.root.clone();
+        let configs = workspace.loaded.config.upstreams.clone();
+        let peers: Arc<Mutex<Vec<Peer<RoleServer>>>> = Arc::new(Mutex::new(Vec::new()));
+        let notify_peers = peers.clone();
+        let on_change = Arc::new(move || notify_tools_changed(&notify_peers));
+        let upstreams = Arc::new(Upstreams::new(root, on_change));
+        let forwarder = Arc::new(UpstreamForwarder {
+            upstreams: upstreams.clone(),
+            runtime: runtime.clone(),
+        });
+        let broker = tokio::task::spawn_blocking(move || Broker::open(workspace))
+            .await
+            .map_err(|error| McpError::Protocol(error.to_string()))??
+            .with_forwarder(forwarder.clone());
+        let key = broker.state_secret("mcp-request-state.key")?;
+        let codec = RequestStateCodec::try_new(key)
+            .map_err(|error| McpError::Protocol(error.to_string()))?;
+        let gateway = Arc::new(Gateway {
+            broker: RwLock::new(Arc::new(broker)),
+            upstreams: upstreams.clone(),
+            codec,
+            options,
+            peers,
+            runtime,
+        });
+        if let Some(name) = &gateway.options.wrap
+            && !configs.iter().any(|config| config.name == *name)
+        {
+            return Err(McpError::Upstream {
+                name: name.clone(),
+                message: "no such upstream to wrap".to_owned(),
+            });
+        }
+        for (name, message) in upstreams.reconcile(&configs).await {
+            if gateway.options.wrap.as_deref() == Some(name.as_str()) {
+                // The one server `wrap` stands for must be there.
+                upstreams.stop_all().await;
+                return Err(McpError::Upstream { name, message });
+            }
+        }
+        if !configs.is_empty() {
+            let held = gateway.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(HELD_POLL).await;
+                    let broker = held.broker();
+                    let _ = tokio::task::spawn_blocking(move || broker.apply_held_forwards()).await;
+                }
+            });
+        }
+        Ok(gateway)
+    }
+
+    /// The broker in force (a reload swaps it; calls in flight keep theirs).
+    pub fn broker(&self) -> Arc<Broker> {
+        match self.broker.read() {
+            Ok(broker) => broker.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Remembers a session so it hears `notifications/tools/list_changed`.
+    pub(crate) fn register_peer(&self, peer: Peer<RoleServer>) {
+        if let Ok(mut peers) = self.peers.lock() {
+            peers.retain(|peer| !peer.is_transport_closed());
+            peers.push(peer);
+        }
+    }
+
+    /// Watches the configuration: a valid change is taken into use (a new
+    /// broker, upstreams reconciled, sessions told their tool lists changed);
+    /// an invalid one is logged and audited as `config_rejected`, and the old
+    /// one stays.
+    pub fn watch_config(self: &Arc<Self>, mut reloader: Reloader) {
+        let gateway = self.clone();
+        self.runtime.spawn(async move {
+            loop {
+                tokio::time::sleep(RELOAD_POLL).await;
+                let (next, reloader_back) =
+                    match tokio::task::spawn_blocking(move || (reloader(), reloader)).await {
+                        Ok(pair) => pair,
+                        Err(_) => return,
+                    };
+                reloader = reloader_back;
+                match next {
+                    Ok(None) => {}
+                    Ok(Some(workspace)) => gateway.take(workspace).await,
+                    Err(reason) => {
+                        eprintln!("airlock: configuration rejected, the old one stays: {reason}");
+                        let broker = gateway.broker();
+                        let _ = tokio::task::spawn_blocking(move || {
+                            broker.note_config_rejected("airlock.yaml", &reason)
+                        })
+                        .await;
+                    }
+                }
+            }
+        });
+    }
+
+    async fn take(&self, workspace: Workspace) {
+        let configs = workspace.loaded.config.upstreams.clone();
+        let forwarder = Arc::new(UpstreamForwarder {
+            upstreams: self.upstreams.clone(),
+            runtime: self.runtime.clone(),
+        });
+        let opened = tokio::task::spawn_blocking(move || Broker::open(workspace)).await;
+        match opened {
+            Ok(Ok(broker)) => {
+                let broker = Arc::new(broker.with_forwarder(forwarder));
+                if let Ok(mut slot) = self.broker.write() {
+                    *slot = broker;
+                }
+                eprintln!("airlock: configuration reloaded");
+                self.upstreams.reconcile(&configs).await;
+                notify_tools_changed(&self.peers);
+            }
+            Ok(Err(error)) => {
+                let reason = error.to_string();
+                eprintln!("airlock: configuration rejected, the old one stays: {reason}");
+                let broker = self.broker();
+                let _ = tokio::task::spawn_blocking(move || {
+                    broker.note_config_rejected("airlock.yaml", &reason)
+                })
+                .await;
+            }
+            Err(_) => {}
+        }
+    }
+
+    /// Stops the upstream servers.
+    pub async fn shutdown(&self) {
+        self.upstreams.stop_all().await;
+    }
+
+    pub(crate) fn compiled_policy(&self) -> PolicyRef {
+        PolicyRef(self.broker())
+    }
+}
+
+/// The policy of the broker in force, kept alive while it is used.
+pub(crate) struct PolicyRef(Arc<Broker>);
+
+impl std::ops::Deref for PolicyRef {
+    type Target = Policy;
+    fn deref(&self) -> &Policy {
+        self.0.policy()
+    }
+}
+
+fn notify_tools_changed(peers: &Mutex<Vec<Peer<RoleServer>>>) {
+    let peers = match peers.lock() {
+        Ok(mut peers) => {
+            peers.retain(|peer| !peer.is_transport_closed());
+            peers.clone()
+        }
+        Err(_) => return,
+    };
+    for peer in peers {
+        tokio::spawn(async move {
+            let _ = peer.notify_tool_list_changed().await;
+        });
+    }
+}

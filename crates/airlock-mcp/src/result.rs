@@ -1,0 +1,105 @@
+//! An envelope as an MCP tool result: the envelope is the `structuredContent`,
+//! the text content is one plain sentence (and, as the MCP specification asks
+//! of tools with structured results, the serialized JSON for clients that read
+//! only text), `isError` is true for denied and error. An upstream call that
+//! went through carries the upstream's own content instead.
+
+use airlock_core::envelope::{Envelope, Status};
+use rmcp::model::CallToolResult;
+use serde_json::{Value, json};
+
+pub(crate) fn to_result(envelope: &Envelope) -> CallToolResult {
+    let structured = serde_json::to_value(envelope).unwrap_or(Value::Null);
+    let is_error = matches!(envelope.status, Status::Denied | Status::Error);
+    let forwarded_content = (envelope.op.method == "mcp.call")
+        .then_some(envelope.data.as_ref())
+        .flatten()
+        .and_then(|data| data.get("content"))
+        .filter(|content| content.is_array())
+        .cloned();
+    let content = match forwarded_content {
+        Some(content) => content,
+        None => json!([
+            {"type": "text", "text": sentence(envelope)},
+            {"type": "text", "text": structured.to_string()},
+        ]),
+    };
+    let result = json!({
+        "content": content,
+        "structuredContent": structured,
+        "isError": is_error,
+    });
+    serde_json::from_value(result).unwrap_or_else(|_| {
+        CallToolResult::error(vec![rmcp::model::ContentBlock::text(sentence(envelope))])
+    })
+}
+
+/// One plain sentence saying what happened.
+pub(crate) fn sentence(envelope: &Envelope) -> String {
+    let tool = &envelope.op.tool;
+    let on = envelope
+        .op
+        .path
+        .as_deref()
+        .map(|path| format!(" on {path}"))
+        .unwrap_or_default();
+    match envelope.status {
+        Status::Allowed => {
+            let data = envelope.data.as_ref();
+            let number = |key: &str| data.and_then(|d| d.get(key)).and_then(Value::as_u64);
+            match envelope.op.method.as_str() {
+                "fs.read" => match data.and_then(|d| d.get("returned_range")) {
+                    Some(range) => format!(
+                        "Read {}: lines {}-{} of {} bytes.",
+                        envelope.op.path.as_deref().unwrap_or("?"),
+                        range.get("start_line").and_then(Value::as_u64).unwrap_or(0),
+                        range.get("end_line").and_then(Value::as_u64).unwrap_or(0),
+                        number("size_bytes").unwrap_or(0)
+                    ),
+                    None => format!("Read{on}."),
+                },
+                "fs.apply_patch" => format!("Applied {tool}{on}."),
+                "hitl.status" => format!(
+                    "Proposal {} is {}.",
+                    data.and_then(|d| d.get("hitl_id"))
+                        .and_then(Value::as_str)
+                        .unwrap_or("?"),
+                    data.and_then(|d| d.get("status"))
+                        .and_then(Value::as_str)
+                        .unwrap_or("?")
+                ),
+                _ => match number("match_count").or_else(|| number("count")) {
+                    Some(count) => format!("{tool}{on}: {count} found."),
+                    None => format!("{tool}{on} done."),
+                },
+            }
+        }
+        Status::HitlRequired => match &envelope.hitl {
+            Some(hitl) => format!(
+                "{tool}{on} needs a human's approval: proposal {} ({} risk, {}), expires in {} s; \
+                 call proposal_status with this hitl_id to learn the outcome.",
+                hitl.hitl_id,
+                hitl.risk.map_or("unknown", |risk| risk.as_str()),
+                hitl.summary.as_deref().unwrap_or(""),
+                hitl.ttl_seconds.unwrap_or(0)
+            ),
+            None => format!("{tool}{on} needs a human's approval."),
+        },
+        Status::Denied => match &envelope.error {
+            Some(error) => format!(
+                "Denied {tool}{on} ({}): {}",
+                error.code.as_str(),
+                error.message
+            ),
+            None => format!("Denied {tool}{on}."),
+        },
+        Status::Error => match &envelope.error {
+            Some(error) => format!(
+                "{tool}{on} failed ({}): {}",
+                error.code.as_str(),
+                error.message
+            ),
+            None => format!("{tool}{on} failed."),
+        },
+    }
+}

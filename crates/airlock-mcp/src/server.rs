@@ -1,0 +1,537 @@
+//! One MCP session: `tools/list`, `tools/call` through the broker, blobs as
+//! resources, and asking the client's human.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use airlock_broker::{ClientAsk, DecideRequest, Mode};
+use airlock_core::envelope::Status;
+use airlock_core::{Principal, ToolCall, ToolOrigin};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, ElicitationAction, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
+    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
+    ServerConfig, Tool,
+};
+use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use serde_json::{Value, json};
+
+use crate::Gateway;
+use crate::result::to_result;
+use crate::tools;
+
+/// How often a waiting call tells a client with a progress token that it is
+/// still waiting.
+const PROGRESS_EVERY: Duration = Duration::from_secs(2);
+
+/// Who an HTTP request comes from, put into the request's extensions by the
+/// HTTP layer once its bearer token checked out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpPrincipal {
+    pub user: Option<String>,
+    pub token_name: String,
+}
+
+/// How a session is bound.
+#[derive(Debug, Clone, Default)]
+pub struct SessionOptions {
+    /// The profile bound to the endpoint (`--profile`, `/mcp/{profile}`); the
+    /// model cannot choose another.
+    pub profile: Option<String>,
+    /// The user the calls are made for (stdio: the OS user).
+    pub user: Option<String>,
+    /// HTTP: the profile comes from the request path, the user from the token.
+    pub http: bool,
+}
+
+/// The profile and the user of a request.
+type Binding = (Option<String>, Option<String>);
+
+/// One MCP session (an rmcp `ServerHandler`).
+#[derive(Clone)]
+pub struct Session {
+    gateway: Arc<Gateway>,
+    options: SessionOptions,
+    id: String,
+    /// HTTP: the (profile, user) the session started with; later requests
+    /// must come the same way.
+    bound: Arc<Mutex<Option<Binding>>>,
+}
+
+impl Session {
+    pub fn new(gateway: Arc<Gateway>, options: SessionOptions) -> Session {
+        Session {
+            gateway,
+            options,
+            id: format!("mcp-{}", uuid_like()),
+            bound: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    /// The profile and user of this request. Over HTTP they come from the
+    /// path and the token, and must not change within a session.
+    fn binding(&self, extensions: &rmcp::model::Extensions) -> Result<Binding, ErrorData> {
+        if !self.options.http {
+            return Ok((self.options.profile.clone(), self.options.user.clone()));
+        }
+        let parts = extensions.get::<http::request::Parts>();
+        let profile = parts.and_then(|parts| {
+            parts
+                .uri
+                .path()
+                .strip_prefix("/mcp/")
+                .map(|rest| rest.trim_end_matches('/').to_owned())
+                .filter(|rest| !rest.is_empty())
+        });
+        let user = parts
+            .and_then(|parts| parts.extensions.get::<HttpPrincipal>())
+            .and_then(|principal| principal.user.clone());
+        let now = (profile, user);
+        let mut bound = self
+            .bound
+            .lock()
+            .map_err(|_| ErrorData::internal_error("session state is poisoned", None))?;
+        match &*bound {
+            Some(first) if *first != now => Err(ErrorData::invalid_request(
+                "this session was started on another endpoint or with another token",
+                None,
+            )),
+            Some(_) => Ok(now),
+            None => {
+                *bound = Some(now.clone());
+                Ok(now)
+            }
+        }
+    }
+
+    /// The tools this session may see.
+    fn visible_tools(&self, profile: Option<&str>) -> Vec<Tool> {
+        let policy = self.gateway.compiled_policy();
+        let wrap = self.gateway.options.wrap.as_deref();
+        let mut out = Vec::new();
+        for tool in tools::builtin() {
+            let name = tool.name.as_ref();
+            if wrap.is_some() && name != "proposal_status" {
+                continue;
+            }
+            if policy.lists_tool(profile, name) {
+                out.push(tool.clone());
+            }
+        }
+        for upstream in self.gateway.upstreams.all() {
+            let upstream_name = &upstream.config.name;
+            if wrap.is_some_and(|wrap| wrap != upstream_name) {
+                continue;
+            }
+            for tool in upstream.tools().iter() {
+                let gated = format!("{upstream_name}__{}", tool.name);
+                if !policy.lists_tool(profile, &gated) {
+                    continue;
+                }
+                let shown = if wrap.is_some() {
+                    tool.name.to_string()
+                } else {
+                    gated
+                };
+                if shown == "proposal_status" && wrap.is_some() {
+                    // The upstream's own tool of that name wins under wrap.
+                    out.retain(|listed| listed.name != "proposal_status");
+                }
+                out.push(tools::relisted(tool, shown));
+            }
+        }
+        out
+    }
+
+    /// The name the policy sees and where the tool comes from.
+    fn resolve(&self, name: &str) -> (String, ToolOrigin) {
+        let policy = self.gateway.compiled_policy();
+        if let Some(wrap) = self.gateway.options.wrap.as_deref() {
+            let upstream_has = |tool: &str| {
+                self.gateway.upstreams.get(wrap).and_then(|upstream| {
+                    upstream
+                        .tools()
+                        .iter()
+                        .find(|listed| listed.name == tool)
+                        .cloned()
+                })
+            };
+            if name == "proposal_status" && upstream_has(name).is_none() {
+                return (name.to_owned(), policy.origin_of(name, None));
+            }
+            let gated = format!("{wrap}__{name}");
+            return match upstream_has(name) {
+                Some(tool) => {
+                    let origin = policy.origin_of(&gated, tools::annotations_of(&tool));
+                    (gated, origin)
+                }
+                None => (gated, ToolOrigin::Unknown),
+            };
+        }
+        if let Some((prefix, rest)) = name.split_once("__") {
+            let tool = self
+                .gateway
+                .upstreams
+                .get(prefix)
+                .and_then(|upstream| upstream.tools().iter().find(|t| t.name == rest).cloned());
+            return match tool {
+                Some(tool) => (
+                    name.to_owned(),
+                    policy.origin_of(name, tools::annotations_of(&tool)),
+                ),
+                // Not (or no longer) offered by that upstream: never forwarded.
+                None => (name.to_owned(), ToolOrigin::Unknown),
+            };
+        }
+        (name.to_owned(), policy.origin_of(name, None))
+    }
+
+    async fn call(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let (profile, user) = self.binding(&context.extensions)?;
+        let args = Value::Object(request.arguments.clone().unwrap_or_default());
+        let (tool, origin) = self.resolve(&request.name);
+        let agent = context.client_info().map(|info| info.name);
+        let version = context.protocol_version();
+        let rounds = version
+            .as_ref()
+            .is_some_and(|version| *version >= ProtocolVersion::V_2026_07_28);
+        let elicits = client_elicits(&context);
+        let ask = match (rounds, elicits) {
+            (true, true) => ClientAsk::Rounds,
+            (false, true) => ClientAsk::Elicit,
+            (_, false) => ClientAsk::Unable,
+        };
+        let call = ToolCall {
+            tool,
+            args,
+            origin,
+            principal: Principal {
+                user: user.clone(),
+                agent,
+            },
+            session: Some(self.id.clone()),
+            profile,
+            tool_call_id: Some(context.id.to_string()),
+            received_at: airlock_broker::now_ms(),
+        };
+        if rounds && request.request_state.is_some() {
+            return crate::rounds::resume(&self.gateway, &call, &request).await;
+        }
+        let broker = self.gateway.broker();
+        let (pending_tx, mut pending_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let submit_call = call.clone();
+        let submit_broker = broker.clone();
+        let mut submitted = tokio::task::spawn_blocking(move || {
+            submit_broker.submit(&submit_call, &Mode::Client(ask), &|approval| {
+                let _ = pending_tx.send(approval.id.clone());
+            })
+        });
+        let progress_token = context.meta.get_progress_token();
+        let mut ticks = tokio::time::interval(PROGRESS_EVERY);
+        ticks.tick().await;
+        let mut waiting_on: Option<String> = None;
+        let mut progress = 0.0;
+        let envelope = loop {
+            tokio::select! {
+                joined = &mut submitted => {
+                    break joined.map_err(|error| ErrorData::internal_error(error.to_string(), None))?;
+                }
+                Some(id) = pending_rx.recv() => {
+                    waiting_on = Some(id.clone());
+                    if ask == ClientAsk::Elicit {
+                        tokio::spawn(elicit(broker.clone(), context.peer.clone(), id, user.clone()));
+                    }
+                }
+                _ = ticks.tick(), if progress_token.is_some() && waiting_on.is_some() => {
+                    if let (Some(token), Some(id)) = (&progress_token, &waiting_on) {
+                        progress += 1.0;
+                        let param = serde_json::from_value::<ProgressNotificationParam>(json!({
+                            "progressToken": token,
+                            "progress": progress,
+                            "message": format!("waiting for a human to decide {id}"),
+                        }));
+                        if let Ok(param) = param {
+                            let _ = context.peer.notify_progress(param).await;
+                        }
+                    }
+                }
+                () = context.ct.cancelled() => {
+                    // The client gave up on the call: its approval is cancelled,
+                    // which ends the wait.
+                    if let Some(id) = waiting_on.take() {
+                        let broker = broker.clone();
+                        let _ = tokio::task::spawn_blocking(move || broker.cancel(&id)).await;
+                    }
+                }
+            }
+        };
+        if rounds && envelope.status == Status::HitlRequired {
+            return crate::rounds::input_required(&self.gateway, &call, &envelope).await;
+        }
+        Ok(CallToolResponse::Complete(to_result(&envelope)))
+    }
+}
+
+/// Whether the client can answer a form elicitation.
+fn client_elicits(context: &RequestContext<RoleServer>) -> bool {
+    let Some(capabilities) = context.client_capabilities() else {
+        return false;
+    };
+    match capabilities.elicitation {
+        Some(elicitation) => elicitation.form.is_some() || elicitation.url.is_none(),
+        None => false,
+    }
+}
+
+/// The form a human answers: approve or deny, a reason (required where the
+/// risk requires one), and "always" where it may be offered.
+pub(crate) fn decision_form(form: &airlock_broker::AskForm) -> Value {
+    let mut properties = json!({
+        "decision": {
+            "type": "string",
+            "title": "Decision",
+            "enum": ["approve", "deny"],
+            "enumNames": ["Approve", "Deny"],
+        },
+        "reason": {
+            "type": "string",
+            "title": "Reason",
+            "description": if form.require_reason {
+                "Required to approve at this risk."
+            } else {
+                "Optional."
+            },
+        },
+    });
+    if form.allow_skip {
+        properties["always"] = json!({
+            "type": "boolean",
+            "title": "Always allow this for the session",
+            "default": false,
+        });
+    }
+    let mut required = vec!["decision"];
+    if form.require_reason {
+        required.push("reason");
+    }
+    json!({"type": "object", "properties": properties, "required": required})
+}
+
+/// The message shown with the form.
+pub(crate) fn decision_message(form: &airlock_broker::AskForm) -> String {
+    format!(
+        "airlock: {} wants to run {} ({} risk).\n{}\n\n{}",
+        "The agent", form.tool, form.risk, form.summary, form.diff_preview
+    )
+}
+
+/// Turns a form answer into a decision request. `None` when the answer
+/// approves without a reason the risk requires (it decides nothing).
+pub(crate) fn decide_request(
+    action: &ElicitationAction,
+    content: Option<&Value>,
+    form: &airlock_broker::AskForm,
+    user: Option<String>,
+) -> Option<DecideRequest> {
+    let user = user.unwrap_or_else(|| "mcp-client".to_owned());
+    let field = |key: &str| content.and_then(|content| content.get(key));
+    let reason = field("reason")
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|reason| !reason.is_empty())
+        .map(str::to_owned);
+    let deny = |reason: Option<String>| DecideRequest {
+        approve: false,
+        reason,
+        always: None,
+        user: user.clone(),
+        channel: "mcp".to_owned(),
+    };
+    match action {
+        ElicitationAction::Accept => {
+            if field("decision").and_then(Value::as_str) != Some("approve") {
+                return Some(deny(reason));
+            }
+            if form.require_reason && reason.is_none() {
+                return None;
+            }
+            let always =
+                form.allow_skip && field("always").and_then(Value::as_bool).unwrap_or(false);
+            Some(DecideRequest {
+                approve: true,
+                reason,
+                always: always.then_some(airlock_broker::AlwaysAllow {
+                    persistent: false,
+                    for_ms: None,
+                }),
+                user,
+                channel: "mcp".to_owned(),
+            })
+        }
+        ElicitationAction::Decline => Some(deny(Some("declined in the MCP client".to_owned()))),
+        _ => Some(deny(Some("cancelled in the MCP client".to_owned()))),
+    }
+}
+
+/// Asks the client's human about approval `id` with `elicitation/create`, and
+/// decides it with the answer (unless another channel decided first).
+async fn elicit(
+    broker: Arc<airlock_broker::Broker>,
+    peer: rmcp::service::Peer<RoleServer>,
+    id: String,
+    user: Option<String>,
+) {
+    let form_broker = broker.clone();
+    let form_id = id.clone();
+    let Ok(Ok(form)) = tokio::task::spawn_blocking(move || form_broker.ask_form(&form_id)).await
+    else {
+        return;
+    };
+    if !form.client_may_decide {
+        return;
+    }
+    let params = serde_json::from_value(json!({
+        "mode": "form",
+        "message": decision_message(&form),
+        "requestedSchema": decision_form(&form),
+    }));
+    let params = match params {
+        Ok(params) => params,
+        Err(error) => {
+            eprintln!("airlock: cannot build the elicitation for {id}: {error}");
+            return;
+        }
+    };
+    let timeout = Duration::from_millis(form.expires_ms.saturating_sub(airlock_broker::now_ms()));
+    let answer = peer
+        .create_elicitation_with_timeout(params, Some(timeout))
+        .await;
+    let request = match answer {
+        Ok(result) => decide_request(&result.action, result.content.as_ref(), &form, user),
+        Err(error) => {
+            // The client failed to ask: the other channels (and the timeout)
+            // still decide; nothing is approved.
+            eprintln!("airlock: elicitation for {id} failed: {error}");
+            return;
+        }
+    };
+    let Some(request) = request else {
+        eprintln!("airlock: {id}: an approval without the required reason decides nothing");
+        return;
+    };
+    let _ = tokio::task::spawn_blocking(move || broker.decide(&id, &request)).await;
+}
+
+fn uuid_like() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_nanos());
+    format!("{:x}-{:x}", std::process::id(), nanos)
+}
+
+impl ServerHandler for Session {
+    fn get_info(&self) -> ServerConfig {
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tool_list_changed()
+            .enable_resources()
+            .build();
+        let mut info = ServerConfig::new(capabilities);
+        info.server_info = rmcp::model::Implementation::new("airlock", env!("CARGO_PKG_VERSION"));
+        info.instructions = Some(
+            "airlock gates file and tool access: reads run at once; writes become proposals a \
+             human approves. A call answered hitl_required is pending: poll proposal_status."
+                .to_owned(),
+        );
+        info
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        self.gateway.register_peer(context.peer);
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let (profile, _) = self.binding(&context.extensions)?;
+        Ok(ListToolsResult::with_all_items(
+            self.visible_tools(profile.as_deref()),
+        ))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        self.call(request, context).await
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        // Blobs are not enumerated: each is named in the result that made it.
+        Ok(ListResourcesResult::default())
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        let template = serde_json::from_value(json!({
+            "uriTemplate": "airlock://blob/sha256/{hex}",
+            "name": "blob",
+            "description": "A large tool output, stored by content hash (blob_ref sha256:<hex>).",
+        }))
+        .map_err(|error| ErrorData::internal_error(error.to_string(), None))?;
+        Ok(ListResourceTemplatesResult::with_all_items(vec![template]))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let uri = request.uri.clone();
+        let Some(hex) = uri.strip_prefix("airlock://blob/sha256/") else {
+            return Err(ErrorData::resource_not_found(
+                format!("no resource {uri}"),
+                None,
+            ));
+        };
+        let blob_ref = format!("sha256:{hex}");
+        let broker = self.gateway.broker();
+        let session = self.id.clone();
+        let agent = context.client_info().map(|info| info.name);
+        let bytes = tokio::task::spawn_blocking(move || {
+            broker.read_blob(&blob_ref, Some(&session), agent.as_deref())
+        })
+        .await
+        .map_err(|error| ErrorData::internal_error(error.to_string(), None))?
+        .map_err(|error| ErrorData::resource_not_found(error.to_string(), None))?;
+        let contents = match String::from_utf8(bytes) {
+            Ok(text) => json!({"uri": uri, "mimeType": "text/plain", "text": text}),
+            Err(error) => {
+                use base64::Engine as _;
+                json!({
+                    "uri": uri,
+                    "mimeType": "application/octet-stream",
+                    "blob": base64::engine::general_purpose::STANDARD.encode(error.into_bytes()),
+                })
+            }
+        };
+        let result = serde_json::from_value(json!({"contents": [contents]}))
+            .map_err(|error| ErrorData::internal_error(error.to_string(), None))?;
+        Ok(ReadResourceResponse::Complete(result))
+    }
+}

@@ -1,0 +1,110 @@
+//! What `tools/list` shows: the built-in tools (schemas and annotations from
+//! `tools.json`), `proposal_status`, and the upstreams' tools.
+
+use std::sync::OnceLock;
+
+use rmcp::model::Tool;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+/// One entry of `tools.json`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BuiltinEntry {
+    name: String,
+    description: String,
+    #[serde(rename = "readOnly")]
+    read_only: bool,
+    #[serde(default)]
+    destructive: bool,
+    properties: Value,
+    required: Vec<String>,
+}
+
+/// The built-in tools as MCP tools, `proposal_status` last.
+pub(crate) fn builtin() -> &'static [Tool] {
+    static TOOLS: OnceLock<Vec<Tool>> = OnceLock::new();
+    TOOLS.get_or_init(|| {
+        let entries: Vec<BuiltinEntry> =
+            serde_json::from_str(include_str!("tools.json")).unwrap_or_default();
+        entries
+            .into_iter()
+            .filter_map(|entry| {
+                let mut annotations = json!({"readOnlyHint": entry.read_only});
+                if !entry.read_only {
+                    annotations["destructiveHint"] = json!(entry.destructive);
+                    annotations["idempotentHint"] = json!(false);
+                }
+                annotations["openWorldHint"] = json!(false);
+                serde_json::from_value(json!({
+                    "name": entry.name,
+                    "description": entry.description,
+                    "inputSchema": {
+                        "type": "object",
+                        "properties": entry.properties,
+                        "required": entry.required,
+                        "additionalProperties": false,
+                    },
+                    "annotations": annotations,
+                }))
+                .ok()
+            })
+            .collect()
+    })
+}
+
+/// A tool of an upstream as airlock lists it: renamed, and without an output
+/// schema (results airlock answers itself, a denial or a pending approval, do
+/// not follow the upstream's schema).
+pub(crate) fn relisted(tool: &Tool, name: String) -> Tool {
+    let mut tool = tool.clone();
+    tool.name = name.into();
+    tool.output_schema = None;
+    tool
+}
+
+/// The hints of an upstream tool, in the policy's terms.
+pub(crate) fn annotations_of(tool: &Tool) -> Option<airlock_core::ToolAnnotations> {
+    let hints = tool.annotations.as_ref()?;
+    Some(airlock_core::ToolAnnotations {
+        read_only_hint: hints.read_only_hint,
+        destructive_hint: hints.destructive_hint,
+        idempotent_hint: hints.idempotent_hint,
+        open_world_hint: hints.open_world_hint,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_builtin_tool_is_listed_with_its_schema() {
+        let names: Vec<&str> = builtin().iter().map(|tool| tool.name.as_ref()).collect();
+        assert_eq!(
+            names,
+            [
+                "read_file",
+                "write_file",
+                "edit_file",
+                "apply_patch",
+                "delete_file",
+                "move_file",
+                "grep",
+                "glob",
+                "list_dir",
+                "stat",
+                "exists",
+                "proposal_status"
+            ]
+        );
+        for name in names {
+            if name != "proposal_status" {
+                assert!(
+                    airlock_core::tools::BuiltinTool::from_name(name).is_some(),
+                    "{name} is not a built-in tool"
+                );
+            }
+        }
+    }
+}

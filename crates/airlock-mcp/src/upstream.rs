@@ -1,0 +1,292 @@
+//! Connections to upstream MCP servers: started with `serve`, their tool lists
+//! kept live, calls forwarded with a deadline, a dead stdio server restarted.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use airlock_broker::{ForwardCall, Forwarder};
+use airlock_core::config::UpstreamConfig;
+use rmcp::model::{CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, Tool};
+use rmcp::service::{NotificationContext, RunningService};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use serde_json::Value;
+use tokio::sync::RwLock as AsyncRwLock;
+
+/// How long a forwarded call may take before it is an `upstream_error`.
+const CALL_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long connecting (and listing tools) may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+type Client = RunningService<RoleClient, UpstreamClient>;
+
+/// Called when any upstream's tool list changed (or it went away or came back).
+pub(crate) type OnChange = Arc<dyn Fn() + Send + Sync>;
+
+/// The rmcp client handler of one upstream connection.
+#[derive(Clone)]
+pub(crate) struct UpstreamClient {
+    upstream: Arc<Upstream>,
+}
+
+impl ClientHandler for UpstreamClient {
+    fn get_info(&self) -> ClientConfig {
+        let mut info = ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("airlock", env!("CARGO_PKG_VERSION")),
+        );
+        info.protocol_version = rmcp::model::ProtocolVersion::V_2025_11_25;
+        info
+    }
+
+    async fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) {
+        match context.peer.list_all_tools().await {
+            Ok(tools) => {
+                self.upstream.set_tools(tools);
+                (self.upstream.on_change)();
+            }
+            Err(error) => eprintln!(
+                "airlock: upstream {}: listing tools failed: {error}",
+                self.upstream.config.name
+            ),
+        }
+    }
+}
+
+/// One upstream server.
+pub(crate) struct Upstream {
+    pub config: UpstreamConfig,
+    root: PathBuf,
+    client: AsyncRwLock<Option<Client>>,
+    tools: RwLock<Arc<Vec<Tool>>>,
+    stopped: AtomicBool,
+    on_change: OnChange,
+}
+
+impl Upstream {
+    pub(crate) fn tools(&self) -> Arc<Vec<Tool>> {
+        self.tools
+            .read()
+            .map(|tools| tools.clone())
+            .unwrap_or_default()
+    }
+
+    fn set_tools(&self, tools: Vec<Tool>) {
+        if let Ok(mut slot) = self.tools.write() {
+            *slot = Arc::new(tools);
+        }
+    }
+
+    async fn connect(self: &Arc<Self>) -> Result<(), String> {
+        let handler = UpstreamClient {
+            upstream: self.clone(),
+        };
+        let config = &self.config;
+        let client = if let Some(command) = &config.command {
+            let mut cmd = tokio::process::Command::new(command);
+            cmd.args(&config.args)
+                .envs(&config.env)
+                .current_dir(self.root.join(config.cwd.as_deref().unwrap_or(".")));
+            let (transport, _) = TokioChildProcess::builder(cmd)
+                .stderr(std::process::Stdio::inherit())
+                .spawn()
+                .map_err(|error| format!("cannot start {command}: {error}"))?;
+            tokio::time::timeout(CONNECT_TIMEOUT, handler.serve(transport))
+                .await
+                .map_err(|_| "no answer to initialize".to_owned())?
+                .map_err(|error| error.to_string())?
+        } else if let Some(url) = &config.url {
+            let mut transport_config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
+            let mut headers = HashMap::new();
+            for (name, value) in &config.headers {
+                let name = http::HeaderName::try_from(name.as_str())
+                    .map_err(|error| format!("header {name}: {error}"))?;
+                let value = http::HeaderValue::try_from(value.as_str())
+                    .map_err(|error| format!("header {name}: {error}"))?;
+                headers.insert(name, value);
+            }
+            transport_config.custom_headers = headers;
+            let transport = StreamableHttpClientTransport::from_config(transport_config);
+            tokio::time::timeout(CONNECT_TIMEOUT, handler.serve(transport))
+                .await
+                .map_err(|_| "no answer to initialize".to_owned())?
+                .map_err(|error| error.to_string())?
+        } else {
+            return Err("neither command nor url is set".to_owned());
+        };
+        let tools = tokio::time::timeout(CONNECT_TIMEOUT, client.peer().list_all_tools())
+            .await
+            .map_err(|_| "no answer to tools/list".to_owned())?
+            .map_err(|error| format!("tools/list: {error}"))?;
+        self.set_tools(tools);
+        *self.client.write().await = Some(client);
+        Ok(())
+    }
+
+    /// Keeps a stdio upstream running: when it exits it is started again (with
+    /// a growing pause), and the tool list follows.
+    async fn supervise(self: Arc<Self>) {
+        let mut pause = Duration::from_millis(250);
+        loop {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if self.stopped.load(Ordering::Relaxed) {
+                return;
+            }
+            let closed = match self.client.read().await.as_ref() {
+                Some(client) => client.is_closed(),
+                None => true,
+            };
+            if !closed {
+                pause = Duration::from_millis(250);
+                continue;
+            }
+            if self.config.command.is_none() {
+                // An HTTP upstream reconnects on the next call.
+                continue;
+            }
+            if let Some(client) = self.client.write().await.take() {
+                let _ = client.cancel().await;
+            }
+            self.set_tools(Vec::new());
+            (self.on_change)();
+            eprintln!("airlock: upstream {} exited; restarting", self.config.name);
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(10));
+            match self.connect().await {
+                Ok(()) => {
+                    eprintln!("airlock: upstream {} restarted", self.config.name);
+                    (self.on_change)();
+                }
+                Err(error) => {
+                    eprintln!("airlock: upstream {}: {error}", self.config.name);
+                }
+            }
+        }
+    }
+
+    pub(crate) async fn call(&self, tool: &str, args: &Value) -> Result<Value, String> {
+        let name = &self.config.name;
+        let guard = self.client.read().await;
+        let Some(client) = guard.as_ref().filter(|client| !client.is_closed()) else {
+            return Err(format!("upstream {name} is not running"));
+        };
+        let mut params = CallToolRequestParams::new(tool.to_owned());
+        params.arguments = match args {
+            Value::Object(map) => Some(map.clone()),
+            Value::Null => None,
+            _ => return Err("arguments must be an object".to_owned()),
+        };
+        match tokio::time::timeout(CALL_TIMEOUT, client.peer().call_tool(params)).await {
+            Ok(Ok(result)) => serde_json::to_value(result).map_err(|error| error.to_string()),
+            Ok(Err(error)) => Err(format!("upstream {name}: {error}")),
+            Err(_) => Err(format!(
+                "upstream {name} did not answer within {} s",
+                CALL_TIMEOUT.as_secs()
+            )),
+        }
+    }
+
+    async fn stop(&self) {
+        self.stopped.store(true, Ordering::Relaxed);
+        if let Some(client) = self.client.write().await.take() {
+            let _ = client.cancel().await;
+        }
+    }
+}
+
+/// All upstreams of a gateway.
+pub(crate) struct Upstreams {
+    list: RwLock<Vec<Arc<Upstream>>>,
+    on_change: OnChange,
+    root: PathBuf,
+}
+
+impl Upstreams {
+    pub(crate) fn new(root: PathBuf, on_change: OnChange) -> Upstreams {
+        Upstreams {
+            list: RwLock::new(Vec::new()),
+            on_change,
+            root,
+        }
+    }
+
+    pub(crate) fn all(&self) -> Vec<Arc<Upstream>> {
+        self.list
+            .read()
+            .map(|list| list.clone())
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn get(&self, name: &str) -> Option<Arc<Upstream>> {
+        self.all()
+            .into_iter()
+            .find(|upstream| upstream.config.name == name)
+    }
+
+    /// Makes the running set match `configs`: new ones are started, removed
+    /// or changed ones stopped (and changed ones started again). A server that
+    /// fails to start is reported and kept (a stdio one is retried).
+    pub(crate) async fn reconcile(&self, configs: &[UpstreamConfig]) -> Vec<(String, String)> {
+        let current = self.all();
+        let mut keep = Vec::new();
+        for upstream in &current {
+            if configs.iter().any(|config| *config == upstream.config) {
+                keep.push(upstream.clone());
+            } else {
+                upstream.stop().await;
+            }
+        }
+        let mut failures = Vec::new();
+        for config in configs {
+            if keep.iter().any(|upstream| upstream.config == *config) {
+                continue;
+            }
+            let upstream = Arc::new(Upstream {
+                config: config.clone(),
+                root: self.root.clone(),
+                client: AsyncRwLock::new(None),
+                tools: RwLock::new(Arc::new(Vec::new())),
+                stopped: AtomicBool::new(false),
+                on_change: self.on_change.clone(),
+            });
+            if let Err(error) = upstream.connect().await {
+                eprintln!("airlock: upstream {}: {error}", config.name);
+                failures.push((config.name.clone(), error));
+            }
+            tokio::spawn(upstream.clone().supervise());
+            keep.push(upstream);
+        }
+        if let Ok(mut list) = self.list.write() {
+            *list = keep;
+        }
+        (self.on_change)();
+        failures
+    }
+
+    pub(crate) async fn stop_all(&self) {
+        for upstream in self.all() {
+            upstream.stop().await;
+        }
+    }
+}
+
+/// Carries approved (or allowed) upstream calls from the broker's blocking
+/// threads onto the runtime.
+pub(crate) struct UpstreamForwarder {
+    pub upstreams: Arc<Upstreams>,
+    pub runtime: tokio::runtime::Handle,
+}
+
+impl Forwarder for UpstreamForwarder {
+    fn forward(&self, call: &ForwardCall) -> Result<Value, String> {
+        let Some(upstream) = self.upstreams.get(&call.upstream) else {
+            return Err(format!("no upstream named {}", call.upstream));
+        };
+        self.runtime
+            .block_on(async { upstream.call(&call.tool, &call.args).await })
+    }
+}
