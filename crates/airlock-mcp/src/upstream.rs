@@ -137,7 +137,7 @@ impl Upstream {
                 return;
             }
             let closed = match self.client.read().await.as_ref() {
-                Some(client) => client.is_closed(),
+                Some(client) => client.is_closed() || client.peer().is_transport_closed(),
                 None => true,
             };
             if !closed {
@@ -171,7 +171,10 @@ impl Upstream {
     pub(crate) async fn call(&self, tool: &str, args: &Value) -> Result<Value, String> {
         let name = &self.config.name;
         let guard = self.client.read().await;
-        let Some(client) = guard.as_ref().filter(|client| !client.is_closed()) else {
+        let Some(client) = guard
+            .as_ref()
+            .filter(|client| !client.is_closed() && !client.peer().is_transport_closed())
+        else {
             return Err(format!("upstream {name} is not running"));
         };
         let mut params = CallToolRequestParams::new(tool.to_owned());

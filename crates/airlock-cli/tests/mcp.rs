@@ -1,0 +1,558 @@
+//! The MCP face with real clients and servers: the Python `mcp` SDK as the
+//! client (through `tests/mcp/client.py`), `server-filesystem` and
+//! `server-everything` from npm as upstreams, the MCP Inspector CLI.
+//!
+//! The tools come from `scripts/mcp-test-env.sh` (run by `.ci/run` and
+//! `scripts/test.sh`) under `$AIRLOCK_TOOLS` (default
+//! `~/.cache/airlock/tools`); a test fails, loudly, when they are missing.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_airlock")
+}
+
+fn tools_dir() -> PathBuf {
+    let dir = match std::env::var_os("AIRLOCK_TOOLS") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/airlock/tools"),
+    };
+    assert!(
+        dir.join("venv/bin/python").exists() && dir.join("node_modules").exists(),
+        "the MCP test tools are missing under {}: run `bash scripts/mcp-test-env.sh`",
+        dir.display()
+    );
+    dir
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+struct Ws {
+    dir: tempfile::TempDir,
+}
+
+impl Ws {
+    fn new(config: &str) -> Ws {
+        let dir = tempfile::tempdir().unwrap();
+        if !config.is_empty() {
+            std::fs::write(dir.path().join("airlock.yaml"), config).unwrap();
+        }
+        std::fs::write(dir.path().join("hello.txt"), "hello\nworld\n").unwrap();
+        Ws { dir }
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    fn read(&self, rel: &str) -> Option<String> {
+        std::fs::read_to_string(self.path(rel)).ok()
+    }
+
+    fn airlock(&self, args: &[&str]) -> (i32, String) {
+        let output = Command::new(bin())
+            .args(args)
+            .current_dir(self.dir.path())
+            .env("AIRLOCK_USER", "tester")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        (
+            output.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&output.stdout).into_owned(),
+        )
+    }
+
+    fn audit_events(&self) -> Vec<Value> {
+        let text = std::fs::read_to_string(self.path(".airlock/audit.jsonl")).unwrap_or_default();
+        text.lines()
+            .filter_map(|line| serde_json::from_str(line).ok())
+            .collect()
+    }
+
+    /// A client driving `airlock serve --stdio` in this workspace.
+    fn stdio_client(&self, client_args: &[&str], serve_args: &[&str]) -> Driver {
+        let mut args: Vec<String> = client_args.iter().map(|s| s.to_string()).collect();
+        args.push("--stdio".to_owned());
+        args.push("--".to_owned());
+        args.push(bin().to_owned());
+        args.extend(serve_args.iter().map(|s| s.to_string()));
+        Driver::start(self.dir.path(), &args)
+    }
+}
+
+/// `tests/mcp/client.py`: one JSON command per line in, one JSON answer out.
+struct Driver {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Driver {
+    fn start(cwd: &Path, args: &[String]) -> Driver {
+        let tools = tools_dir();
+        let mut child = Command::new(tools.join("venv/bin/python"))
+            .arg(repo().join("tests/mcp/client.py"))
+            .args(args)
+            .current_dir(cwd)
+            .env("AIRLOCK_USER", "tester")
+            .env("AIRLOCK_TOOLS", &tools)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        Driver {
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    fn send(&mut self, command: Value) -> Value {
+        writeln!(self.stdin, "{command}").unwrap();
+        self.stdin.flush().unwrap();
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).unwrap();
+        assert!(!line.is_empty(), "the client exited on {command}");
+        let answer: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(answer["ok"], json!(true), "{command} -> {answer}");
+        answer
+    }
+
+    fn tool_names(&mut self) -> Vec<String> {
+        let answer = self.send(json!({"op": "list_tools"}));
+        answer["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|tool| tool["name"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    fn call(&mut self, tool: &str, args: Value) -> Value {
+        self.send(json!({"op": "call", "tool": tool, "args": args}))
+    }
+
+    fn answer_elicitations(&mut self, action: &str, content: Value) {
+        self.send(json!({"op": "set_elicit", "answer": {"action": action, "content": content}}));
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = writeln!(self.stdin, "{}", json!({"op": "close"}));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn status(result: &Value) -> &str {
+    result["structuredContent"]["status"]
+        .as_str()
+        .unwrap_or("?")
+}
+
+fn code(result: &Value) -> &str {
+    result["structuredContent"]["error"]["code"]
+        .as_str()
+        .unwrap_or("")
+}
+
+const BUILTIN: [&str; 12] = [
+    "read_file",
+    "write_file",
+    "edit_file",
+    "apply_patch",
+    "delete_file",
+    "move_file",
+    "grep",
+    "glob",
+    "list_dir",
+    "stat",
+    "exists",
+    "proposal_status",
+];
+
+#[test]
+fn stdio_lists_tools_with_schemas_and_annotations_reads_and_denies_without_elicitation() {
+    let ws = Ws::new("");
+    let mut client = ws.stdio_client(&["--elicitation", "none"], &["serve", "--stdio"]);
+    let listed = client.send(json!({"op": "list_tools"}));
+    let tools = listed["tools"].as_array().unwrap();
+    let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, BUILTIN);
+    for tool in tools {
+        let name = tool["name"].as_str().unwrap();
+        let read_only = matches!(
+            name,
+            "read_file" | "grep" | "glob" | "list_dir" | "stat" | "exists" | "proposal_status"
+        );
+        assert_eq!(
+            tool["annotations"]["readOnlyHint"],
+            json!(read_only),
+            "{name}"
+        );
+        if !read_only {
+            assert_eq!(
+                tool["annotations"]["destructiveHint"],
+                json!(true),
+                "{name}"
+            );
+        }
+        assert_eq!(tool["inputSchema"]["type"], json!("object"), "{name}");
+        assert!(tool["inputSchema"]["properties"].is_object(), "{name}");
+    }
+
+    let read = client.call("read_file", json!({"path": "hello.txt"}));
+    assert_eq!(read["isError"], json!(false));
+    assert_eq!(status(&read), "allowed");
+    assert_eq!(
+        read["structuredContent"]["data"]["content"],
+        json!("hello\nworld\n")
+    );
+    assert_eq!(
+        read["content"][0]["text"],
+        json!("Read hello.txt: lines 1-2 of 12 bytes.")
+    );
+
+    // The default profile (supervised) asks for write_file; this client cannot
+    // be asked, and the fallback is deny.
+    let write = client.call("write_file", json!({"path": "new.txt", "content": "x\n"}));
+    assert_eq!(write["isError"], json!(true));
+    assert_eq!(status(&write), "denied");
+    assert_eq!(code(&write), "policy_denied");
+    assert_eq!(ws.read("new.txt"), None);
+
+    // Bad input: a clear error, nothing changed.
+    let bad = client.call("read_file", json!({"paht": "hello.txt"}));
+    assert_eq!(bad["isError"], json!(true));
+    assert_eq!(code(&bad), "invalid_input");
+    let unknown = client.call("no_such_tool", json!({}));
+    assert_eq!(code(&unknown), "unknown_tool");
+
+    let events = ws.audit_events();
+    assert!(
+        events
+            .iter()
+            .any(|e| e["event"] == "read_file" && e["status"] == "allowed")
+    );
+    assert!(events.iter().any(|e| e["tool"] == "write_file"
+        && e["reason"] == "elicitation_fallback: deny"
+        && e["status"] == "denied"));
+}
+
+#[test]
+fn elicitation_approves_declines_and_the_profile_hides_what_it_denies() {
+    let ws = Ws::new(
+        "profiles:\n  safe:\n    allowlist: [read_file, grep]\n  supervised:\n    asklist: [write_file, edit_file]\n",
+    );
+    let mut safe = ws.stdio_client(
+        &["--elicitation", "form"],
+        &["serve", "--stdio", "--profile", "safe"],
+    );
+    assert_eq!(safe.tool_names(), ["read_file", "grep"]);
+    let denied = safe.call("write_file", json!({"path": "a.txt", "content": "a\n"}));
+    assert_eq!(status(&denied), "denied");
+    drop(safe);
+
+    let mut client = ws.stdio_client(&["--elicitation", "form"], &["serve", "--stdio"]);
+    client.answer_elicitations("accept", json!({"decision": "approve"}));
+    let approved = client.call(
+        "write_file",
+        json!({"path": "a.txt", "content": "approved\n"}),
+    );
+    assert_eq!(status(&approved), "allowed", "{approved}");
+    assert_eq!(
+        approved["structuredContent"]["decision"]["channel"],
+        json!("mcp")
+    );
+    assert_eq!(ws.read("a.txt").as_deref(), Some("approved\n"));
+    let asked = approved["elicitations"].as_array().unwrap();
+    assert_eq!(asked.len(), 1);
+    let message = asked[0]["message"].as_str().unwrap();
+    assert!(
+        message.contains("write_file") && message.contains("+approved"),
+        "{message}"
+    );
+    let schema = &asked[0]["requestedSchema"];
+    assert_eq!(
+        schema["properties"]["decision"]["enum"],
+        json!(["approve", "deny"])
+    );
+    assert_eq!(schema["required"], json!(["decision"]));
+
+    client.answer_elicitations("decline", json!(null));
+    let declined = client.call("write_file", json!({"path": "b.txt", "content": "no\n"}));
+    assert_eq!(status(&declined), "denied");
+    assert_eq!(ws.read("b.txt"), None);
+
+    client.answer_elicitations("accept", json!({"decision": "deny", "reason": "not now"}));
+    let denied = client.call(
+        "edit_file",
+        json!({"path": "hello.txt", "old_string": "world", "new_string": "there"}),
+    );
+    assert_eq!(status(&denied), "denied");
+    assert_eq!(ws.read("hello.txt").as_deref(), Some("hello\nworld\n"));
+
+    let decisions: Vec<(String, String)> = ws
+        .audit_events()
+        .iter()
+        .filter(|e| e["event"] == "hitl_decision")
+        .map(|e| {
+            (
+                e["decision"].as_str().unwrap().to_owned(),
+                e["channel"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        decisions,
+        [
+            ("approve".to_owned(), "mcp".to_owned()),
+            ("deny".to_owned(), "mcp".to_owned()),
+            ("deny".to_owned(), "mcp".to_owned())
+        ]
+    );
+}
+
+#[test]
+fn fallback_defer_returns_hitl_required_and_proposal_status_follows_airlock_approve() {
+    let ws = Ws::new(
+        "default_profile: supervised\nprofiles:\n  supervised:\n    asklist: [write_file]\n    elicitation_fallback: defer\n",
+    );
+    let mut client = ws.stdio_client(&["--elicitation", "none"], &["serve", "--stdio"]);
+    let deferred = client.call(
+        "write_file",
+        json!({"path": "d.txt", "content": "deferred\n"}),
+    );
+    assert_eq!(status(&deferred), "hitl_required", "{deferred}");
+    assert_eq!(deferred["isError"], json!(false));
+    let id = deferred["structuredContent"]["hitl"]["hitl_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(ws.read("d.txt"), None);
+
+    let pending = client.call("proposal_status", json!({"hitl_id": id}));
+    assert_eq!(
+        pending["structuredContent"]["data"]["status"],
+        json!("pending")
+    );
+
+    let (code, _) = ws.airlock(&["approve", &id]);
+    assert_eq!(code, 0);
+    assert_eq!(ws.read("d.txt").as_deref(), Some("deferred\n"));
+    let applied = client.call("proposal_status", json!({"hitl_id": id}));
+    assert_eq!(
+        applied["structuredContent"]["data"]["status"],
+        json!("applied")
+    );
+    assert_eq!(
+        applied["structuredContent"]["data"]["result"]["status"],
+        json!("allowed")
+    );
+}
+
+#[test]
+fn a_waiting_call_sends_progress_and_the_terminal_channel_can_decide_it() {
+    let ws = Ws::new(
+        "default_profile: supervised\nprofiles:\n  supervised:\n    asklist: [write_file]\n    elicitation_fallback: wait\n",
+    );
+    let mut client = ws.stdio_client(&["--elicitation", "none"], &["serve", "--stdio"]);
+    client.send(json!({"op": "call_async", "id": "w", "tool": "write_file",
+        "args": {"path": "w.txt", "content": "waited\n"}, "progress": true}));
+    // Wait for the approval to exist, then let progress tick, then approve it
+    // from another process.
+    let id = wait_for_pending(&ws);
+    std::thread::sleep(Duration::from_millis(4500));
+    let (code, _) = ws.airlock(&["approve", &id]);
+    assert_eq!(code, 0);
+    let result = client.send(json!({"op": "await", "id": "w", "timeout": 30}));
+    assert_eq!(status(&result), "allowed", "{result}");
+    assert_eq!(
+        result["structuredContent"]["decision"]["channel"],
+        json!("terminal")
+    );
+    assert!(
+        result["progress"].as_array().unwrap().len() >= 1,
+        "no progress while waiting: {result}"
+    );
+    assert_eq!(ws.read("w.txt").as_deref(), Some("waited\n"));
+}
+
+fn wait_for_pending(ws: &Ws) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, out) = ws.airlock(&["pending", "--json"]);
+        if let Ok(Value::Array(list)) = serde_json::from_str::<Value>(&out)
+            && let Some(first) = list.first()
+        {
+            return first["id"]
+                .as_str()
+                .or(first["hitl_id"].as_str())
+                .unwrap()
+                .to_owned();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no pending approval appeared: {out}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn large_outputs_are_blobs_readable_as_resources() {
+    let ws = Ws::new("file_broker:\n  max_inline_bytes: 64\n");
+    let big: String = (0..50).map(|i| format!("line {i}\n")).collect();
+    std::fs::write(ws.path("big.txt"), &big).unwrap();
+    let mut client = ws.stdio_client(&["--elicitation", "none"], &["serve", "--stdio"]);
+    let read = client.call("read_file", json!({"path": "big.txt"}));
+    let blob = read["structuredContent"]["data"]["blob"]["blob_ref"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let hex = blob.strip_prefix("sha256:").unwrap();
+    let resource =
+        client.send(json!({"op": "read_resource", "uri": format!("airlock://blob/sha256/{hex}")}));
+    assert_eq!(resource["contents"][0]["text"], json!(big));
+    assert!(
+        ws.audit_events()
+            .iter()
+            .any(|e| e["event"] == "resource_read" && e["blob_ref"] == json!(blob))
+    );
+}
+
+fn filesystem_server(ws: &Ws) -> String {
+    let script =
+        tools_dir().join("node_modules/@modelcontextprotocol/server-filesystem/dist/index.js");
+    assert!(script.exists(), "{} is missing", script.display());
+    format!(
+        "  - name: fs\n    command: node\n    args: [{:?}, {:?}]\n    trusted_annotations: true\n",
+        script.display().to_string(),
+        ws.dir.path().display().to_string()
+    )
+}
+
+fn upstream_pids(pattern: &str) -> Vec<String> {
+    let output = Command::new("pgrep")
+        .args(["-f", pattern])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn server_filesystem_behind_airlock_is_listed_prefixed_gated_and_restarted() {
+    let ws = Ws::new("");
+    let config = format!(
+        "upstreams:\n{}default_profile: dev\nprofiles:\n  dev:\n    asklist: [\"fs__write_file\", \"fs__edit_file\", \"fs__move_file\"]\n",
+        filesystem_server(&ws)
+    );
+    std::fs::write(ws.path("airlock.yaml"), config).unwrap();
+    let mut client = ws.stdio_client(&["--elicitation", "form"], &["serve", "--stdio"]);
+    let names = client.tool_names();
+    for name in [
+        "fs__read_text_file",
+        "fs__write_file",
+        "fs__list_directory",
+        "read_file",
+        "proposal_status",
+    ] {
+        assert!(names.iter().any(|n| n == name), "{name} not in {names:?}");
+    }
+
+    // A read the upstream marks read-only (trusted here) passes without a prompt.
+    let read = client.call("fs__read_text_file", json!({"path": "hello.txt"}));
+    assert_eq!(status(&read), "allowed", "{read}");
+    assert_eq!(read["elicitations"], json!([]));
+    assert!(
+        read["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("world"),
+        "{read}"
+    );
+
+    // A write is gated: approved in the client, it reaches the upstream.
+    client.answer_elicitations("accept", json!({"decision": "approve"}));
+    let write = client.call(
+        "fs__write_file",
+        json!({"path": "up.txt", "content": "via upstream\n"}),
+    );
+    assert_eq!(status(&write), "allowed", "{write}");
+    assert_eq!(write["elicitations"].as_array().unwrap().len(), 1);
+    assert_eq!(ws.read("up.txt").as_deref(), Some("via upstream\n"));
+
+    // Declined, it never reaches the upstream.
+    client.answer_elicitations("decline", json!(null));
+    let declined = client.call(
+        "fs__write_file",
+        json!({"path": "no.txt", "content": "no\n"}),
+    );
+    assert_eq!(status(&declined), "denied");
+    assert_eq!(ws.read("no.txt"), None);
+
+    // airlock's own state is off limits to upstream tools too.
+    let state = client.call(
+        "fs__read_text_file",
+        json!({"path": ".airlock/audit.jsonl"}),
+    );
+    assert_eq!(status(&state), "denied", "{state}");
+
+    // The upstream dies: the next call is an upstream_error at once, and it is
+    // started again.
+    let pattern = format!(
+        "server-filesystem/dist/index.js {}",
+        ws.dir.path().display()
+    );
+    let pids = upstream_pids(&pattern);
+    assert!(!pids.is_empty(), "no upstream process found");
+    for pid in &pids {
+        Command::new("kill").args(["-9", pid]).status().unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(150));
+    let started = Instant::now();
+    let failed = client.call("fs__read_text_file", json!({"path": "hello.txt"}));
+    assert!(started.elapsed() < Duration::from_secs(5), "the call hung");
+    assert!(
+        matches!(code(&failed), "upstream_error" | "unknown_tool"),
+        "{failed}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let again = client.call("fs__read_text_file", json!({"path": "hello.txt"}));
+        if status(&again) == "allowed" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the upstream was not restarted: {again}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let changed = client.send(json!({"op": "wait_tools_changed", "timeout": 5}));
+    assert_eq!(changed["changed"], json!(true));
+}
