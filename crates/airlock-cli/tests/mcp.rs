@@ -556,3 +556,285 @@ fn server_filesystem_behind_airlock_is_listed_prefixed_gated_and_restarted() {
     let changed = client.send(json!({"op": "wait_tools_changed", "timeout": 5}));
     assert_eq!(changed["changed"], json!(true));
 }
+
+/// `airlock serve --http 127.0.0.1:0`, and the address it listens on.
+struct HttpServer {
+    child: Child,
+    url: String,
+}
+
+impl HttpServer {
+    fn start(ws: &Ws) -> HttpServer {
+        let mut child = Command::new(bin())
+            .args(["serve", "--http", "127.0.0.1:0"])
+            .current_dir(ws.dir.path())
+            .env("AIRLOCK_USER", "tester")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        let url = loop {
+            line.clear();
+            assert!(
+                stderr.read_line(&mut line).unwrap() > 0,
+                "serve --http exited"
+            );
+            if let Some(url) = line.trim().strip_prefix("airlock: serving MCP at ") {
+                break url.to_owned();
+            }
+        };
+        // Keep draining stderr so the server never blocks on it.
+        std::thread::spawn(move || {
+            let mut sink = String::new();
+            while stderr.read_line(&mut sink).unwrap_or(0) > 0 {
+                sink.clear();
+            }
+        });
+        HttpServer { child, url }
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn streamable_http_with_the_python_sdk_and_a_profile_bound_by_the_path() {
+    let ws = Ws::new(
+        "default_profile: supervised\nprofiles:\n  safe:\n    allowlist: [read_file]\n  supervised:\n    asklist: [write_file]\n",
+    );
+    let server = HttpServer::start(&ws);
+    let mut client = Driver::start(
+        ws.dir.path(),
+        &[
+            "--elicitation".to_owned(),
+            "form".to_owned(),
+            "--http".to_owned(),
+            server.url.clone(),
+        ],
+    );
+    assert_eq!(client.tool_names(), BUILTIN);
+    let read = client.call("read_file", json!({"path": "hello.txt"}));
+    assert_eq!(status(&read), "allowed");
+    client.answer_elicitations("accept", json!({"decision": "approve"}));
+    let write = client.call(
+        "write_file",
+        json!({"path": "h.txt", "content": "over http\n"}),
+    );
+    assert_eq!(status(&write), "allowed", "{write}");
+    assert_eq!(ws.read("h.txt").as_deref(), Some("over http\n"));
+    drop(client);
+
+    let mut safe = Driver::start(
+        ws.dir.path(),
+        &[
+            "--elicitation".to_owned(),
+            "none".to_owned(),
+            "--http".to_owned(),
+            format!("{}/safe", server.url),
+        ],
+    );
+    assert_eq!(safe.tool_names(), ["read_file"]);
+    let denied = safe.call("write_file", json!({"path": "s.txt", "content": "no\n"}));
+    assert_eq!(status(&denied), "denied");
+}
+
+#[test]
+fn the_mcp_inspector_cli_lists_and_calls_tools_through_serve_stdio() {
+    let ws = Ws::new("");
+    let inspector = |args: &[&str]| {
+        let output = Command::new("bash")
+            .arg(repo().join("scripts/mcp-inspector.sh"))
+            .arg("-q")
+            .args(args)
+            .args(["--", bin(), "serve", "--stdio"])
+            .current_dir(ws.dir.path())
+            .env("AIRLOCK_TOOLS", tools_dir())
+            .env("AIRLOCK_USER", "tester")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        (
+            output.status.code(),
+            serde_json::from_str::<Value>(&stdout).unwrap_or(Value::Null),
+            stdout,
+        )
+    };
+    let (code, listed, raw) = inspector(&["list"]);
+    assert_eq!(code, Some(0), "{raw}");
+    let names: Vec<&str> = listed["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, BUILTIN);
+    let (code, called, raw) = inspector(&["call", "read_file", "path=hello.txt"]);
+    assert_eq!(code, Some(0), "{raw}");
+    assert_eq!(
+        called["structuredContent"]["data"]["content"],
+        json!("hello\nworld\n")
+    );
+    let (code, denied, raw) = inspector(&[
+        "call-json",
+        "write_file",
+        r#"{"path": "i.txt", "content": "x"}"#,
+    ]);
+    assert_eq!(code, Some(5), "{raw}");
+    assert_eq!(denied["structuredContent"]["status"], json!("denied"));
+    assert_eq!(ws.read("i.txt"), None);
+}
+
+#[test]
+fn the_conformance_suite_against_serve_http() {
+    let ws = Ws::new("");
+    let server = HttpServer::start(&ws);
+    let out = tempfile::tempdir().unwrap();
+    let output = Command::new("bash")
+        .arg(repo().join("scripts/mcp-conformance.sh"))
+        .args(["--require", "server-initialize,tools-list,ping"])
+        .arg(&server.url)
+        .arg(out.path())
+        .env("AIRLOCK_TOOLS", tools_dir())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    // Every scenario's result, for the record (`cargo test -- --nocapture`).
+    println!("{stdout}");
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+fn everything_server() -> String {
+    let script =
+        tools_dir().join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    assert!(script.exists(), "{} is missing", script.display());
+    script.display().to_string()
+}
+
+#[test]
+fn wrap_gates_server_everything_under_its_own_tool_names() {
+    let ws = Ws::new("");
+    let everything = everything_server();
+    let mut client = ws.stdio_client(
+        &["--elicitation", "form"],
+        &[
+            "wrap",
+            "--name",
+            "every",
+            "--",
+            "node",
+            &everything,
+            "stdio",
+        ],
+    );
+    let names = client.tool_names();
+    assert!(names.iter().any(|n| n == "echo"), "{names:?}");
+    assert!(names.iter().all(|n| !n.contains("__")), "{names:?}");
+    assert!(!names.iter().any(|n| n == "read_file"), "{names:?}");
+
+    // Untrusted annotations: every tool is high risk and asks.
+    client.answer_elicitations("accept", json!({"decision": "approve"}));
+    let echoed = client.call("echo", json!({"message": "through the airlock"}));
+    assert_eq!(status(&echoed), "allowed", "{echoed}");
+    assert_eq!(echoed["elicitations"].as_array().unwrap().len(), 1);
+    assert!(
+        echoed["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("through the airlock")
+    );
+    client.answer_elicitations("decline", json!(null));
+    let declined = client.call("echo", json!({"message": "no"}));
+    assert_eq!(status(&declined), "denied");
+    let events = ws.audit_events();
+    assert!(events.iter().any(|e| e["event"] == "tool_call_apply"
+        && e["tool"] == "every__echo"
+        && e["status"] == "allowed"));
+}
+
+#[test]
+fn server_everything_upstream_listed_with_its_prefix() {
+    let ws = Ws::new("");
+    let config = format!(
+        "upstreams:\n  - name: every\n    command: node\n    args: [{:?}, stdio]\n",
+        everything_server()
+    );
+    std::fs::write(ws.path("airlock.yaml"), config).unwrap();
+    let mut client = ws.stdio_client(&["--elicitation", "none"], &["serve", "--stdio"]);
+    let names = client.tool_names();
+    assert!(names.iter().any(|n| n == "every__echo"), "{names:?}");
+    assert!(names.iter().any(|n| n == "read_file"), "{names:?}");
+    // No client to ask and the default fallback: denied, never forwarded.
+    let denied = client.call("every__echo", json!({"message": "hi"}));
+    assert_eq!(status(&denied), "denied", "{denied}");
+}
+
+#[test]
+fn hot_reload_takes_a_new_profile_and_rejects_a_broken_file() {
+    let ws = Ws::new("default_profile: dev\nprofiles:\n  dev:\n    asklist: [write_file]\n");
+    let mut client = ws.stdio_client(&["--elicitation", "none"], &["serve", "--stdio"]);
+    assert_eq!(
+        status(&client.call("read_file", json!({"path": "hello.txt"}))),
+        "allowed"
+    );
+    std::fs::write(
+        ws.path("airlock.yaml"),
+        "default_profile: dev\nprofiles:\n  dev:\n    denylist: [read_file]\n",
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let read = client.call("read_file", json!({"path": "hello.txt"}));
+        if status(&read) == "denied" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the new profile never took effect"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!client.tool_names().iter().any(|n| n == "read_file"));
+    let changed = client.send(json!({"op": "wait_tools_changed", "timeout": 5}));
+    assert_eq!(changed["changed"], json!(true));
+
+    std::fs::write(
+        ws.path("airlock.yaml"),
+        "default_profile: dev\nprofiles: [broken\n",
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !ws
+        .audit_events()
+        .iter()
+        .any(|e| e["event"] == "config_rejected")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the broken file was not rejected"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The old configuration stays.
+    assert_eq!(
+        status(&client.call("read_file", json!({"path": "hello.txt"}))),
+        "denied"
+    );
+    assert_eq!(
+        status(&client.call("stat", json!({"path": "hello.txt"}))),
+        "allowed"
+    );
+}
