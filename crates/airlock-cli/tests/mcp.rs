@@ -838,3 +838,52 @@ fn hot_reload_takes_a_new_profile_and_rejects_a_broken_file() {
         "allowed"
     );
 }
+
+#[test]
+fn a_2026_07_28_client_answers_an_input_required_result() {
+    let ws = Ws::new("default_profile: dev\nprofiles:\n  dev:\n    asklist: [write_file]\n");
+    let mut client = ws.stdio_client(
+        &["--elicitation", "form", "--protocol", "2026-07-28"],
+        &["serve", "--stdio"],
+    );
+    client.answer_elicitations("accept", json!({"decision": "approve"}));
+    let approved = client.send(json!({"op": "call", "tool": "write_file",
+        "args": {"path": "r.txt", "content": "rounds\n"}, "raw_rounds": true}));
+    assert_eq!(status(&approved), "allowed", "{approved}");
+    assert_eq!(ws.read("r.txt").as_deref(), Some("rounds\n"));
+    let rounds = approved["rounds"].as_array().unwrap();
+    assert_eq!(rounds.len(), 2, "{approved}");
+    let first = &rounds[0]["result"];
+    assert_eq!(first["resultType"], json!("input_required"));
+    let asked = &first["inputRequests"]["airlock_approval"];
+    assert_eq!(asked["method"], json!("elicitation/create"));
+    assert!(
+        asked["params"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("+rounds")
+    );
+    let state = first["requestState"].as_str().unwrap();
+    // The state is signed, not secret: it names the approval and expires with it.
+    assert_eq!(rounds[1]["request"]["requestState"], json!(state));
+    assert_eq!(
+        rounds[1]["request"]["inputResponses"]["airlock_approval"]["action"],
+        json!("accept")
+    );
+
+    client.answer_elicitations("decline", json!(null));
+    let declined = client.send(json!({"op": "call", "tool": "write_file",
+        "args": {"path": "n.txt", "content": "no\n"}, "raw_rounds": true}));
+    assert_eq!(status(&declined), "denied", "{declined}");
+    assert_eq!(ws.read("n.txt"), None);
+    let channels: Vec<Value> = ws
+        .audit_events()
+        .iter()
+        .filter(|e| e["event"] == "hitl_decision")
+        .map(|e| json!([e["decision"], e["channel"]]))
+        .collect();
+    assert_eq!(
+        channels,
+        [json!(["approve", "mcp"]), json!(["deny", "mcp"])]
+    );
+}

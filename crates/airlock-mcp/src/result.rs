@@ -24,7 +24,9 @@ pub(crate) fn to_result(envelope: &Envelope) -> CallToolResult {
             {"type": "text", "text": structured.to_string()},
         ]),
     };
+    // `resultType` is 2026-07-28's; rmcp drops it for older peers.
     let result = json!({
+        "resultType": "complete",
         "content": content,
         "structuredContent": structured,
         "isError": is_error,
