@@ -393,7 +393,7 @@ fn a_waiting_call_sends_progress_and_the_terminal_channel_can_decide_it() {
         json!("terminal")
     );
     assert!(
-        result["progress"].as_array().unwrap().len() >= 1,
+        !result["progress"].as_array().unwrap().is_empty(),
         "no progress while waiting: {result}"
     );
     assert_eq!(ws.read("w.txt").as_deref(), Some("waited\n"));
