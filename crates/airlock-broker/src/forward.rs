@@ -208,27 +208,7 @@ impl Broker {
                 self.wait(&approval.id)
             }
             Handling::ApproveNow { user, reason } => {
-                let request = crate::DecideRequest {
-                    approve: true,
-                    reason: reason.map(str::to_owned),
-                    always: None,
-                    user: user.to_owned(),
-                    channel: "terminal".to_owned(),
-                };
-                match self.decide(&approval.id, &request) {
-                    Ok(envelope) => envelope,
-                    Err(error) => {
-                        self.cancel(&approval.id);
-                        Envelope::failure(
-                            Status::Error,
-                            METHOD,
-                            &call.tool,
-                            path,
-                            error.code(),
-                            error.to_string(),
-                        )
-                    }
-                }
+                self.approve_now(call, path, METHOD, &approval, user, reason)
             }
             Handling::Defer | Handling::Rounds | Handling::Refuse | Handling::Allow => {
                 let mut envelope = Envelope::new(Status::HitlRequired, METHOD, &call.tool, path);

@@ -1014,33 +1014,53 @@ impl Broker {
                 envelope
             }
             Handling::ApproveNow { user, reason } => {
-                let request = DecideRequest {
-                    approve: true,
-                    reason: reason.map(str::to_owned),
-                    always: None,
-                    user: user.to_owned(),
-                    channel: "terminal".to_owned(),
-                };
-                match self.decide(&approval.id, &request) {
-                    Ok(envelope) => envelope,
-                    Err(error) => {
-                        // The person at the terminal could not approve it: leave
-                        // nothing pending behind, and say so in the log.
-                        self.cancel(&approval.id);
-                        let envelope = self.error_envelope(call, path, &error);
-                        self.audited(
-                            envelope,
-                            Record::for_approval(&approval)
-                                .event("tool_call")
-                                .text("status", "error")
-                                .text("code", error.code().as_str()),
-                        )
-                    }
-                }
+                self.approve_now(call, path, "fs.propose_patch", &approval, user, reason)
             }
             Handling::Wait => {
                 on_pending(&approval);
                 self.wait(&approval.id)
+            }
+        }
+    }
+
+    /// `--yes`: the person at this terminal approves the new approval now. If
+    /// they cannot (a reason is required, say), nothing is left pending and the
+    /// failure is on record.
+    fn approve_now(
+        &self,
+        call: &ToolCall,
+        path: Option<&str>,
+        method: &str,
+        approval: &Approval,
+        user: &str,
+        reason: Option<&str>,
+    ) -> Envelope {
+        let request = DecideRequest {
+            approve: true,
+            reason: reason.map(str::to_owned),
+            always: None,
+            user: user.to_owned(),
+            channel: "terminal".to_owned(),
+        };
+        match self.decide(&approval.id, &request) {
+            Ok(envelope) => envelope,
+            Err(error) => {
+                self.cancel(&approval.id);
+                let envelope = Envelope::failure(
+                    Status::Error,
+                    method,
+                    &call.tool,
+                    path,
+                    error.code(),
+                    error.to_string(),
+                );
+                self.audited(
+                    envelope,
+                    Record::for_approval(approval)
+                        .event("tool_call")
+                        .text("status", "error")
+                        .text("code", error.code().as_str()),
+                )
             }
         }
     }
