@@ -33,11 +33,52 @@ pub enum McpError {
 use std::sync::Arc;
 
 /// Serves one session over stdin/stdout until the client closes it.
+///
+/// When both are pipes (as for every client that starts airlock as a
+/// subprocess) they are driven by the runtime's event loop; tokio's
+/// `stdin()`/`stdout()` hand each read and write to a blocking thread, which
+/// costs a thread hand-off per message on the read path.
 pub async fn serve_stdio(gateway: Arc<Gateway>, options: SessionOptions) -> Result<(), McpError> {
-    use rmcp::ServiceExt as _;
     let session = Session::new(gateway, options);
+    match stdio_pipes() {
+        Some((input, output)) => serve_on(session, (input, output)).await,
+        None => serve_on(session, rmcp::transport::stdio()).await,
+    }
+}
+
+/// Stdin and stdout as non-blocking pipes, when they are pipes.
+fn stdio_pipes() -> Option<(
+    tokio::net::unix::pipe::Receiver,
+    tokio::net::unix::pipe::Sender,
+)> {
+    use std::os::fd::AsFd as _;
+    use tokio::net::unix::pipe;
+    let input = std::io::stdin().as_fd().try_clone_to_owned().ok()?;
+    let output = std::io::stdout().as_fd().try_clone_to_owned().ok()?;
+    let is_pipe = |fd: &std::os::fd::OwnedFd| {
+        use std::os::unix::fs::FileTypeExt as _;
+        std::fs::File::from(fd.try_clone().ok()?)
+            .metadata()
+            .ok()
+            .map(|meta| meta.file_type().is_fifo())
+    };
+    if is_pipe(&input) != Some(true) || is_pipe(&output) != Some(true) {
+        return None;
+    }
+    Some((
+        pipe::Receiver::from_owned_fd(input).ok()?,
+        pipe::Sender::from_owned_fd(output).ok()?,
+    ))
+}
+
+async fn serve_on<T, E, A>(session: Session, transport: T) -> Result<(), McpError>
+where
+    T: rmcp::transport::IntoTransport<rmcp::RoleServer, E, A>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    use rmcp::ServiceExt as _;
     let running = session
-        .serve(rmcp::transport::stdio())
+        .serve(transport)
         .await
         .map_err(|error| McpError::Protocol(error.to_string()))?;
     running

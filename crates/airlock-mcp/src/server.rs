@@ -25,6 +25,10 @@ use crate::tools;
 /// still waiting.
 const PROGRESS_EVERY: Duration = Duration::from_secs(2);
 
+/// How often the client's human is asked again after approving without the
+/// reason the risk requires.
+const REASON_ATTEMPTS: u32 = 3;
+
 /// Who an HTTP request comes from, put into the request's extensions by the
 /// HTTP layer once its bearer token checked out.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -223,57 +227,108 @@ impl Session {
             return crate::rounds::resume(&self.gateway, &call, &request).await;
         }
         let broker = self.gateway.broker();
-        let (pending_tx, mut pending_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
-        let submit_call = call.clone();
-        let submit_broker = broker.clone();
-        let mut submitted = tokio::task::spawn_blocking(move || {
-            submit_broker.submit(&submit_call, &Mode::Client(ask), &|approval| {
-                let _ = pending_tx.send(approval.id.clone());
+        // The broker runs on this thread (`block_in_place`): an allowed call
+        // answers without handing work to another thread and back. While a
+        // human decides, a companion task asks the client, sends progress
+        // and watches for the client's cancellation.
+        let companion = Companion {
+            broker: broker.clone(),
+            peer: context.peer.clone(),
+            progress_token: context.meta.get_progress_token(),
+            cancelled: context.ct.clone(),
+            elicit: ask == ClientAsk::Elicit,
+            user: user.clone(),
+            runtime: tokio::runtime::Handle::current(),
+            running: Mutex::new(None),
+        };
+        let envelope = tokio::task::block_in_place(|| {
+            broker.submit(&call, &Mode::Client(ask), &|approval| {
+                companion.start(approval.id.clone());
             })
         });
-        let progress_token = context.meta.get_progress_token();
-        let mut ticks = tokio::time::interval(PROGRESS_EVERY);
-        ticks.tick().await;
-        let mut waiting_on: Option<String> = None;
-        let mut progress = 0.0;
-        let envelope = loop {
-            tokio::select! {
-                joined = &mut submitted => {
-                    break joined.map_err(|error| ErrorData::internal_error(error.to_string(), None))?;
-                }
-                Some(id) = pending_rx.recv() => {
-                    waiting_on = Some(id.clone());
-                    if ask == ClientAsk::Elicit {
-                        tokio::spawn(elicit(broker.clone(), context.peer.clone(), id, user.clone()));
-                    }
-                }
-                _ = ticks.tick(), if progress_token.is_some() && waiting_on.is_some() => {
-                    if let (Some(token), Some(id)) = (&progress_token, &waiting_on) {
-                        progress += 1.0;
-                        let param = serde_json::from_value::<ProgressNotificationParam>(json!({
-                            "progressToken": token,
-                            "progress": progress,
-                            "message": format!("waiting for a human to decide {id}"),
-                        }));
-                        if let Ok(param) = param {
-                            let _ = context.peer.notify_progress(param).await;
-                        }
-                    }
-                }
-                () = context.ct.cancelled() => {
-                    // The client gave up on the call: its approval is cancelled,
-                    // which ends the wait.
-                    if let Some(id) = waiting_on.take() {
-                        let broker = broker.clone();
-                        let _ = tokio::task::spawn_blocking(move || broker.cancel(&id)).await;
-                    }
-                }
-            }
-        };
+        companion.stop();
         if rounds && envelope.status == Status::HitlRequired {
             return crate::rounds::input_required(&self.gateway, &call, &envelope).await;
         }
         Ok(CallToolResponse::Complete(to_result(&envelope)))
+    }
+}
+
+/// The work beside a call that waits for a human: asking the client's human
+/// (elicitation), progress notifications, and cancelling the approval when
+/// the client cancels the request.
+struct Companion {
+    broker: Arc<airlock_broker::Broker>,
+    peer: rmcp::service::Peer<RoleServer>,
+    progress_token: Option<rmcp::model::ProgressToken>,
+    cancelled: tokio_util::sync::CancellationToken,
+    elicit: bool,
+    user: Option<String>,
+    runtime: tokio::runtime::Handle,
+    /// Stops the running companion task.
+    running: Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+}
+
+impl Companion {
+    /// Called (on the broker's thread) once approval `id` is pending.
+    fn start(&self, id: String) {
+        if self.elicit {
+            self.runtime.spawn(elicit(
+                self.broker.clone(),
+                self.peer.clone(),
+                id.clone(),
+                self.user.clone(),
+            ));
+        }
+        let (stop, mut stopped) = tokio::sync::oneshot::channel::<()>();
+        if let Ok(mut running) = self.running.lock() {
+            *running = Some(stop);
+        }
+        let broker = self.broker.clone();
+        let peer = self.peer.clone();
+        let progress_token = self.progress_token.clone();
+        let cancelled = self.cancelled.clone();
+        self.runtime.spawn(async move {
+            let mut ticks = tokio::time::interval(PROGRESS_EVERY);
+            ticks.tick().await;
+            let mut progress = 0.0;
+            loop {
+                tokio::select! {
+                    _ = &mut stopped => return,
+                    () = cancelled.cancelled() => {
+                        // The client gave up on the call: its approval is
+                        // cancelled, which ends the wait.
+                        let _ = tokio::task::spawn_blocking(move || broker.cancel(&id)).await;
+                        return;
+                    }
+                    _ = ticks.tick(), if progress_token.is_some() => {
+                        if let Some(token) = &progress_token {
+                            progress += 1.0;
+                            let param = serde_json::from_value::<ProgressNotificationParam>(json!({
+                                "progressToken": token,
+                                "progress": progress,
+                                "message": format!("waiting for a human to decide {id}"),
+                            }));
+                            if let Ok(param) = param {
+                                let _ = peer.notify_progress(param).await;
+                            }
+                        }
+                    }
+                }
+            }
+        });
+    }
+
+    /// The call has its answer: the companion task ends.
+    fn stop(&self) {
+        if let Some(stop) = self
+            .running
+            .lock()
+            .ok()
+            .and_then(|mut running| running.take())
+        {
+            let _ = stop.send(());
+        }
     }
 }
 
@@ -395,34 +450,54 @@ async fn elicit(
     if !form.client_may_decide {
         return;
     }
-    let params = serde_json::from_value(json!({
-        "mode": "form",
-        "message": decision_message(&form),
-        "requestedSchema": decision_form(&form),
-    }));
-    let params = match params {
-        Ok(params) => params,
-        Err(error) => {
-            eprintln!("airlock: cannot build the elicitation for {id}: {error}");
+    let mut message = decision_message(&form);
+    let mut attempts = 0;
+    let request = loop {
+        attempts += 1;
+        let params = serde_json::from_value(json!({
+            "mode": "form",
+            "message": message,
+            "requestedSchema": decision_form(&form),
+        }));
+        let params = match params {
+            Ok(params) => params,
+            Err(error) => {
+                eprintln!("airlock: cannot build the elicitation for {id}: {error}");
+                return;
+            }
+        };
+        let left = form.expires_ms.saturating_sub(airlock_broker::now_ms());
+        if left == 0 {
             return;
         }
-    };
-    let timeout = Duration::from_millis(form.expires_ms.saturating_sub(airlock_broker::now_ms()));
-    let answer = peer
-        .create_elicitation_with_timeout(params, Some(timeout))
-        .await;
-    let request = match answer {
-        Ok(result) => decide_request(&result.action, result.content.as_ref(), &form, user),
-        Err(error) => {
-            // The client failed to ask: the other channels (and the timeout)
-            // still decide; nothing is approved.
-            eprintln!("airlock: elicitation for {id} failed: {error}");
-            return;
+        let answer = peer
+            .create_elicitation_with_timeout(params, Some(Duration::from_millis(left)))
+            .await;
+        let result = match answer {
+            Ok(result) => result,
+            Err(error) => {
+                // The client failed to ask: the other channels (and the
+                // timeout) still decide; nothing is approved.
+                eprintln!("airlock: elicitation for {id} failed: {error}");
+                return;
+            }
+        };
+        match decide_request(&result.action, result.content.as_ref(), &form, user.clone()) {
+            Some(request) => break request,
+            // An approval without the reason this risk requires decides
+            // nothing: the human is asked again (a few times), and the other
+            // channels can still decide.
+            None if attempts < REASON_ATTEMPTS => {
+                message = format!(
+                    "A reason is required to approve this call.\n\n{}",
+                    decision_message(&form)
+                );
+            }
+            None => {
+                eprintln!("airlock: {id}: approved without the required reason; not decided here");
+                return;
+            }
         }
-    };
-    let Some(request) = request else {
-        eprintln!("airlock: {id}: an approval without the required reason decides nothing");
-        return;
     };
     let _ = tokio::task::spawn_blocking(move || broker.decide(&id, &request)).await;
 }

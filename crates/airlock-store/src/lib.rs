@@ -240,6 +240,8 @@ pub struct SnapshotFile {
 /// The durable store. One connection per process, shared by its threads.
 pub struct Store {
     conn: Mutex<Connection>,
+    /// Only for the audit head (synchronous = NORMAL).
+    head_conn: Mutex<Connection>,
 }
 
 const SCHEMA: &str = "
@@ -335,8 +337,17 @@ impl Store {
                 Err(error) => return Err(error.into()),
             }
         }
+        // The audit head is a mirror that catches a log cut short; a crash
+        // may lose its newest update (the head is then behind the log, which
+        // recovery accepts) but never puts it ahead. So it is written on its
+        // own connection without a sync per update: the audit log's own sync
+        // is the one an audited call waits for.
+        let head_conn = Connection::open(path)?;
+        head_conn.busy_timeout(Duration::from_secs(10))?;
+        head_conn.pragma_update(None, "synchronous", "NORMAL")?;
         Ok(Store {
             conn: Mutex::new(conn),
+            head_conn: Mutex::new(head_conn),
         })
     }
 
@@ -727,7 +738,7 @@ impl Store {
     /// Grants that have not expired at `now`.
     pub fn grants(&self, now: Millis) -> Result<Vec<GrantRow>, StoreError> {
         self.with(|conn| {
-            let mut statement = conn.prepare(
+            let mut statement = conn.prepare_cached(
                 "SELECT id, tool, path_glob, session, expires_ms, created_ms, created_by, approval_id \
                  FROM grants WHERE expires_ms IS NULL OR expires_ms > ?1 ORDER BY created_ms, id",
             )?;
@@ -844,17 +855,17 @@ impl Store {
         })
     }
 
-    /// Saves the audit chain's head; it only moves forward.
+    /// Saves the audit chain's head; it only moves forward. Not synced at
+    /// once (see [`Store::open`]).
     pub fn save_audit_head(&self, seq: u64, hash: &str) -> Result<(), StoreError> {
-        self.with(|conn| {
-            conn.execute(
-                "INSERT INTO audit_head (id, seq, hash) VALUES (1, ?1, ?2) \
-                 ON CONFLICT(id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash \
-                 WHERE excluded.seq > audit_head.seq",
-                params![seq as i64, hash],
-            )?;
-            Ok(())
-        })
+        let conn = self.head_conn.lock().map_err(|_| StoreError::Poisoned)?;
+        conn.prepare_cached(
+            "INSERT INTO audit_head (id, seq, hash) VALUES (1, ?1, ?2) \
+             ON CONFLICT(id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash \
+             WHERE excluded.seq > audit_head.seq",
+        )?
+        .execute(params![seq as i64, hash])?;
+        Ok(())
     }
 
     /// Spends a one-time token: `true` the first time, `false` ever after (until
