@@ -13,7 +13,8 @@
 //! `prev_hash` is [`ZERO_HASH`]. With a configured key the hash is HMAC-SHA256 instead,
 //! written `hmac-sha256:<hex>` so that a verifier knows which one it is looking at.
 //!
-//! - [`AuditLog`] appends: one durable write per group of concurrent appenders, safe
+//! - [`AuditLog`] appends: one durable write per group of concurrent appenders (or,
+//!   with [`Durability::Soon`], a write now and a sync within [`SYNC_WITHIN`]), safe
 //!   across threads and processes (an exclusive `flock` on the log), continuing the
 //!   chain from the file's last line. [`AuditLog::open`] moves a torn last line aside
 //!   and reports it in a [`Recovery`], never drops it silently.
@@ -53,8 +54,8 @@ pub use airlock_core::canonical::ZERO_HASH;
 pub use chain::{HMAC_PREFIX, SHA256_PREFIX};
 pub use error::AuditError;
 pub use log::{
-    Appended, AuditLog, Head, HeadStore, Recovery, TORN_LINE_EVENT, TRUNCATED_TAIL_EVENT, TornLine,
-    TruncatedTail,
+    Appended, AuditLog, Durability, Head, HeadStore, Recovery, SYNC_WITHIN, TORN_LINE_EVENT,
+    TRUNCATED_TAIL_EVENT, TornLine, TruncatedTail,
 };
 pub use read::{Follower, Query, query, tail_lines};
 pub use time::rfc3339_millis;

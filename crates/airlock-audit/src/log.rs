@@ -144,7 +144,25 @@ pub struct AuditLog {
     head_store: Option<Arc<dyn HeadStore>>,
     queue: Mutex<Queue>,
     writer: Mutex<Writer>,
+    /// Syncs records appended with [`Durability::Soon`].
+    flusher: Arc<Flusher>,
 }
+
+/// When an appended record must be on disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// Synced before [`AuditLog::append_with`] returns: for records of calls
+    /// that change something (a proposal, a decision, an apply, a forwarded
+    /// call), which must be on disk before the change goes ahead.
+    Now,
+    /// Written before it returns (it survives the process being killed) and
+    /// synced within [`SYNC_WITHIN`] (or by the next `Now` append, of any
+    /// process): for records of calls that change nothing (reads, denials).
+    Soon,
+}
+
+/// How long a [`Durability::Soon`] record may wait for its sync.
+pub const SYNC_WITHIN: std::time::Duration = std::time::Duration::from_millis(20);
 
 impl std::fmt::Debug for AuditLog {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -215,6 +233,7 @@ impl AuditLog {
             head_store,
             queue: Mutex::new(Queue::default()),
             writer: Mutex::new(writer),
+            flusher: Arc::default(),
         };
         let recovery = Recovery {
             torn_line,
@@ -237,12 +256,26 @@ impl AuditLog {
     /// `event_hash`. An error means the record is not in the log, except
     /// [`AuditError::HeadNotSaved`].
     pub fn append(&self, record: Map<String, Value>) -> Result<Appended, AuditError> {
+        self.append_with(record, Durability::Now)
+    }
+
+    /// [`AuditLog::append`] with the given durability: with
+    /// [`Durability::Soon`] it returns once the record is written to the file,
+    /// and the log's flusher thread syncs it (and saves the head) within
+    /// [`SYNC_WITHIN`]. A failed background sync makes the next append sync
+    /// itself, and fail if that fails too.
+    pub fn append_with(
+        &self,
+        record: Map<String, Value>,
+        durability: Durability,
+    ) -> Result<Appended, AuditError> {
         let mut queue = self.lock_queue();
         let ticket = queue.next_ticket;
         queue.next_ticket += 1;
         queue.waiting.push(Waiting {
             ticket,
             record,
+            durability,
             thread: std::thread::current(),
         });
         loop {
@@ -264,12 +297,15 @@ impl AuditLog {
             drop(queue);
             let mut records = Vec::with_capacity(batch.len());
             let mut waiters = Vec::with_capacity(batch.len());
+            let mut sync_now = false;
             for Waiting {
                 ticket: waiting_ticket,
                 record,
+                durability,
                 thread,
             } in batch
             {
+                sync_now |= durability == Durability::Now;
                 records.push((waiting_ticket, record));
                 if waiting_ticket != ticket {
                     waiters.push(thread);
@@ -281,7 +317,7 @@ impl AuditLog {
                 waiters,
                 finished: false,
             };
-            let results = self.write_batch(records);
+            let results = self.write_batch(records, sync_now);
             queue = self.lock_queue();
             queue.finished.extend(results);
             leader.finished = true;
@@ -299,7 +335,7 @@ impl AuditLog {
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn write_batch(&self, batch: Vec<(u64, Map<String, Value>)>) -> Outcomes {
+    fn write_batch(&self, batch: Vec<(u64, Map<String, Value>)>, sync_now: bool) -> Outcomes {
         let mut writer = self.writer.lock().unwrap_or_else(|poisoned| {
             // A writer that panicked may have left the file ahead of what it knows.
             let mut writer = poisoned.into_inner();
@@ -307,14 +343,26 @@ impl AuditLog {
             writer
         });
         let tickets: Vec<u64> = batch.iter().map(|(ticket, _)| *ticket).collect();
+        // A background sync that failed leaves records of this process unsynced:
+        // this group syncs them, or fails.
+        let sync_now = sync_now || self.flusher.failed();
+        let head_store = self.head_store.clone();
+        let flusher = &self.flusher;
         let outcome = writer.with_lock(&self.path, |state, file| {
-            state.commit(
+            let results = state.commit(
                 &self.path,
                 file,
                 &self.hasher,
-                self.head_store.as_deref(),
+                head_store.as_deref(),
                 batch,
-            )
+                sync_now,
+            )?;
+            match (&state.head, sync_now) {
+                (_, true) => flusher.synced(),
+                (Some(head), false) => flusher.written(file, head, head_store.clone()),
+                (None, false) => {}
+            }
+            Ok(results)
         });
         match outcome {
             Ok(results) => results,
@@ -322,6 +370,177 @@ impl AuditLog {
                 .into_iter()
                 .map(|ticket| (ticket, Err(error.clone())))
                 .collect(),
+        }
+    }
+}
+
+impl AuditLog {
+    /// Syncs the records still waiting for the flusher, now: a process about
+    /// to exit calls it (dropping the log does it too).
+    pub fn flush(&self) {
+        self.flusher.flush(false);
+    }
+}
+
+impl Drop for AuditLog {
+    fn drop(&mut self) {
+        self.flusher.flush(true);
+    }
+}
+
+/// Syncs [`Durability::Soon`] records in the background, at most
+/// [`SYNC_WITHIN`] after the first unsynced one was written, then saves the
+/// head it synced (the head is never saved ahead of what is on disk).
+#[derive(Default)]
+struct Flusher {
+    state: Mutex<FlushState>,
+    wake: std::sync::Condvar,
+}
+
+#[derive(Default)]
+struct FlushState {
+    /// The file written without a sync, the head it ends with, and when.
+    pending: Option<Pending>,
+    /// The thread runs.
+    running: bool,
+    /// The log is gone: sync what is pending and stop.
+    closed: bool,
+    /// A background sync failed; the next append must sync itself.
+    failed: bool,
+    /// The thread is syncing (outside the lock).
+    syncing: bool,
+}
+
+struct Pending {
+    file: Arc<File>,
+    head: Head,
+    head_store: Option<Arc<dyn HeadStore>>,
+    since: std::time::Instant,
+}
+
+impl Flusher {
+    fn lock(&self) -> MutexGuard<'_, FlushState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn failed(&self) -> bool {
+        self.lock().failed
+    }
+
+    /// A synced commit covered everything written before it.
+    fn synced(&self) {
+        let mut state = self.lock();
+        state.pending = None;
+        state.failed = false;
+    }
+
+    /// Records up to `head` were written to `file` without a sync.
+    fn written(
+        self: &Arc<Self>,
+        file: &Arc<File>,
+        head: &Head,
+        head_store: Option<Arc<dyn HeadStore>>,
+    ) {
+        let mut state = self.lock();
+        let since = match &state.pending {
+            Some(pending) if Arc::ptr_eq(&pending.file, file) => pending.since,
+            _ => std::time::Instant::now(),
+        };
+        state.pending = Some(Pending {
+            file: file.clone(),
+            head: head.clone(),
+            head_store,
+            since,
+        });
+        if !state.running {
+            let flusher = self.clone();
+            let started = std::thread::Builder::new()
+                .name("audit-sync".to_owned())
+                .spawn(move || flusher.run());
+            match started {
+                Ok(_) => state.running = true,
+                // No thread: the next append syncs (and reports a failure).
+                Err(_) => state.failed = true,
+            }
+        }
+        self.wake.notify_all();
+    }
+
+    fn run(&self) {
+        let mut state = self.lock();
+        loop {
+            let due = state
+                .pending
+                .as_ref()
+                .map(|pending| pending.since + SYNC_WITHIN);
+            match due {
+                None if state.closed => {
+                    state.running = false;
+                    return;
+                }
+                None => {
+                    state = self
+                        .wake
+                        .wait(state)
+                        .unwrap_or_else(PoisonError::into_inner);
+                }
+                Some(due) => {
+                    let now = std::time::Instant::now();
+                    if due > now && !state.closed {
+                        state = self
+                            .wake
+                            .wait_timeout(state, due - now)
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .0;
+                        continue;
+                    }
+                    let Some(pending) = state.pending.take() else {
+                        continue;
+                    };
+                    state.syncing = true;
+                    drop(state);
+                    let synced = pending.file.sync_data().is_ok()
+                        && pending
+                            .head_store
+                            .as_ref()
+                            .is_none_or(|store| store.save_head(&pending.head).is_ok());
+                    state = self.lock();
+                    state.syncing = false;
+                    if !synced {
+                        state.failed = true;
+                    }
+                    self.wake.notify_all();
+                }
+            }
+        }
+    }
+
+    /// Syncs what is pending here (after a sync under way has finished, so
+    /// the process does not exit in the middle of it); with `close`, the
+    /// thread ends.
+    fn flush(&self, close: bool) {
+        let pending = {
+            let mut state = self.lock();
+            state.closed |= close;
+            let pending = state.pending.take();
+            self.wake.notify_all();
+            while state.syncing {
+                state = self
+                    .wake
+                    .wait(state)
+                    .unwrap_or_else(PoisonError::into_inner);
+            }
+            pending
+        };
+        if let Some(pending) = pending {
+            let synced = pending.file.sync_data().is_ok()
+                && pending
+                    .head_store
+                    .as_ref()
+                    .is_none_or(|store| store.save_head(&pending.head).is_ok());
+            if !synced {
+                self.lock().failed = true;
+            }
         }
     }
 }
@@ -353,6 +572,7 @@ struct Queue {
 struct Waiting {
     ticket: u64,
     record: Map<String, Value>,
+    durability: Durability,
     thread: Thread,
 }
 
@@ -398,7 +618,7 @@ impl Drop for LeaderGuard<'_> {
 
 /// The open file and what this process knows of its end.
 struct Writer {
-    file: File,
+    file: Arc<File>,
     identity: (u64, u64),
     state: WriterState,
 }
@@ -414,7 +634,7 @@ struct WriterState {
 
 impl Writer {
     fn open(path: &Path) -> Result<Writer, AuditError> {
-        let file = open_log_file(path)?;
+        let file = Arc::new(open_log_file(path)?);
         let identity = identity_of(
             &file
                 .metadata()
@@ -437,7 +657,7 @@ impl Writer {
     fn with_lock<T>(
         &mut self,
         path: &Path,
-        work: impl FnOnce(&mut WriterState, &File) -> Result<T, AuditError>,
+        work: impl FnOnce(&mut WriterState, &Arc<File>) -> Result<T, AuditError>,
     ) -> Result<T, AuditError> {
         loop {
             rustix::fs::flock(&self.file, FlockOperation::LockExclusive)
@@ -496,7 +716,8 @@ impl WriterState {
         Ok(torn)
     }
 
-    /// Writes a group of records as one write, syncs, and saves the new head.
+    /// Writes a group of records as one write and, with `sync`, syncs and
+    /// saves the new head (without, the flusher does that soon).
     fn commit(
         &mut self,
         path: &Path,
@@ -504,6 +725,7 @@ impl WriterState {
         hasher: &ChainHasher,
         head_store: Option<&dyn HeadStore>,
         batch: Vec<(u64, Map<String, Value>)>,
+        sync: bool,
     ) -> Result<Outcomes, AuditError> {
         let io_error = |error| AuditError::io(path, error);
         let torn = self.refresh(path, file)?;
@@ -525,7 +747,7 @@ impl WriterState {
         }
         let written = (&*file)
             .write_all(&self.lines)
-            .and_then(|()| file.sync_data());
+            .and_then(|()| if sync { file.sync_data() } else { Ok(()) });
         if let Err(error) = written {
             // Take back whatever part reached the file, so an error means "not in the
             // log"; the next group re-reads the file in any case.
@@ -535,6 +757,9 @@ impl WriterState {
         }
         self.known_len = Some(start_len + self.lines.len() as u64);
         self.head = head;
+        if !sync {
+            return Ok(results);
+        }
         if let (Some(store), Some(head)) = (head_store, &self.head)
             && let Err(reason) = store.save_head(head)
         {

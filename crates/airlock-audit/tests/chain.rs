@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use airlock_audit::{
-    AuditError, AuditLog, Head, HeadStore, Problem, ProblemKind, Recovery, TORN_LINE_EVENT,
-    TRUNCATED_TAIL_EVENT, TornLine, TruncatedTail, ZERO_HASH, verify,
+    AuditError, AuditLog, Durability, Head, HeadStore, Problem, ProblemKind, Recovery,
+    TORN_LINE_EVENT, TRUNCATED_TAIL_EVENT, TornLine, TruncatedTail, ZERO_HASH, verify,
 };
 use airlock_core::canonical::{sha256_hex, to_canonical_string};
 use common::{MemoryHeadStore, lines, record, records, write_lines};
@@ -666,4 +666,107 @@ fn a_large_log_verifies_across_blocks_and_cores_and_names_the_first_bad_seq() {
             kind: ProblemKind::SeqMismatch { found: 21_002 }
         }
     );
+}
+
+/// Polls `check` for up to five seconds.
+fn eventually(mut check: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while std::time::Instant::now() < deadline {
+        if check() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    check()
+}
+
+#[test]
+fn soon_records_are_written_at_once_and_their_head_saved_after_the_sync() {
+    let fixture = fixture();
+    let store = Arc::new(MemoryHeadStore::default());
+    let (log, _) = AuditLog::open(&fixture.path, None, Some(store.clone())).unwrap();
+    let soon: Vec<_> = (0..3)
+        .map(|index| {
+            log.append_with(
+                record("read_file", &[("index", json!(index))]),
+                Durability::Soon,
+            )
+            .unwrap()
+        })
+        .collect();
+    // In the file (another process sees them) before any sync.
+    assert_eq!(lines(&fixture.path).len(), 3);
+    assert_eq!(verify(&fixture.path, None, None).unwrap().records, 3);
+    // The flusher syncs them and saves their head.
+    let expected = Head {
+        seq: 3,
+        event_hash: soon[2].event_hash.clone(),
+    };
+    assert!(eventually(|| store.head() == Some(expected.clone())));
+
+    // A `Now` append syncs whatever is pending with it, before it returns.
+    log.append_with(record("read_file", &[]), Durability::Soon)
+        .unwrap();
+    let now = log.append(record("write_file_apply", &[])).unwrap();
+    assert_eq!(
+        store.head(),
+        Some(Head {
+            seq: 5,
+            event_hash: now.event_hash
+        })
+    );
+
+    // Dropping the log syncs what is pending.
+    let last = log
+        .append_with(record("read_file", &[]), Durability::Soon)
+        .unwrap();
+    drop(log);
+    assert_eq!(
+        store.head(),
+        Some(Head {
+            seq: 6,
+            event_hash: last.event_hash
+        })
+    );
+    assert_eq!(
+        verify(&fixture.path, None, store.head().as_ref())
+            .unwrap()
+            .problem,
+        None
+    );
+}
+
+#[test]
+fn a_failed_background_sync_makes_the_next_append_sync_and_fail() {
+    struct Broken;
+    impl HeadStore for Broken {
+        fn load_head(&self) -> Result<Option<Head>, String> {
+            Ok(None)
+        }
+        fn save_head(&self, _: &Head) -> Result<(), String> {
+            Err("disk full".to_owned())
+        }
+    }
+    let fixture = fixture();
+    let (log, _) = AuditLog::open(&fixture.path, None, Some(Arc::new(Broken))).unwrap();
+    // The first `Soon` append returns before anything is synced or saved.
+    log.append_with(record("read_file", &[]), Durability::Soon)
+        .unwrap();
+    // Once the flusher has failed, appends sync themselves, and report it.
+    let mut error = None;
+    assert!(eventually(|| {
+        match log.append_with(record("read_file", &[]), Durability::Soon) {
+            Ok(_) => false,
+            Err(failed) => {
+                error = Some(failed.to_string());
+                true
+            }
+        }
+    }));
+    let error = error.unwrap();
+    assert!(
+        error.ends_with("is in the log, but the head store failed: disk full"),
+        "{error}"
+    );
+    assert_eq!(verify(&fixture.path, None, None).unwrap().problem, None);
 }

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use airlock_audit::AuditLog;
+use airlock_audit::{AuditLog, Durability};
 use airlock_core::config::{ApprovalMode, Config, ElicitationFallback, LoadedConfig};
 use airlock_core::envelope::{DecidedBy, DecisionInfo, Envelope, HitlInfo, Status};
 use airlock_core::policy::Reason;
@@ -306,7 +306,7 @@ impl Broker {
                 .text("status", "error")
                 .text("code", error.code().as_str()),
         };
-        if self.log(record).is_none() {
+        if self.log_with(record, Durability::Soon).is_none() {
             return Err(BrokerError::refused(
                 ErrorCode::IoError,
                 "the audit log could not be written",
@@ -398,7 +398,18 @@ impl Broker {
     /// Appends an audit record; a failure to audit is reported on stderr-free
     /// terms by returning `None` (callers turn that into an error envelope).
     fn log(&self, record: Record) -> Option<airlock_core::envelope::AuditRef> {
-        match self.audit.append(record.into_map()) {
+        self.log_with(record, Durability::Now)
+    }
+
+    /// Records of calls that change nothing (reads, denials) are written
+    /// before the answer and synced within `SYNC_WITHIN`; everything that
+    /// precedes or records a change is synced before the call goes on.
+    fn log_with(
+        &self,
+        record: Record,
+        durability: Durability,
+    ) -> Option<airlock_core::envelope::AuditRef> {
+        match self.audit.append_with(record.into_map(), durability) {
             Ok(appended) => Some(airlock_core::envelope::AuditRef {
                 prev_hash: appended.prev_hash,
                 event_hash: appended.event_hash,
@@ -409,8 +420,23 @@ impl Broker {
 
     /// Audits `record` and stamps the envelope with it. If the audit log cannot
     /// be written, the result is an error: nothing goes unaudited.
-    fn audited(&self, mut envelope: Envelope, record: Record) -> Envelope {
-        match self.log(record) {
+    fn audited(&self, envelope: Envelope, record: Record) -> Envelope {
+        self.audited_with(envelope, record, Durability::Now)
+    }
+
+    /// [`Broker::audited`] for a call that changed nothing: its record is
+    /// synced soon, not before the answer (see [`Broker::log_with`]).
+    fn observed(&self, envelope: Envelope, record: Record) -> Envelope {
+        self.audited_with(envelope, record, Durability::Soon)
+    }
+
+    fn audited_with(
+        &self,
+        mut envelope: Envelope,
+        record: Record,
+        durability: Durability,
+    ) -> Envelope {
+        match self.log_with(record, durability) {
             Some(audit) => {
                 envelope.audit = Some(audit);
                 envelope
@@ -421,6 +447,12 @@ impl Broker {
                 envelope.op.path.as_deref(),
             ),
         }
+    }
+
+    /// Syncs audit records of reads and denials still waiting for their
+    /// background sync; call it before the process exits.
+    pub fn flush_audit(&self) {
+        self.audit.flush();
     }
 
     /// Records `config_loaded` when the configuration differs from the last one
@@ -538,7 +570,7 @@ impl Broker {
             } else {
                 "tool_call"
             };
-            return self.audited(
+            return self.observed(
                 envelope,
                 base.event(event)
                     .text("decision", "deny")
@@ -569,7 +601,7 @@ impl Broker {
                     ErrorCode::UnknownTool,
                     format!("no tool named {other} is available"),
                 );
-                self.audited(
+                self.observed(
                     envelope,
                     base.event("tool_call")
                         .text("status", "error")
@@ -663,7 +695,7 @@ impl Broker {
                 ErrorCode::PolicyDenied,
                 "this read needs approval, and reads cannot be proposed",
             );
-            return self.audited(
+            return self.observed(
                 envelope,
                 record.text("decision", "deny").text("status", "denied"),
             );
@@ -682,7 +714,7 @@ impl Broker {
                 }
                 let mut envelope = Envelope::new(Status::Allowed, method, &call.tool, path);
                 envelope.data = Some(data);
-                self.audited(envelope, record)
+                self.observed(envelope, record)
             }
             Err(error) => {
                 let envelope = Envelope::failure(
@@ -693,7 +725,7 @@ impl Broker {
                     error.code(),
                     error.to_string(),
                 );
-                self.audited(
+                self.observed(
                     envelope,
                     record
                         .text("status", "error")

@@ -113,6 +113,7 @@ pub(crate) fn call(broker: Broker, args: &CallArgs) -> Result<u8, Failure> {
                 for id in broker.cancel_own_waits() {
                     eprintln!("interrupted: {id} cancelled");
                 }
+                broker.flush_audit();
                 std::process::exit(130);
             };
             interrupt.store(CANCELLING, Ordering::SeqCst);
@@ -150,6 +151,9 @@ pub(crate) fn call(broker: Broker, args: &CallArgs) -> Result<u8, Failure> {
             summary = approval.summary,
         );
     });
+    // The interrupt handler keeps the broker alive to the end: its audit
+    // records are synced here, not by dropping it.
+    broker.flush_audit();
     while interrupt.load(Ordering::SeqCst) == CANCELLING {
         std::thread::sleep(Duration::from_millis(5));
     }

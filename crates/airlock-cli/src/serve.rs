@@ -222,7 +222,11 @@ fn run(
         // Approvals this process held (waiting calls, upstream calls only it
         // can forward) cannot be carried out by anyone else.
         let broker = gateway.broker();
-        let _ = tokio::task::spawn_blocking(move || broker.cancel_own_waits()).await;
+        let _ = tokio::task::spawn_blocking(move || {
+            broker.cancel_own_waits();
+            broker.flush_audit();
+        })
+        .await;
         result.map(|()| 0)
     })
 }
