@@ -459,6 +459,56 @@ class Driver:
             state = result.request_state
         raise RuntimeError(f"server returned input_required for more than {self.args.max_rounds} rounds")
 
+    async def _call_once(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """Send exactly one tools/call, with the given requestState/inputResponses, and return its raw result."""
+        session = self._client().session
+        rec = CallRecord(wire=[])
+        _current_call.set(rec)
+        responses: types.InputResponses | None = None
+        if cmd.get("input_responses") is not None:
+            responses = {k: types.ElicitResult.model_validate(v) for k, v in cmd["input_responses"].items()}
+        try:
+            await session.call_tool(
+                cmd["tool"],
+                cmd.get("args"),
+                read_timeout_seconds=cmd.get("timeout"),
+                input_responses=responses,
+                request_state=cmd.get("request_state"),
+                allow_input_required=True,
+            )
+        except MCPError:
+            pass  # the raw JSON-RPC error is in the wire record
+        sent = [w for w in rec.wire if w["method"] == "tools/call"]
+        if len(sent) != 1:
+            raise RuntimeError(f"expected exactly one tools/call on the wire, saw {len(sent)}")
+        resp: dict[str, Any] = {"ok": True, "request": sent[0]["params"]}
+        resp.update({k: sent[0][k] for k in ("result", "error") if k in sent[0]})
+        return resp
+
+    async def op_call_once(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        return await _in_new_context(self._call_once, cmd)
+
+    async def _set_level(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        rec = CallRecord(wire=[])
+        _current_call.set(rec)
+        await self._client().session.set_logging_level(cmd["level"])
+        sent = [w for w in rec.wire if w["method"] == "logging/setLevel"]
+        return {"ok": True, "result": sent[0].get("result") if sent else None}
+
+    async def op_set_level(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """logging/setLevel; the raw result as received."""
+        return await _in_new_context(self._set_level, cmd)
+
+    async def op_complete(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        ref_data = cmd["ref"]
+        ref: types.ResourceTemplateReference | types.PromptReference
+        if ref_data.get("type") == "ref/prompt":
+            ref = types.PromptReference.model_validate(ref_data)
+        else:
+            ref = types.ResourceTemplateReference.model_validate(ref_data)
+        result = await self._client().session.complete(ref, cmd["argument"], cmd.get("context"))
+        return {"ok": True, "completion": dump(result.completion)}
+
     async def op_call(self, cmd: dict[str, Any]) -> dict[str, Any]:
         # Run in a fresh context so _current_call does not leak between commands.
         return await _in_new_context(self._call, cmd)
@@ -558,10 +608,13 @@ class Driver:
         "info": op_info,
         "list_tools": op_list_tools,
         "call": op_call,
+        "call_once": op_call_once,
         "call_async": op_call_async,
         "await": op_await,
         "cancel": op_cancel,
         "set_elicit": op_set_elicit,
+        "set_level": op_set_level,
+        "complete": op_complete,
         "read_resource": op_read_resource,
         "list_resources": op_list_resources,
         "ping": op_ping,

@@ -99,12 +99,17 @@ struct Driver {
 
 impl Driver {
     fn start(cwd: &Path, args: &[String]) -> Driver {
+        Driver::start_as(cwd, args, "tester")
+    }
+
+    /// The client, and a stdio server it starts, run as `user` (`AIRLOCK_USER`).
+    fn start_as(cwd: &Path, args: &[String], user: &str) -> Driver {
         let tools = tools_dir();
         let mut child = Command::new(tools.join("venv/bin/python"))
             .arg(repo().join("tests/mcp/client.py"))
             .args(args)
             .current_dir(cwd)
-            .env("AIRLOCK_USER", "tester")
+            .env("AIRLOCK_USER", user)
             .env("AIRLOCK_TOOLS", &tools)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -121,14 +126,19 @@ impl Driver {
     }
 
     fn send(&mut self, command: Value) -> Value {
+        let answer = self.send_any(command.clone());
+        assert_eq!(answer["ok"], json!(true), "{command} -> {answer}");
+        answer
+    }
+
+    /// The driver's answer, whether the command succeeded or not.
+    fn send_any(&mut self, command: Value) -> Value {
         writeln!(self.stdin, "{command}").unwrap();
         self.stdin.flush().unwrap();
         let mut line = String::new();
         self.stdout.read_line(&mut line).unwrap();
         assert!(!line.is_empty(), "the client exited on {command}");
-        let answer: Value = serde_json::from_str(&line).unwrap();
-        assert_eq!(answer["ok"], json!(true), "{command} -> {answer}");
-        answer
+        serde_json::from_str(&line).unwrap()
     }
 
     fn tool_names(&mut self) -> Vec<String> {
@@ -699,7 +709,10 @@ fn the_conformance_suite_against_serve_http() {
     let out = tempfile::tempdir().unwrap();
     let output = Command::new("bash")
         .arg(repo().join("scripts/mcp-conformance.sh"))
-        .args(["--require", "server-initialize,tools-list,ping"])
+        .args([
+            "--require",
+            "server-initialize,tools-list,ping,logging-set-level,completion-complete",
+        ])
         .arg(&server.url)
         .arg(out.path())
         .env("AIRLOCK_TOOLS", tools_dir())
@@ -886,4 +899,532 @@ fn a_2026_07_28_client_answers_an_input_required_result() {
         channels,
         [json!(["approve", "mcp"]), json!(["deny", "mcp"])]
     );
+}
+
+/// A workspace whose default profile asks before `write_file`.
+const ASKS_FOR_WRITES: &str =
+    "default_profile: dev\nprofiles:\n  dev:\n    asklist: [write_file]\n";
+
+/// What the human answers in the 2026-07-28 rounds: approve.
+fn approve_responses() -> Value {
+    json!({"airlock_approval": {"action": "accept", "content": {"decision": "approve"}}})
+}
+
+/// A 2026-07-28 client of `airlock serve --stdio` in `ws`, both run as `user`.
+fn rounds_client(ws: &Ws, user: &str) -> Driver {
+    let args: Vec<String> = [
+        "--elicitation",
+        "form",
+        "--protocol",
+        "2026-07-28",
+        "--stdio",
+        "--",
+        bin(),
+        "serve",
+        "--stdio",
+    ]
+    .iter()
+    .map(|arg| arg.to_string())
+    .collect();
+    Driver::start_as(ws.dir.path(), &args, user)
+}
+
+/// Calls `write_file` once with `args` and returns the `requestState` of the
+/// `InputRequiredResult` that asks the human about it.
+fn request_state_for(client: &mut Driver, args: &Value) -> String {
+    let first = client.send(json!({"op": "call_once", "tool": "write_file", "args": args}));
+    assert_eq!(
+        first["result"]["resultType"],
+        json!("input_required"),
+        "{first}"
+    );
+    first["result"]["requestState"].as_str().unwrap().to_owned()
+}
+
+/// Sends one `write_file` retry with `args`, `state` and `responses`; the raw
+/// result.
+fn present_state(client: &mut Driver, args: &Value, state: &str, responses: &Value) -> Value {
+    let answer = client.send(
+        json!({"op": "call_once", "tool": "write_file", "args": args,
+        "request_state": state, "input_responses": responses}),
+    );
+    assert!(answer.get("error").is_none(), "{answer}");
+    answer["result"].clone()
+}
+
+/// The exact refusal of a retry whose `requestState` airlock does not accept.
+fn assert_state_refused(result: &Value, message: &str) {
+    assert_eq!(result["resultType"], json!("complete"), "{result}");
+    assert_eq!(result["isError"], json!(true), "{result}");
+    let envelope = &result["structuredContent"];
+    assert_eq!(envelope["status"], json!("error"), "{result}");
+    assert_eq!(envelope["op"]["method"], json!("hitl.decide"), "{result}");
+    assert_eq!(envelope["op"]["tool"], json!("write_file"), "{result}");
+    assert_eq!(
+        envelope["error"]["code"],
+        json!("invalid_input"),
+        "{result}"
+    );
+    assert_eq!(envelope["error"]["message"], json!(message), "{result}");
+}
+
+const NOT_VALID_FOR_THIS_CALL: &str = "requestState is not valid for this call: forged, altered, expired, or made for another call or principal";
+
+fn events_named<'a>(events: &'a [Value], event: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["event"] == event).collect()
+}
+
+#[test]
+fn a_spent_request_state_is_refused_and_nothing_is_applied_twice() {
+    let ws = Ws::new(ASKS_FOR_WRITES);
+    let mut client = rounds_client(&ws, "tester");
+    client.answer_elicitations("accept", json!({"decision": "approve"}));
+    let args = json!({"path": "once.txt", "content": "once\n"});
+    let approved = client.send(json!({"op": "call", "tool": "write_file", "args": args,
+        "raw_rounds": true}));
+    assert_eq!(status(&approved), "allowed", "{approved}");
+    assert_eq!(ws.read("once.txt").as_deref(), Some("once\n"));
+    let rounds = approved["rounds"].as_array().unwrap();
+    assert_eq!(rounds.len(), 2, "{approved}");
+    let state = rounds[0]["result"]["requestState"].as_str().unwrap();
+    let responses = rounds[1]["request"]["inputResponses"].clone();
+    assert_eq!(responses, approve_responses());
+
+    // Someone edits the file; the same retry, sent again, must not write it
+    // again (nor decide anything again).
+    std::fs::write(ws.path("once.txt"), "edited by hand\n").unwrap();
+    let replayed = present_state(&mut client, &args, state, &responses);
+    assert_state_refused(&replayed, "requestState was already used");
+    assert_eq!(ws.read("once.txt").as_deref(), Some("edited by hand\n"));
+
+    let events = ws.audit_events();
+    let applies = events_named(&events, "write_file_apply");
+    assert_eq!(applies.len(), 1, "{applies:?}");
+    assert_eq!(applies[0]["status"], json!("allowed"));
+    assert_eq!(events_named(&events, "hitl_decision").len(), 1);
+}
+
+#[test]
+fn a_request_state_with_one_character_altered_is_refused() {
+    let ws = Ws::new(ASKS_FOR_WRITES);
+    let mut client = rounds_client(&ws, "tester");
+    let args = json!({"path": "altered.txt", "content": "asked\n"});
+    let state = request_state_for(&mut client, &args);
+    // A character in the middle of the sealed body (never a padding bit).
+    let (version, rest) = state.split_once('.').unwrap();
+    let body_len = rest.split('.').next().unwrap().len();
+    assert!(body_len > 8, "{state}");
+    let at = version.len() + 1 + body_len / 2;
+    let mut altered = state.clone().into_bytes();
+    altered[at] = if altered[at] == b'A' { b'B' } else { b'A' };
+    let altered = String::from_utf8(altered).unwrap();
+    assert_ne!(altered, state);
+
+    let refused = present_state(&mut client, &args, &altered, &approve_responses());
+    assert_state_refused(&refused, NOT_VALID_FOR_THIS_CALL);
+    assert_eq!(ws.read("altered.txt"), None);
+
+    // The refusal spent nothing: the state as handed out still decides.
+    let applied = present_state(&mut client, &args, &state, &approve_responses());
+    assert_eq!(status(&applied), "allowed", "{applied}");
+    assert_eq!(ws.read("altered.txt").as_deref(), Some("asked\n"));
+}
+
+#[test]
+fn a_request_state_presented_with_other_arguments_is_refused() {
+    let ws = Ws::new(ASKS_FOR_WRITES);
+    let mut client = rounds_client(&ws, "tester");
+    let args = json!({"path": "args.txt", "content": "asked\n"});
+    let state = request_state_for(&mut client, &args);
+
+    let other_content = json!({"path": "args.txt", "content": "smuggled\n"});
+    let refused = present_state(&mut client, &other_content, &state, &approve_responses());
+    assert_state_refused(&refused, NOT_VALID_FOR_THIS_CALL);
+    let other_path = json!({"path": "elsewhere.txt", "content": "asked\n"});
+    let refused = present_state(&mut client, &other_path, &state, &approve_responses());
+    assert_state_refused(&refused, NOT_VALID_FOR_THIS_CALL);
+    assert_eq!(ws.read("args.txt"), None);
+    assert_eq!(ws.read("elsewhere.txt"), None);
+
+    let applied = present_state(&mut client, &args, &state, &approve_responses());
+    assert_eq!(status(&applied), "allowed", "{applied}");
+    assert_eq!(ws.read("args.txt").as_deref(), Some("asked\n"));
+    assert_eq!(ws.read("elsewhere.txt"), None);
+}
+
+#[test]
+fn a_request_state_presented_by_another_user_is_refused() {
+    let ws = Ws::new(ASKS_FOR_WRITES);
+    let mut asker = rounds_client(&ws, "tester");
+    let args = json!({"path": "user.txt", "content": "asked\n"});
+    let state = request_state_for(&mut asker, &args);
+
+    let mut other = rounds_client(&ws, "mallory");
+    let refused = present_state(&mut other, &args, &state, &approve_responses());
+    assert_state_refused(&refused, NOT_VALID_FOR_THIS_CALL);
+    assert_eq!(ws.read("user.txt"), None);
+    assert!(
+        events_named(&ws.audit_events(), "hitl_decision").is_empty(),
+        "{:?}",
+        ws.audit_events()
+    );
+
+    // The same user in a third process (same workspace, same key) is accepted:
+    // the refusal above was about the user.
+    let mut same_user = rounds_client(&ws, "tester");
+    let applied = present_state(&mut same_user, &args, &state, &approve_responses());
+    assert_eq!(status(&applied), "allowed", "{applied}");
+    assert_eq!(ws.read("user.txt").as_deref(), Some("asked\n"));
+    let events = ws.audit_events();
+    let decisions = events_named(&events, "hitl_decision");
+    assert_eq!(decisions.len(), 1);
+    assert_eq!(decisions[0]["user"], json!("tester"), "{:?}", decisions[0]);
+}
+
+/// One plain HTTP/1.1 POST of an MCP `initialize` to `url`
+/// (`http://host:port/path`), with `Authorization: Bearer <token>` when
+/// given: the status and the body.
+fn post_initialize(url: &str, token: Option<&str>) -> (u16, String) {
+    use std::io::Read as _;
+    let rest = url.strip_prefix("http://").unwrap();
+    let (host, path) = rest.split_at(rest.find('/').unwrap());
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "plain-http", "version": "0"}}})
+    .to_string();
+    let authorization = token
+        .map(|token| format!("Authorization: Bearer {token}\r\n"))
+        .unwrap_or_default();
+    let mut stream = std::net::TcpStream::connect(host).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
+         Accept: application/json, text/event-stream\r\n{authorization}\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut reader = BufReader::new(stream);
+    let mut status_line = String::new();
+    reader.read_line(&mut status_line).unwrap();
+    let status: u16 = status_line.split(' ').nth(1).unwrap().parse().unwrap();
+    let mut length = None;
+    loop {
+        let mut header = String::new();
+        reader.read_line(&mut header).unwrap();
+        let header = header.trim_end();
+        if header.is_empty() {
+            break;
+        }
+        if let Some((name, value)) = header.split_once(':')
+            && name.eq_ignore_ascii_case("content-length")
+        {
+            length = Some(value.trim().parse::<usize>().unwrap());
+        }
+    }
+    // Only a body of known length is read: a successful initialize may
+    // answer with an event stream that stays open.
+    let mut body = vec![0; length.unwrap_or(0)];
+    reader.read_exact(&mut body).unwrap();
+    (status, String::from_utf8(body).unwrap())
+}
+
+#[test]
+fn http_bearer_tokens_refuse_401_and_403_and_the_agent_token_names_the_user() {
+    let agent_token = "agent-secret-0123456789";
+    let approver_token = "approver-secret-0123456789";
+    let hash = |token: &str| airlock_core::canonical::sha256_hex(token.as_bytes());
+    let ws = Ws::new(&format!(
+        "profiles:\n  safe:\n    allowlist: [read_file]\nauth:\n  tokens:\n    \
+         - {{name: claude, sha256: \"{}\", roles: [agent], user: alice}}\n    \
+         - {{name: phone, sha256: \"{}\", roles: [approver], user: alice}}\n",
+        hash(agent_token),
+        hash(approver_token)
+    ));
+    let server = HttpServer::start(&ws);
+    let unauthorized = (
+        401,
+        "a bearer token with the agent role is required\n".to_owned(),
+    );
+    assert_eq!(post_initialize(&server.url, None), unauthorized);
+    assert_eq!(
+        post_initialize(&server.url, Some("not-a-configured-token")),
+        unauthorized
+    );
+    // The hash itself is not the token.
+    assert_eq!(
+        post_initialize(&server.url, Some(&hash(agent_token))),
+        unauthorized
+    );
+    assert_eq!(
+        post_initialize(&server.url, Some(approver_token)),
+        (
+            403,
+            "this token does not have the agent role, which MCP requires\n".to_owned()
+        )
+    );
+    // Nothing is told before the token checks out, not even which profiles exist.
+    assert_eq!(
+        post_initialize(&format!("{}/nope", server.url), None),
+        unauthorized
+    );
+    assert_eq!(
+        post_initialize(&format!("{}/safe", server.url), Some(approver_token)).0,
+        403
+    );
+    assert_eq!(post_initialize(&server.url, Some(agent_token)).0, 200);
+
+    let mut client = Driver::start(
+        ws.dir.path(),
+        &[
+            "--elicitation".to_owned(),
+            "none".to_owned(),
+            "--http".to_owned(),
+            server.url.clone(),
+            "--header".to_owned(),
+            format!("Authorization: Bearer {agent_token}"),
+        ],
+    );
+    assert_eq!(client.tool_names(), BUILTIN);
+    let read = client.call("read_file", json!({"path": "hello.txt"}));
+    assert_eq!(status(&read), "allowed", "{read}");
+    assert_eq!(
+        read["structuredContent"]["data"]["content"],
+        json!("hello\nworld\n")
+    );
+    let events = ws.audit_events();
+    let reads = events_named(&events, "read_file");
+    assert_eq!(reads.len(), 1, "{reads:?}");
+    assert_eq!(reads[0]["status"], json!("allowed"));
+    assert_eq!(reads[0]["user"], json!("alice"), "{:?}", reads[0]);
+    assert_eq!(
+        reads[0]["agent"],
+        json!("airlock-test-client"),
+        "{:?}",
+        reads[0]
+    );
+}
+
+#[test]
+fn http_mcp_path_with_a_profile_that_does_not_exist_is_a_404() {
+    let ws = Ws::new("profiles:\n  safe:\n    allowlist: [read_file]\n");
+    let server = HttpServer::start(&ws);
+    assert_eq!(
+        post_initialize(&format!("{}/nope", server.url), None),
+        (
+            404,
+            "no profile named nope in the configuration\n".to_owned()
+        )
+    );
+    assert_eq!(
+        post_initialize(&format!("{}/safe", server.url), None).0,
+        200
+    );
+    assert_eq!(post_initialize(&server.url, None).0, 200);
+
+    // The Python SDK sees the 404 and never gets a session.
+    let mut client = Driver::start(
+        ws.dir.path(),
+        &[
+            "--elicitation".to_owned(),
+            "none".to_owned(),
+            "--http".to_owned(),
+            format!("{}/nope", server.url),
+        ],
+    );
+    let refused = client.send_any(json!({"op": "list_tools"}));
+    assert_eq!(
+        refused,
+        json!({"ok": false, "error": "ConnectionError: not connected: MCPError: Not Found"})
+    );
+}
+
+#[test]
+fn completion_answers_but_never_enumerates_blob_hashes() {
+    let ws = Ws::new("file_broker:\n  max_inline_bytes: 64\n");
+    let mut client = ws.stdio_client(&["--elicitation", "none"], &["serve", "--stdio"]);
+    let info = client.send(json!({"op": "info"}));
+    assert_eq!(info["capabilities"]["completions"], json!({}), "{info}");
+
+    // A real blob, the output of a read too large to return inline.
+    let text: String = (0..20).map(|line| format!("line {line}\n")).collect();
+    std::fs::write(ws.path("big.txt"), text).unwrap();
+    let read = client.call("read_file", json!({"path": "big.txt"}));
+    let blob = read["structuredContent"]["data"]["blob"]["blob_ref"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no blob: {read}"))
+        .strip_prefix("sha256:")
+        .unwrap()
+        .to_owned();
+
+    let mut complete = |reference: Value, name: &str, value: &str| {
+        let answer = client.send(json!({"op": "complete", "ref": reference,
+            "argument": {"name": name, "value": value}}));
+        answer["completion"].clone()
+    };
+    // A blob's hash is what lets a session read it: it is never listed, not
+    // even to a prefix of it.
+    let blob_template = json!({"type": "ref/resource", "uri": "airlock://blob/sha256/{hex}"});
+    let empty = json!({"values": []});
+    assert_eq!(complete(blob_template.clone(), "hex", ""), empty);
+    assert_eq!(complete(blob_template.clone(), "hex", &blob[..2]), empty);
+    assert_eq!(complete(blob_template, "hex", &blob), empty);
+    // airlock has no prompts.
+    assert_eq!(
+        complete(json!({"type": "ref/prompt", "name": "review"}), "x", ""),
+        empty
+    );
+    // The blob itself is still readable by its name.
+    let resource = client.send(json!({"op": "read_resource",
+        "uri": format!("airlock://blob/sha256/{blob}")}));
+    assert!(resource.to_string().contains("line 19"), "{resource}");
+}
+
+/// The `notifications/message` a client received since it last asked.
+fn log_messages(client: &mut Driver) -> Vec<Value> {
+    let answer = client.send(json!({"op": "notifications"}));
+    answer["notifications"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["method"] == "notifications/message")
+        .map(|n| n["params"].clone())
+        .collect()
+}
+
+#[test]
+fn logging_set_level_filters_the_log_messages_of_configuration_reloads() {
+    let ws = Ws::new("default_profile: dev\nprofiles:\n  dev:\n    asklist: [write_file]\n");
+    let mut client = ws.stdio_client(&["--elicitation", "none"], &["serve", "--stdio"]);
+    let info = client.send(json!({"op": "info"}));
+    assert_eq!(info["capabilities"]["logging"], json!({}), "{info}");
+    let set = client.send(json!({"op": "set_level", "level": "warning"}));
+    assert_eq!(set["result"], json!({}), "{set}");
+    client.send(json!({"op": "notifications"}));
+
+    // A reload is a notice: below warning, the client hears only that its
+    // tools changed (which comes after the log message, when there is one).
+    std::fs::write(
+        ws.path("airlock.yaml"),
+        "default_profile: dev\nprofiles:\n  dev:\n    asklist: [write_file, edit_file]\n",
+    )
+    .unwrap();
+    let changed = client.send(json!({"op": "wait_tools_changed", "timeout": 10}));
+    assert_eq!(changed["changed"], json!(true));
+    assert_eq!(log_messages(&mut client), Vec::<Value>::new());
+
+    // A rejected file is a warning: it comes through.
+    std::fs::write(
+        ws.path("airlock.yaml"),
+        "default_profile: dev\nprofiles: [broken\n",
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let warned = loop {
+        let messages = log_messages(&mut client);
+        if !messages.is_empty() {
+            break messages;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no warning about the broken file"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert_eq!(warned[0]["level"], json!("warning"));
+    assert_eq!(warned[0]["logger"], json!("airlock"));
+    let text = warned[0]["data"].as_str().unwrap();
+    assert!(
+        text.starts_with("configuration rejected, the old one stays: "),
+        "{text}"
+    );
+
+    // At debug, the next reload's notice comes through too.
+    let set = client.send(json!({"op": "set_level", "level": "debug"}));
+    assert_eq!(set["result"], json!({}), "{set}");
+    std::fs::write(
+        ws.path("airlock.yaml"),
+        "default_profile: dev\nprofiles:\n  dev:\n    asklist: [write_file]\n",
+    )
+    .unwrap();
+    let changed = client.send(json!({"op": "wait_tools_changed", "timeout": 10}));
+    assert_eq!(changed["changed"], json!(true));
+    assert_eq!(
+        log_messages(&mut client),
+        [json!({"level": "notice", "logger": "airlock", "data": "configuration reloaded"})]
+    );
+}
+
+#[test]
+fn a_request_state_is_refused_once_the_configuration_no_longer_lets_the_client_decide() {
+    let ws = Ws::new(ASKS_FOR_WRITES);
+    let mut asker = rounds_client(&ws, "tester");
+    let args = json!({"path": "mode.txt", "content": "asked\n"});
+    let state = request_state_for(&mut asker, &args);
+
+    // From now on no client decides: approvals wait for the terminal or web.
+    std::fs::write(
+        ws.path("airlock.yaml"),
+        format!("{ASKS_FOR_WRITES}security:\n  hitl:\n    approval_mode: defer\n"),
+    )
+    .unwrap();
+    let mut client = rounds_client(&ws, "tester");
+    let refused = present_state(&mut client, &args, &state, &approve_responses());
+    assert_state_refused(
+        &refused,
+        "this proposal is no longer decided in the MCP client",
+    );
+    assert_eq!(ws.read("mode.txt"), None);
+    assert!(events_named(&ws.audit_events(), "hitl_decision").is_empty());
+}
+
+#[test]
+fn a_2026_07_28_approval_without_a_required_reason_is_asked_again() {
+    let ws = Ws::new(&format!(
+        "{ASKS_FOR_WRITES}security:\n  hitl:\n    policies:\n      \
+         medium: {{require_approval: true, timeout: 120, require_reason: true}}\n      \
+         high: {{require_approval: true, timeout: 60, require_reason: true}}\n"
+    ));
+    let mut client = rounds_client(&ws, "tester");
+    let args = json!({"path": "why.txt", "content": "because\n"});
+    let first = request_state_for(&mut client, &args);
+
+    // Approved without a reason: nothing is decided, and a fresh state asks again.
+    let again = present_state(&mut client, &args, &first, &approve_responses());
+    assert_eq!(again["resultType"], json!("input_required"), "{again}");
+    let request = &again["inputRequests"]["airlock_approval"]["params"];
+    assert!(
+        request["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("A reason is required to approve this call."),
+        "{again}"
+    );
+    assert_eq!(
+        request["requestedSchema"]["required"],
+        json!(["decision", "reason"]),
+        "{again}"
+    );
+    assert_eq!(ws.read("why.txt"), None);
+    assert!(events_named(&ws.audit_events(), "hitl_decision").is_empty());
+    let second = again["requestState"].as_str().unwrap();
+    assert_ne!(second, first);
+
+    // The first state is spent; the second, with a reason, decides.
+    let replayed = present_state(&mut client, &args, &first, &approve_responses());
+    assert_state_refused(&replayed, "requestState was already used");
+    let with_reason = json!({"airlock_approval": {"action": "accept",
+        "content": {"decision": "approve", "reason": "release notes"}}});
+    let applied = present_state(&mut client, &args, second, &with_reason);
+    assert_eq!(status(&applied), "allowed", "{applied}");
+    assert_eq!(ws.read("why.txt").as_deref(), Some("because\n"));
+    let decisions: Vec<Value> = events_named(&ws.audit_events(), "hitl_decision")
+        .into_iter()
+        .map(|event| json!([event["decision"], event["reason"]]))
+        .collect();
+    assert_eq!(decisions, [json!(["approve", "release notes"])]);
 }

@@ -1,6 +1,7 @@
 //! The gateway: one workspace's broker, its upstreams, the sessions to notify,
 //! and live configuration.
 
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -36,8 +37,68 @@ pub struct Gateway {
     pub(crate) upstreams: Arc<Upstreams>,
     pub(crate) codec: RequestStateCodec,
     pub(crate) options: GatewayOptions,
-    peers: Arc<Mutex<Vec<Peer<RoleServer>>>>,
+    peers: Arc<Mutex<Vec<Listener>>>,
     runtime: tokio::runtime::Handle,
+}
+
+/// A session that hears about changes: `notifications/tools/list_changed`,
+/// and log messages at or above the level it asked for.
+#[derive(Clone)]
+struct Listener {
+    peer: Peer<RoleServer>,
+    log_level: LogLevel,
+}
+
+/// The least severe log message a session wants (`logging/setLevel`); until
+/// it says, every message.
+#[derive(Clone, Default)]
+pub(crate) struct LogLevel(Arc<AtomicU8>);
+
+impl LogLevel {
+    #[expect(
+        deprecated,
+        reason = "MCP logging is deprecated by SEP-2577 but still part of 2025-11-25"
+    )]
+    pub(crate) fn set(&self, level: rmcp::model::LoggingLevel) {
+        self.0.store(severity(level), Ordering::Relaxed);
+    }
+
+    #[expect(
+        deprecated,
+        reason = "MCP logging is deprecated by SEP-2577 but still part of 2025-11-25"
+    )]
+    fn allows(&self, level: rmcp::model::LoggingLevel) -> bool {
+        severity(level) >= self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// The levels of RFC 5424, least severe first.
+#[expect(
+    deprecated,
+    reason = "MCP logging is deprecated by SEP-2577 but still part of 2025-11-25"
+)]
+fn severity(level: rmcp::model::LoggingLevel) -> u8 {
+    use rmcp::model::LoggingLevel;
+    match level {
+        LoggingLevel::Debug => 0,
+        LoggingLevel::Info => 1,
+        LoggingLevel::Notice => 2,
+        LoggingLevel::Warning => 3,
+        LoggingLevel::Error => 4,
+        LoggingLevel::Critical => 5,
+        LoggingLevel::Alert => 6,
+        LoggingLevel::Emergency => 7,
+    }
+}
+
+/// A log message for the sessions (`notifications/message`).
+#[expect(
+    deprecated,
+    reason = "MCP logging is deprecated by SEP-2577 but still part of 2025-11-25"
+)]
+struct LogMessage {
+    level: rmcp::model::LoggingLevel,
+    text: String,
 }
 
 impl Gateway {
@@ -50,9 +111,9 @@ impl Gateway {
         let runtime = tokio::runtime::Handle::current();
         let root = workspace.root.clone();
         let configs = workspace.loaded.config.upstreams.clone();
-        let peers: Arc<Mutex<Vec<Peer<RoleServer>>>> = Arc::new(Mutex::new(Vec::new()));
+        let peers: Arc<Mutex<Vec<Listener>>> = Arc::new(Mutex::new(Vec::new()));
         let notify_peers = peers.clone();
-        let on_change = Arc::new(move || notify_tools_changed(&notify_peers));
+        let on_change = Arc::new(move || notify_listeners(&notify_peers, None, true));
         let upstreams = Arc::new(Upstreams::new(root, on_change));
         let forwarder = Arc::new(UpstreamForwarder {
             upstreams: upstreams.clone(),
@@ -109,11 +170,12 @@ impl Gateway {
         }
     }
 
-    /// Remembers a session so it hears `notifications/tools/list_changed`.
-    pub(crate) fn register_peer(&self, peer: Peer<RoleServer>) {
+    /// Remembers a session so it hears `notifications/tools/list_changed`
+    /// and the log messages `log_level` lets through.
+    pub(crate) fn register_peer(&self, peer: Peer<RoleServer>, log_level: LogLevel) {
         if let Ok(mut peers) = self.peers.lock() {
-            peers.retain(|peer| !peer.is_transport_closed());
-            peers.push(peer);
+            peers.retain(|listener| !listener.peer.is_transport_closed());
+            peers.push(Listener { peer, log_level });
         }
     }
 
@@ -135,14 +197,7 @@ impl Gateway {
                 match next {
                     Ok(None) => {}
                     Ok(Some(workspace)) => gateway.take(workspace).await,
-                    Err(reason) => {
-                        eprintln!("airlock: configuration rejected, the old one stays: {reason}");
-                        let broker = gateway.broker();
-                        let _ = tokio::task::spawn_blocking(move || {
-                            broker.note_config_rejected("airlock.yaml", &reason)
-                        })
-                        .await;
-                    }
+                    Err(reason) => gateway.reject(reason).await,
                 }
             }
         });
@@ -163,19 +218,24 @@ impl Gateway {
                 }
                 eprintln!("airlock: configuration reloaded");
                 self.upstreams.reconcile(&configs).await;
-                notify_tools_changed(&self.peers);
+                notify_listeners(&self.peers, Some(notice("configuration reloaded")), true);
             }
-            Ok(Err(error)) => {
-                let reason = error.to_string();
-                eprintln!("airlock: configuration rejected, the old one stays: {reason}");
-                let broker = self.broker();
-                let _ = tokio::task::spawn_blocking(move || {
-                    broker.note_config_rejected("airlock.yaml", &reason)
-                })
-                .await;
-            }
+            Ok(Err(error)) => self.reject(error.to_string()).await,
             Err(_) => {}
         }
+    }
+
+    /// A configuration that cannot be used: logged (to stderr and the
+    /// sessions), audited as `config_rejected`; the old one stays.
+    async fn reject(&self, reason: String) {
+        let text = format!("configuration rejected, the old one stays: {reason}");
+        eprintln!("airlock: {text}");
+        notify_listeners(&self.peers, Some(warning(text)), false);
+        let broker = self.broker();
+        let _ = tokio::task::spawn_blocking(move || {
+            broker.note_config_rejected("airlock.yaml", &reason)
+        })
+        .await;
     }
 
     /// Stops the upstream servers.
@@ -198,17 +258,63 @@ impl std::ops::Deref for PolicyRef {
     }
 }
 
-fn notify_tools_changed(peers: &Mutex<Vec<Peer<RoleServer>>>) {
-    let peers = match peers.lock() {
+#[expect(
+    deprecated,
+    reason = "MCP logging is deprecated by SEP-2577 but still part of 2025-11-25"
+)]
+fn notice(text: &str) -> LogMessage {
+    LogMessage {
+        level: rmcp::model::LoggingLevel::Notice,
+        text: text.to_owned(),
+    }
+}
+
+#[expect(
+    deprecated,
+    reason = "MCP logging is deprecated by SEP-2577 but still part of 2025-11-25"
+)]
+fn warning(text: String) -> LogMessage {
+    LogMessage {
+        level: rmcp::model::LoggingLevel::Warning,
+        text,
+    }
+}
+
+/// Sends `log` to the sessions whose level lets it through, then (where
+/// `tools_changed`) tells every session that its tool list may have
+/// changed: in that order, so a client that has seen the change has seen the
+/// message too.
+#[expect(
+    deprecated,
+    reason = "MCP logging is deprecated by SEP-2577 but still part of 2025-11-25"
+)]
+fn notify_listeners(peers: &Mutex<Vec<Listener>>, log: Option<LogMessage>, tools_changed: bool) {
+    let listeners = match peers.lock() {
         Ok(mut peers) => {
-            peers.retain(|peer| !peer.is_transport_closed());
+            peers.retain(|listener| !listener.peer.is_transport_closed());
             peers.clone()
         }
         Err(_) => return,
     };
-    for peer in peers {
+    for listener in listeners {
+        let message = log
+            .as_ref()
+            .filter(|log| listener.log_level.allows(log.level))
+            .map(|log| {
+                let mut param = rmcp::model::LoggingMessageNotificationParam::new(
+                    log.level,
+                    serde_json::Value::String(log.text.clone()),
+                );
+                param.logger = Some("airlock".to_owned());
+                param
+            });
         tokio::spawn(async move {
-            let _ = peer.notify_tool_list_changed().await;
+            if let Some(message) = message {
+                let _ = listener.peer.notify_logging_message(message).await;
+            }
+            if tools_changed {
+                let _ = listener.peer.notify_tool_list_changed().await;
+            }
         });
     }
 }

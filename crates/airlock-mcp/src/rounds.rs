@@ -65,6 +65,17 @@ pub(crate) async fn input_required(
     if !form.client_may_decide {
         return complete();
     }
+    ask(gateway, call, &form, decision_message(&form))
+}
+
+/// An `InputRequiredResult` asking the human about `form`'s approval, with a
+/// fresh sealed state bound to this call.
+fn ask(
+    gateway: &Gateway,
+    call: &ToolCall,
+    form: &airlock_broker::AskForm,
+    message: String,
+) -> Result<CallToolResponse, ErrorData> {
     let now = airlock_broker::now_ms();
     let state = State {
         hitl_id: form.hitl_id.clone(),
@@ -87,8 +98,8 @@ pub(crate) async fn input_required(
                 "method": "elicitation/create",
                 "params": {
                     "mode": "form",
-                    "message": decision_message(&form),
-                    "requestedSchema": decision_form(&form),
+                    "message": message,
+                    "requestedSchema": decision_form(form),
                 },
             },
         },
@@ -129,6 +140,18 @@ pub(crate) async fn resume(
         }
     };
     let broker = gateway.broker();
+    let id = state.hitl_id.clone();
+    let form = match tokio::task::spawn_blocking(move || broker.ask_form(&id)).await {
+        Ok(Ok(form)) => form,
+        _ => return refuse("the proposal is gone"),
+    };
+    // Asked under a configuration that let the client decide; the one in
+    // force now may not (`approval_mode: defer`), and it is the one that
+    // counts, as it is for an elicitation.
+    if !form.client_may_decide {
+        return refuse("this proposal is no longer decided in the MCP client");
+    }
+    let broker = gateway.broker();
     let nonce = state.nonce.clone();
     let expires = state.expires_ms;
     let spent = tokio::task::spawn_blocking(move || broker.spend_token(&nonce, expires)).await;
@@ -147,19 +170,20 @@ pub(crate) async fn resume(
         .and_then(|action| serde_json::from_value(action).ok())
         .unwrap_or(ElicitationAction::Cancel);
     let content = answer.get("content").cloned();
-    let broker = gateway.broker();
-    let id = state.hitl_id.clone();
-    let form = match tokio::task::spawn_blocking(move || broker.ask_form(&id)).await {
-        Ok(Ok(form)) => form,
-        _ => return refuse("the proposal is gone"),
-    };
     let Some(decide) = decide_request(
         &action,
         content.as_ref(),
         &form,
         call.principal.user.clone(),
     ) else {
-        return refuse("approving this call requires a reason");
+        // Approved without the reason this risk requires: nothing is
+        // decided, and the human is asked again (with a fresh state; the
+        // one presented is spent).
+        let message = format!(
+            "A reason is required to approve this call.\n\n{}",
+            decision_message(&form)
+        );
+        return ask(gateway, call, &form, message);
     };
     let broker = gateway.broker();
     let id = state.hitl_id.clone();

@@ -1,5 +1,6 @@
 //! One MCP session: `tools/list`, `tools/call` through the broker, blobs as
-//! resources, and asking the client's human.
+//! resources (their hashes completed by `completion/complete`), the log level
+//! (`logging/setLevel`), and asking the client's human.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -8,18 +9,22 @@ use airlock_broker::{ClientAsk, DecideRequest, Mode};
 use airlock_core::envelope::Status;
 use airlock_core::{Principal, ToolCall, ToolOrigin};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ElicitationAction, ListResourceTemplatesResult,
-    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
-    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
-    ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
+    ElicitationAction, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
+    PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion, ReadResourceRequestParams,
+    ReadResourceResponse, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 
 use crate::Gateway;
+use crate::gateway::LogLevel;
 use crate::result::to_result;
 use crate::tools;
+
+/// The resource template of blobs; its one variable is `hex`.
+const BLOB_TEMPLATE: &str = "airlock://blob/sha256/{hex}";
 
 /// How often a waiting call tells a client with a progress token that it is
 /// still waiting.
@@ -61,6 +66,8 @@ pub struct Session {
     /// HTTP: the (profile, user) the session started with; later requests
     /// must come the same way.
     bound: Arc<Mutex<Option<Binding>>>,
+    /// The least severe log message the client wants.
+    log_level: LogLevel,
 }
 
 impl Session {
@@ -70,6 +77,7 @@ impl Session {
             options,
             id: format!("mcp-{}", uuid_like()),
             bound: Arc::new(Mutex::new(None)),
+            log_level: LogLevel::default(),
         }
     }
 
@@ -511,7 +519,13 @@ fn uuid_like() -> String {
 
 impl ServerHandler for Session {
     fn get_info(&self) -> ServerConfig {
+        #[expect(
+            deprecated,
+            reason = "MCP logging is deprecated by SEP-2577 but still part of 2025-11-25"
+        )]
         let capabilities = ServerCapabilities::builder()
+            .enable_logging()
+            .enable_completions()
             .enable_tools()
             .enable_tool_list_changed()
             .enable_resources()
@@ -527,7 +541,8 @@ impl ServerHandler for Session {
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        self.gateway.register_peer(context.peer);
+        self.gateway
+            .register_peer(context.peer, self.log_level.clone());
     }
 
     async fn list_tools(
@@ -564,7 +579,7 @@ impl ServerHandler for Session {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
         let template = serde_json::from_value(json!({
-            "uriTemplate": "airlock://blob/sha256/{hex}",
+            "uriTemplate": BLOB_TEMPLATE,
             "name": "blob",
             "description": "A large tool output, stored by content hash (blob_ref sha256:<hex>).",
         }))
@@ -608,5 +623,29 @@ impl ServerHandler for Session {
         let result = serde_json::from_value(json!({"contents": [contents]}))
             .map_err(|error| ErrorData::internal_error(error.to_string(), None))?;
         Ok(ReadResourceResponse::Complete(result))
+    }
+
+    #[expect(
+        deprecated,
+        reason = "MCP logging is deprecated by SEP-2577 but still part of 2025-11-25"
+    )]
+    async fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.log_level.set(request.level);
+        Ok(())
+    }
+
+    async fn complete(
+        &self,
+        _request: CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        // airlock has no prompts, and a blob's hash is what lets a session
+        // read it (the result that made it names it): blob hashes are never
+        // enumerated, so nothing completes.
+        Ok(CompleteResult::default())
     }
 }

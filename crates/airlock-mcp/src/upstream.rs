@@ -232,7 +232,8 @@ impl Upstreams {
 
     /// Makes the running set match `configs`: new ones are started, removed
     /// or changed ones stopped (and changed ones started again). A server that
-    /// fails to start is reported and kept (a stdio one is retried).
+    /// fails to start is reported and kept (a stdio one is retried). The
+    /// sessions are not told: that is the caller's.
     pub(crate) async fn reconcile(&self, configs: &[UpstreamConfig]) -> Vec<(String, String)> {
         let current = self.all();
         let mut keep = Vec::new();
@@ -266,7 +267,8 @@ impl Upstreams {
         if let Ok(mut list) = self.list.write() {
             *list = keep;
         }
-        (self.on_change)();
+        // The caller tells the sessions (a reload does, after its log
+        // message), so that a client hears of a reload once.
         failures
     }
 
