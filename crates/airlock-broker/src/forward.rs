@@ -131,7 +131,7 @@ impl Broker {
             let (envelope, record) = forwarded(&call.tool, path, result, base.event("tool_call"));
             let mut envelope = envelope;
             envelope.decision = Some(decision_info);
-            return self.audited(
+            return self.observed(
                 envelope,
                 record
                     .text("decision", "allow")

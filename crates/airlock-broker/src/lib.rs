@@ -401,9 +401,10 @@ impl Broker {
         self.log_with(record, Durability::Now)
     }
 
-    /// Records of calls that change nothing (reads, denials) are written
-    /// before the answer and synced within `SYNC_WITHIN`; everything that
-    /// precedes or records a change is synced before the call goes on.
+    /// Records of calls that needed no decision (reads, denials, upstream
+    /// calls the policy allows) are written before the answer and synced
+    /// within `SYNC_WITHIN`; records a change waits on (proposals,
+    /// decisions, applies) are synced before it goes ahead.
     fn log_with(
         &self,
         record: Record,
@@ -424,9 +425,11 @@ impl Broker {
         self.audited_with(envelope, record, Durability::Now)
     }
 
-    /// [`Broker::audited`] for a call that changed nothing: its record is
-    /// synced soon, not before the answer (see [`Broker::log_with`]).
-    fn observed(&self, envelope: Envelope, record: Record) -> Envelope {
+    /// [`Broker::audited`] for a call that needed no decision (a read, a
+    /// denial, an upstream call the policy allows): nothing waits on its
+    /// record, which is written before the answer and synced soon after (see
+    /// [`Broker::log_with`]).
+    pub(crate) fn observed(&self, envelope: Envelope, record: Record) -> Envelope {
         self.audited_with(envelope, record, Durability::Soon)
     }
 

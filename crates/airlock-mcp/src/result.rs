@@ -5,8 +5,8 @@
 //! went through carries the upstream's own content instead.
 
 use airlock_core::envelope::{Envelope, Status};
-use rmcp::model::CallToolResult;
-use serde_json::{Value, json};
+use rmcp::model::{CallToolResult, ContentBlock};
+use serde_json::Value;
 
 pub(crate) fn to_result(envelope: &Envelope) -> CallToolResult {
     let structured = serde_json::to_value(envelope).unwrap_or(Value::Null);
@@ -16,24 +16,23 @@ pub(crate) fn to_result(envelope: &Envelope) -> CallToolResult {
         .flatten()
         .and_then(|data| data.get("content"))
         .filter(|content| content.is_array())
-        .cloned();
+        .and_then(|content| serde_json::from_value::<Vec<ContentBlock>>(content.clone()).ok());
     let content = match forwarded_content {
         Some(content) => content,
-        None => json!([
-            {"type": "text", "text": sentence(envelope)},
-            {"type": "text", "text": structured.to_string()},
-        ]),
+        None => vec![
+            ContentBlock::text(sentence(envelope)),
+            ContentBlock::text(structured.to_string()),
+        ],
     };
-    // `resultType` is 2026-07-28's; rmcp drops it for older peers.
-    let result = json!({
-        "resultType": "complete",
-        "content": content,
-        "structuredContent": structured,
-        "isError": is_error,
-    });
-    serde_json::from_value(result).unwrap_or_else(|_| {
-        CallToolResult::error(vec![rmcp::model::ContentBlock::text(sentence(envelope))])
-    })
+    // Constructed with `resultType: complete` (2026-07-28's); rmcp drops it
+    // for older peers.
+    let mut result = if is_error {
+        CallToolResult::error(content)
+    } else {
+        CallToolResult::success(content)
+    };
+    result.structured_content = Some(structured);
+    result
 }
 
 /// One plain sentence saying what happened.
