@@ -1428,3 +1428,168 @@ fn a_2026_07_28_approval_without_a_required_reason_is_asked_again() {
         .collect();
     assert_eq!(decisions, [json!(["approve", "release notes"])]);
 }
+
+/// `server-everything` in its streamable HTTP mode on a port of 127.0.0.1,
+/// killed when dropped.
+struct EverythingHttp {
+    child: Child,
+    port: u16,
+    url: String,
+}
+
+impl EverythingHttp {
+    /// On a free port: one is picked by binding to port 0 and set free again;
+    /// another process may take it in between, and then another is tried.
+    fn start() -> EverythingHttp {
+        for _ in 0..3 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            if let Some(server) = EverythingHttp::start_on(port) {
+                return server;
+            }
+        }
+        panic!("server-everything could not start in streamable HTTP mode");
+    }
+
+    /// On `port` (its `PORT`, endpoint `/mcp`), once it accepts connections;
+    /// `None` when it exits first (the port is taken).
+    fn start_on(port: u16) -> Option<EverythingHttp> {
+        let child = Command::new("node")
+            .args([everything_server().as_str(), "streamableHttp"])
+            .env("PORT", port.to_string())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut server = EverythingHttp {
+            child,
+            port,
+            url: format!("http://127.0.0.1:{port}/mcp"),
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(Some(_)) = server.child.try_wait() {
+                return None;
+            }
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Some(server);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "server-everything did not listen on port {port}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for EverythingHttp {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+#[test]
+fn server_everything_over_streamable_http_is_prefixed_gated_and_fails_fast_once_gone() {
+    let mut upstream = EverythingHttp::start();
+    let ws = Ws::new(&format!(
+        "upstreams:\n  - name: every\n    url: {}\n\
+         security:\n  hitl:\n    rules:\n      - tools: [every__echo]\n        risk: low\n        require_approval: false\n",
+        upstream.url
+    ));
+    let mut client = ws.stdio_client(&["--elicitation", "form"], &["serve", "--stdio"]);
+    let names = client.tool_names();
+    for name in ["every__echo", "every__get-sum", "read_file"] {
+        assert!(names.iter().any(|n| n == name), "{name} not in {names:?}");
+    }
+    assert!(!names.iter().any(|n| n == "echo"), "{names:?}");
+
+    // Allowed by its rule: forwarded without a prompt, the upstream's content back.
+    let echoed = client.call("every__echo", json!({"message": "over http"}));
+    assert_eq!(status(&echoed), "allowed", "{echoed}");
+    assert_eq!(echoed["elicitations"], json!([]));
+    assert_eq!(
+        echoed["content"][0]["text"],
+        json!("Echo: over http"),
+        "{echoed}"
+    );
+
+    // Untrusted annotations: any other tool asks. Approved, it goes through.
+    client.answer_elicitations("accept", json!({"decision": "approve"}));
+    let sum = client.call("every__get-sum", json!({"a": 2, "b": 3}));
+    assert_eq!(status(&sum), "allowed", "{sum}");
+    assert_eq!(sum["elicitations"].as_array().unwrap().len(), 1, "{sum}");
+    assert_eq!(
+        sum["content"][0]["text"],
+        json!("The sum of 2 and 3 is 5."),
+        "{sum}"
+    );
+    // Declined, it is never forwarded.
+    client.answer_elicitations("decline", json!(null));
+    let declined = client.call("every__get-sum", json!({"a": 4, "b": 5}));
+    assert_eq!(status(&declined), "denied", "{declined}");
+    assert!(!declined.to_string().contains("is 9"), "{declined}");
+
+    let events = ws.audit_events();
+    let calls = events_named(&events, "tool_call");
+    assert!(
+        calls.iter().any(|e| e["tool"] == "every__echo"
+            && e["status"] == "allowed"
+            && e["decision"] == "allow"),
+        "{calls:?}"
+    );
+    let applies = events_named(&events, "tool_call_apply");
+    assert_eq!(applies.len(), 1, "{applies:?}");
+    assert_eq!(applies[0]["tool"], json!("every__get-sum"));
+    assert_eq!(applies[0]["status"], json!("allowed"));
+    assert_eq!(applies[0]["decision"], json!("approve"));
+    assert_eq!(events_named(&events, "tool_call_propose").len(), 2);
+
+    // The upstream goes away: a call is an upstream_error at once, never a hang.
+    upstream.kill();
+    let started = Instant::now();
+    let failed = client.call("every__echo", json!({"message": "anyone?"}));
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the call took {:?}: {failed}",
+        started.elapsed()
+    );
+    assert_eq!(status(&failed), "error", "{failed}");
+    assert_eq!(code(&failed), "upstream_error", "{failed}");
+    assert_eq!(failed["isError"], json!(true), "{failed}");
+
+    // Back on the same address (a new process, which knows nothing of the
+    // old session): airlock connects again, and calls go through.
+    let port = upstream.port;
+    drop(upstream);
+    let _upstream = EverythingHttp::start_on(port).expect("the port was taken");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let started = Instant::now();
+        let again = client.call("every__echo", json!({"message": "back"}));
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "the call took {:?}: {again}",
+            started.elapsed()
+        );
+        if status(&again) == "allowed" {
+            assert_eq!(again["content"][0]["text"], json!("Echo: back"), "{again}");
+            break;
+        }
+        assert_eq!(code(&again), "upstream_error", "{again}");
+        assert!(
+            Instant::now() < deadline,
+            "airlock did not connect to the upstream again: {again}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

@@ -1,16 +1,17 @@
 //! Connections to upstream MCP servers: started with `serve`, their tool lists
-//! kept live, calls forwarded with a deadline, a dead stdio server restarted.
+//! kept live, calls forwarded with a deadline, a dead stdio server restarted,
+//! a lost HTTP connection made again.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use airlock_broker::{ForwardCall, Forwarder};
 use airlock_core::config::UpstreamConfig;
 use rmcp::model::{CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, Tool};
-use rmcp::service::{NotificationContext, RunningService};
+use rmcp::service::{NotificationContext, RunningService, ServiceError};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
@@ -62,6 +63,9 @@ pub(crate) struct Upstream {
     pub config: UpstreamConfig,
     root: PathBuf,
     client: AsyncRwLock<Option<Client>>,
+    /// Counts the connections made, so that a failed call drops only the
+    /// connection it went through.
+    generation: AtomicU64,
     tools: RwLock<Arc<Vec<Tool>>>,
     stopped: AtomicBool,
     on_change: OnChange,
@@ -123,12 +127,17 @@ impl Upstream {
             .map_err(|_| "no answer to tools/list".to_owned())?
             .map_err(|error| format!("tools/list: {error}"))?;
         self.set_tools(tools);
-        *self.client.write().await = Some(client);
+        let mut slot = self.client.write().await;
+        *slot = Some(client);
+        self.generation.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
     /// Keeps a stdio upstream running: when it exits it is started again (with
-    /// a growing pause), and the tool list follows.
+    /// a growing pause), and the tool list follows. An HTTP upstream whose
+    /// connection was lost (or never made) is connected again the same way;
+    /// its tools stay listed meanwhile, and a call to one is an
+    /// `upstream_error`.
     async fn supervise(self: Arc<Self>) {
         let mut pause = Duration::from_millis(250);
         loop {
@@ -145,7 +154,31 @@ impl Upstream {
                 continue;
             }
             if self.config.command.is_none() {
-                // An HTTP upstream reconnects on the next call.
+                let lost = self.client.write().await.take();
+                if let Some(client) = lost {
+                    let _ = client.cancel().await;
+                    eprintln!(
+                        "airlock: upstream {}: connection lost; reconnecting",
+                        self.config.name
+                    );
+                }
+                tokio::time::sleep(pause).await;
+                let first = pause == Duration::from_millis(250);
+                pause = (pause * 2).min(Duration::from_secs(10));
+                if self.stopped.load(Ordering::Relaxed) {
+                    return;
+                }
+                match self.connect().await {
+                    Ok(()) => {
+                        eprintln!("airlock: upstream {} connected", self.config.name);
+                        (self.on_change)();
+                    }
+                    // Said once, not at every attempt.
+                    Err(error) if first => {
+                        eprintln!("airlock: upstream {}: {error}", self.config.name);
+                    }
+                    Err(_) => {}
+                }
                 continue;
             }
             if let Some(client) = self.client.write().await.take() {
@@ -177,15 +210,35 @@ impl Upstream {
         else {
             return Err(format!("upstream {name} is not running"));
         };
+        let generation = self.generation.load(Ordering::Relaxed);
         let mut params = CallToolRequestParams::new(tool.to_owned());
         params.arguments = match args {
             Value::Object(map) => Some(map.clone()),
             Value::Null => None,
             _ => return Err("arguments must be an object".to_owned()),
         };
-        match tokio::time::timeout(CALL_TIMEOUT, client.peer().call_tool(params)).await {
+        let outcome = tokio::time::timeout(CALL_TIMEOUT, client.peer().call_tool(params)).await;
+        match outcome {
             Ok(Ok(result)) => serde_json::to_value(result).map_err(|error| error.to_string()),
-            Ok(Err(error)) => Err(format!("upstream {name}: {error}")),
+            Ok(Err(error)) => {
+                if self.config.url.is_some()
+                    && matches!(
+                        error,
+                        ServiceError::TransportSend(_) | ServiceError::TransportClosed
+                    )
+                {
+                    // The server may be gone, or back without our session:
+                    // this connection is dropped and `supervise` makes a new
+                    // one, rather than later calls going to a session that
+                    // may never answer.
+                    drop(guard);
+                    let mut slot = self.client.write().await;
+                    if self.generation.load(Ordering::Relaxed) == generation {
+                        drop(slot.take());
+                    }
+                }
+                Err(format!("upstream {name}: {error}"))
+            }
             Err(_) => Err(format!(
                 "upstream {name} did not answer within {} s",
                 CALL_TIMEOUT.as_secs()
@@ -253,6 +306,7 @@ impl Upstreams {
                 config: config.clone(),
                 root: self.root.clone(),
                 client: AsyncRwLock::new(None),
+                generation: AtomicU64::new(0),
                 tools: RwLock::new(Arc::new(Vec::new())),
                 stopped: AtomicBool::new(false),
                 on_change: self.on_change.clone(),
