@@ -13,6 +13,7 @@
 
 mod forward;
 mod record;
+mod views;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -25,13 +26,15 @@ use airlock_core::policy::Reason;
 use airlock_core::{Decision, Disposition, ErrorCode, Grant, GrantScope, Policy, ToolCall, policy};
 use airlock_fs::{ChangePlan, CommitOptions, FsError, ReadParams, Sandbox, UndoFile, WriteParams};
 use airlock_store::{
-    Approval, ApprovalStatus, Created, GrantRow, Limits, NewApproval, Snapshot, SnapshotFile,
-    Store, StoreError, Verdict,
+    ApprovalStatus, Created, GrantRow, Limits, NewApproval, Snapshot, SnapshotFile, Store,
+    StoreError, Verdict,
 };
 use serde_json::{Map, Value, json};
 
+pub use airlock_store::Approval;
 pub use forward::{ForwardCall, Forwarder};
 pub use record::Record;
+pub use views::{AuditCheck, AuditQuery, approval_view, check_audit, query_audit};
 
 /// The reason stored with a call `elicitation_fallback: allow` let through.
 const FALLBACK_ALLOW: &str = "elicitation_fallback: allow";

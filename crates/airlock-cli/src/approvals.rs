@@ -11,7 +11,7 @@ use airlock_core::envelope::Envelope;
 use airlock_store::Approval;
 use anyhow::anyhow;
 use clap::{Args, ValueEnum};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::{Failure, print};
 
@@ -184,7 +184,10 @@ pub(crate) fn pending(broker: &Broker, args: &PendingArgs) -> Result<u8, Failure
         .pending(args.session.as_deref())
         .map_err(Failure::internal)?;
     if args.json {
-        let list: Vec<Value> = approvals.iter().map(approval_json).collect();
+        let list: Vec<Value> = approvals
+            .iter()
+            .map(airlock_broker::approval_view)
+            .collect();
         let text = serde_json::to_string_pretty(&list).map_err(Failure::internal)?;
         print(&text);
         return Ok(0);
@@ -215,39 +218,14 @@ pub(crate) fn pending(broker: &Broker, args: &PendingArgs) -> Result<u8, Failure
 }
 
 /// An approval as JSON for `pending --json` and `show --json`.
-pub(crate) fn approval_json(approval: &Approval) -> Value {
-    let parse = |text: &str| serde_json::from_str::<Value>(text).unwrap_or(Value::Null);
-    json!({
-        "id": approval.id,
-        "status": approval.status.as_str(),
-        "tool": approval.tool,
-        "path": approval.path,
-        "risk": approval.risk,
-        "summary": approval.summary,
-        "user": approval.user,
-        "agent": approval.agent,
-        "session": approval.session,
-        "params": parse(&approval.args_display),
-        "created_ms": approval.created_ms,
-        "expires_ms": approval.expires_ms,
-        "decision": parse(&approval.decision_json),
-        "diff": approval.diff,
-        "decided_by": approval.decided_by,
-        "decided_user": approval.decided_user,
-        "channel": approval.channel,
-        "reason": approval.reason,
-        "result": approval.result_json.as_deref().map(parse),
-    })
-}
-
 pub(crate) fn show(broker: &Broker, args: &ShowArgs) -> Result<u8, Failure> {
     let approval = broker.approval(&args.id).map_err(|error| Failure {
         code: 5,
         error: anyhow!("{error}"),
     })?;
     if args.json {
-        let text =
-            serde_json::to_string_pretty(&approval_json(&approval)).map_err(Failure::internal)?;
+        let text = serde_json::to_string_pretty(&airlock_broker::approval_view(&approval))
+            .map_err(Failure::internal)?;
         print(&text);
         return Ok(0);
     }

@@ -3,8 +3,7 @@
 
 use std::time::Duration;
 
-use airlock_audit::{Follower, Head, Query};
-use airlock_store::Store;
+use airlock_audit::{Follower, Query};
 use anyhow::anyhow;
 use clap::Subcommand;
 use serde_json::Value;
@@ -51,76 +50,33 @@ pub(crate) fn run(workspace: &Workspace, command: &AuditCommand) -> Result<u8, F
     let path = workspace.root.join(&config.audit.path);
     match command {
         AuditCommand::Verify { json } => {
-            if !path.exists() {
+            let check = airlock_broker::check_audit(&workspace.root, config)
+                .map_err(|error| Failure::internal(anyhow!("{error}")))?;
+            if check.missing {
                 print(&format!("{}: no audit log yet", path.display()));
                 return Ok(0);
             }
-            let key = config
-                .audit
-                .hmac_key_env
-                .as_deref()
-                .and_then(|name| std::env::var(name).ok())
-                .filter(|key| !key.is_empty());
-            let store = Store::open(&workspace.state_dir().join("airlock.db"))
-                .map_err(Failure::internal)?;
-            let stored = store
-                .audit_head()
-                .map_err(Failure::internal)?
-                .map(|(seq, event_hash)| Head { seq, event_hash });
-            let report =
-                airlock_audit::verify(&path, key.as_deref().map(str::as_bytes), stored.as_ref())
-                    .map_err(Failure::internal)?;
-            let last = report.head.as_ref().map_or(0, |head| head.seq);
-            // A log that had to be repaired (a torn line, a cut-off tail) stays
-            // reported: the chain verifies again, but the records say what was lost.
-            let mut repairs = Vec::new();
-            for event in [
-                airlock_audit::TORN_LINE_EVENT,
-                airlock_audit::TRUNCATED_TAIL_EVENT,
-            ] {
-                let query = Query {
-                    event_type: Some(event.to_owned()),
-                    ..Query::default()
-                };
-                for record in airlock_audit::query(&path, &query).map_err(Failure::internal)? {
-                    let seq = record.get("seq").and_then(Value::as_u64).unwrap_or(0);
-                    repairs.push(format!("seq {seq}: {event}"));
-                }
+            let last = check.last_seq;
+            let text = match &check.problem {
+                Some((_, _, problem)) => format!("broken: {problem}"),
+                // A log that had to be repaired (a torn line, a cut-off tail)
+                // stays reported: the chain verifies again, but the records
+                // say what was lost.
+                None if !check.repairs.is_empty() => format!(
+                    "chain intact through seq {last}, but the log was repaired: {}",
+                    check.repairs.join("; ")
+                ),
+                None => format!(
+                    "ok: {} records, chain intact through seq {last}",
+                    check.records
+                ),
+            };
+            if *json {
+                print(&check.to_json().to_string());
+            } else {
+                print(&text);
             }
-            match &report.problem {
-                None if !repairs.is_empty() => {
-                    let text = format!(
-                        "chain intact through seq {last}, but the log was repaired: {}",
-                        repairs.join("; ")
-                    );
-                    if *json {
-                        print(&serde_json::json!({"ok": false, "records": report.records, "last_seq": last, "repairs": repairs}).to_string());
-                    } else {
-                        print(&text);
-                    }
-                    Ok(6)
-                }
-                None => {
-                    if *json {
-                        print(&serde_json::json!({"ok": true, "records": report.records, "last_seq": last}).to_string());
-                    } else {
-                        print(&format!(
-                            "ok: {} records, chain intact through seq {last}",
-                            report.records
-                        ));
-                    }
-                    Ok(0)
-                }
-                Some(problem) => {
-                    let text = format!("broken: {problem}");
-                    if *json {
-                        print(&serde_json::json!({"ok": false, "records": report.records, "first_bad_seq": problem.seq, "line": problem.line, "problem": problem.kind.to_string()}).to_string());
-                    } else {
-                        print(&text);
-                    }
-                    Ok(6)
-                }
-            }
+            Ok(if check.ok() { 0 } else { 6 })
         }
         AuditCommand::Query {
             event_type,

@@ -200,8 +200,11 @@ fn run(
                 .await
                 .map_err(|error| Failure::internal(anyhow!("{error}"))),
             (stdio, Some(addr)) => {
-                let served = airlock_http::serve(gateway.clone(), tokens, addr, |bound| {
+                let served = airlock_http::serve(gateway.clone(), tokens, addr, |bound, login| {
                     eprintln!("airlock: serving MCP at http://{bound}/mcp");
+                    if let Some(login) = login {
+                        eprintln!("airlock: approvals at {login} (admin token, shown once)");
+                    }
                 });
                 if stdio {
                     tokio::select! {

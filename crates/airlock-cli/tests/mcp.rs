@@ -1145,31 +1145,36 @@ fn http_bearer_tokens_refuse_401_and_403_and_the_agent_token_names_the_user() {
         hash(approver_token)
     ));
     let server = HttpServer::start(&ws);
-    let unauthorized = (
-        401,
-        "a bearer token with the agent role is required\n".to_owned(),
-    );
-    assert_eq!(post_initialize(&server.url, None), unauthorized);
+    let error = |status: u16, code: &str, message: &str| {
+        (
+            status,
+            json!({"status": "error", "error": {"code": code, "message": message}}).to_string(),
+        )
+    };
+    let missing = error(401, "unauthorized", "a bearer token is required");
+    let unknown = error(401, "unauthorized", "the bearer token is not known");
+    assert_eq!(post_initialize(&server.url, None), missing);
     assert_eq!(
         post_initialize(&server.url, Some("not-a-configured-token")),
-        unauthorized
+        unknown
     );
     // The hash itself is not the token.
     assert_eq!(
         post_initialize(&server.url, Some(&hash(agent_token))),
-        unauthorized
+        unknown
     );
     assert_eq!(
         post_initialize(&server.url, Some(approver_token)),
-        (
+        error(
             403,
-            "this token does not have the agent role, which MCP requires\n".to_owned()
+            "forbidden",
+            "this token does not have the agent role, which MCP requires"
         )
     );
     // Nothing is told before the token checks out, not even which profiles exist.
     assert_eq!(
         post_initialize(&format!("{}/nope", server.url), None),
-        unauthorized
+        missing
     );
     assert_eq!(
         post_initialize(&format!("{}/safe", server.url), Some(approver_token)).0,

@@ -38,6 +38,10 @@ pub enum ErrorCode {
     IoError,
     /// A profile or rule refused the call.
     PolicyDenied,
+    /// HTTP: no bearer token, or not a known one.
+    Unauthorized,
+    /// HTTP: the token's roles (or user) may not do this.
+    Forbidden,
 }
 
 impl ErrorCode {
@@ -72,6 +76,8 @@ impl ErrorCode {
             ErrorCode::NotInAllowlist => "not_in_allowlist",
             ErrorCode::IoError => "io_error",
             ErrorCode::PolicyDenied => "policy_denied",
+            ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::Forbidden => "forbidden",
         }
     }
 }

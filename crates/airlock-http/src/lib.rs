@@ -3,14 +3,21 @@
 //!
 //! It serves MCP over streamable HTTP at `/mcp` (the default profile) and
 //! `/mcp/{profile}` (that profile, bound by the endpoint; 404 for a profile the
-//! configuration does not have). Where `auth.tokens` are configured every
-//! request needs a bearer token (401 without a known one) with the `agent` (or
-//! `admin`) role (403 for a token without it); without tokens it only listens
-//! on loopback addresses.
+//! configuration does not have), and the approval API ([`api`]). Where
+//! `auth.tokens` are configured every request needs a bearer token (401
+//! without a known one) whose roles allow what it asks (403 otherwise: MCP
+//! and submitting calls need `agent`, deciding `approver`, the audit `admin`;
+//! `admin` holds every role). Without configured tokens it listens only on
+//! loopback, MCP and calls are open to local agents, and deciding needs the
+//! admin token generated at start (its hash kept in the state dir, the token
+//! shown once in a login URL).
+
+mod api;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use airlock_core::ErrorCode;
 use airlock_core::config::{Role, TokenConfig};
 use airlock_mcp::{Gateway, HttpPrincipal};
 use axum::Router;
@@ -32,30 +39,54 @@ pub enum HttpError {
         addr: SocketAddr,
         error: std::io::Error,
     },
+    #[error("cannot keep the admin token in the state dir: {0}")]
+    AdminToken(std::io::Error),
     #[error("{0}")]
     Serve(std::io::Error),
 }
 
-/// The configured tokens, as SHA-256 digests.
-#[derive(Clone)]
-struct Tokens(Arc<Vec<TokenConfig>>);
-
-/// What a presented bearer token turned out to be.
-enum Presented {
-    /// A configured token with the agent (or admin) role.
-    Agent(HttpPrincipal),
-    /// A configured token whose roles do not include MCP (an approver's).
-    WithoutMcpRole,
-    /// No configured token.
-    Unknown,
+/// Who a request comes from: a token's name, user and roles.
+#[derive(Debug, Clone)]
+pub(crate) struct Caller {
+    pub name: String,
+    pub user: Option<String>,
+    pub roles: Vec<Role>,
 }
 
-impl Tokens {
-    /// Looks a presented token up among the configured ones.
-    fn check(&self, presented: &str) -> Presented {
+impl Caller {
+    /// Whether the caller holds `role` (admin holds every role).
+    pub(crate) fn has(&self, role: Role) -> bool {
+        self.roles.contains(&Role::Admin) || self.roles.contains(&role)
+    }
+}
+
+/// The tokens a request may present: the configured ones, or (without any)
+/// the admin token generated at start.
+#[derive(Clone)]
+pub struct Auth {
+    tokens: Arc<Vec<TokenConfig>>,
+    local_admin: Option<[u8; 32]>,
+}
+
+impl Auth {
+    /// The configured tokens, and the SHA-256 of a generated admin token.
+    pub fn new(tokens: Vec<TokenConfig>, local_admin: Option<[u8; 32]>) -> Auth {
+        Auth {
+            tokens: Arc::new(tokens),
+            local_admin,
+        }
+    }
+
+    fn configured(&self) -> bool {
+        !self.tokens.is_empty()
+    }
+
+    /// The caller a presented token belongs to. Every candidate is compared,
+    /// in constant time.
+    fn identify(&self, presented: &str) -> Option<Caller> {
         let digest = Sha256::digest(presented.as_bytes());
-        let mut found = Presented::Unknown;
-        for token in self.0.iter() {
+        let mut found = None;
+        for token in self.tokens.iter() {
             let expected = token
                 .sha256
                 .strip_prefix("sha256:")
@@ -63,22 +94,22 @@ impl Tokens {
             let Ok(expected) = hex::decode(expected) else {
                 continue;
             };
-            // Every token is compared, in constant time.
-            if !constant_time_eq(&expected, &digest) {
-                continue;
-            }
-            let may_use_mcp = token.roles.iter().any(|role| match role {
-                Role::Agent | Role::Admin => true,
-                Role::Approver => false,
-            });
-            found = if may_use_mcp {
-                Presented::Agent(HttpPrincipal {
+            if constant_time_eq(&expected, &digest) {
+                found = Some(Caller {
+                    name: token.name.clone(),
                     user: token.user.clone(),
-                    token_name: token.name.clone(),
-                })
-            } else {
-                Presented::WithoutMcpRole
-            };
+                    roles: token.roles.clone(),
+                });
+            }
+        }
+        if let Some(admin) = &self.local_admin
+            && constant_time_eq(admin, &digest)
+        {
+            found = Some(Caller {
+                name: "local-admin".to_owned(),
+                user: None,
+                roles: vec![Role::Admin],
+            });
         }
         found
     }
@@ -91,33 +122,55 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-async fn authenticate(tokens: Tokens, mut request: Request, next: Next) -> Response {
-    if tokens.0.is_empty() {
-        return next.run(request).await;
-    }
+fn unauthorized(message: &str) -> Response {
+    let mut response = api::failure(StatusCode::UNAUTHORIZED, ErrorCode::Unauthorized, message);
+    response.headers_mut().insert(
+        axum::http::header::WWW_AUTHENTICATE,
+        axum::http::HeaderValue::from_static("Bearer"),
+    );
+    response
+}
+
+/// Outermost: a presented token must be known (401), and with configured
+/// tokens every request must present one; the caller goes into the
+/// request's extensions.
+async fn identify(auth: Auth, mut request: Request, next: Next) -> Response {
     let presented = request
         .headers()
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.strip_prefix("Bearer "))
-        .map(str::trim);
-    match presented.map(|token| tokens.check(token)) {
-        Some(Presented::Agent(principal)) => {
-            request.extensions_mut().insert(principal);
-            next.run(request).await
-        }
-        Some(Presented::WithoutMcpRole) => (
-            StatusCode::FORBIDDEN,
-            "this token does not have the agent role, which MCP requires\n",
-        )
-            .into_response(),
-        Some(Presented::Unknown) | None => (
-            StatusCode::UNAUTHORIZED,
-            [(axum::http::header::WWW_AUTHENTICATE, "Bearer")],
-            "a bearer token with the agent role is required\n",
-        )
-            .into_response(),
+        .map(|value| value.strip_prefix("Bearer ").map(str::trim));
+    match presented {
+        Some(Some(token)) => match auth.identify(token) {
+            Some(caller) => {
+                request.extensions_mut().insert(caller);
+            }
+            None => return unauthorized("the bearer token is not known"),
+        },
+        Some(None) => return unauthorized("the Authorization header must be \"Bearer <token>\""),
+        None if auth.configured() => return unauthorized("a bearer token is required"),
+        None => {}
     }
+    next.run(request).await
+}
+
+/// MCP needs the agent role (403 for a token without it); the token's user
+/// is the calls' user.
+async fn require_mcp(mut request: Request, next: Next) -> Response {
+    if let Some(caller) = request.extensions().get::<Caller>().cloned() {
+        if !caller.has(Role::Agent) {
+            return api::failure(
+                StatusCode::FORBIDDEN,
+                ErrorCode::Forbidden,
+                "this token does not have the agent role, which MCP requires",
+            );
+        }
+        request.extensions_mut().insert(HttpPrincipal {
+            user: caller.user,
+            token_name: caller.name,
+        });
+    }
+    next.run(request).await
 }
 
 /// `/mcp/{profile}` serves only the profiles the configuration in force
@@ -138,31 +191,67 @@ async fn require_profile(gateway: Arc<Gateway>, request: Request, next: Next) ->
         .into_response()
 }
 
-/// The router: `/mcp` and `/mcp/{profile}`.
-pub fn router(gateway: Arc<Gateway>, tokens: Vec<TokenConfig>) -> Router {
+/// The router: `/mcp`, `/mcp/{profile}` and the approval API.
+pub fn router(gateway: Arc<Gateway>, auth: Auth) -> Router {
     let mcp = airlock_mcp::streamable_http_service(gateway.clone());
-    let tokens = Tokens(Arc::new(tokens));
+    let profile_gateway = gateway.clone();
     let profiled = Router::new()
         .route_service("/mcp/{profile}", mcp.clone())
         .route_layer(axum::middleware::from_fn(move |request, next| {
-            require_profile(gateway.clone(), request, next)
+            require_profile(profile_gateway.clone(), request, next)
         }));
-    Router::new()
+    let mcp_routes = Router::new()
         .route_service("/mcp", mcp)
         .merge(profiled)
+        .route_layer(axum::middleware::from_fn(require_mcp));
+    Router::new()
+        .merge(mcp_routes)
+        .merge(api::routes(gateway))
+        .layer(axum::extract::DefaultBodyLimit::max(api::MAX_BODY))
         // Outermost: nothing, not even whether a profile exists, is told
         // before the token checks out.
         .layer(axum::middleware::from_fn(move |request, next| {
-            authenticate(tokens.clone(), request, next)
+            identify(auth.clone(), request, next)
         }))
 }
 
-/// Serves the router on `addr` until the process ends.
+/// Without configured tokens: a new admin token, its SHA-256 kept in
+/// `<state_dir>/http-admin-token.sha256` (mode 0600), replaced at each start.
+fn generate_admin_token(gateway: &Gateway) -> Result<(String, [u8; 32]), HttpError> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let token = format!(
+        "{}{}",
+        uuid::Uuid::new_v4().simple(),
+        uuid::Uuid::new_v4().simple()
+    );
+    let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+    let broker = gateway.broker();
+    let path = broker
+        .root()
+        .join(&broker.config().workspace.state_dir)
+        .join("http-admin-token.sha256");
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(HttpError::AdminToken)?;
+    file.write_all(format!("sha256:{}\n", hex::encode(digest)).as_bytes())
+        .and_then(|()| file.sync_all())
+        .map_err(HttpError::AdminToken)?;
+    Ok((token, digest))
+}
+
+/// Serves the router on `addr` until the process ends. `ready` gets the
+/// bound address and, without configured tokens, the login URL with the
+/// generated admin token (shown once).
 pub async fn serve(
     gateway: Arc<Gateway>,
     tokens: Vec<TokenConfig>,
     addr: SocketAddr,
-    ready: impl FnOnce(SocketAddr),
+    ready: impl FnOnce(SocketAddr, Option<String>),
 ) -> Result<(), HttpError> {
     if tokens.is_empty() && !addr.ip().is_loopback() {
         return Err(HttpError::OpenToNetwork(addr));
@@ -171,8 +260,17 @@ pub async fn serve(
         .await
         .map_err(|error| HttpError::Bind { addr, error })?;
     let bound = listener.local_addr().map_err(HttpError::Serve)?;
-    ready(bound);
-    axum::serve(listener, router(gateway, tokens))
+    let (auth, login) = if tokens.is_empty() {
+        let (token, digest) = generate_admin_token(&gateway)?;
+        (
+            Auth::new(tokens, Some(digest)),
+            Some(format!("http://{bound}/#token={token}")),
+        )
+    } else {
+        (Auth::new(tokens, None), None)
+    };
+    ready(bound, login);
+    axum::serve(listener, router(gateway, auth))
         .await
         .map_err(HttpError::Serve)
 }

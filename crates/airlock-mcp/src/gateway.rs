@@ -6,12 +6,13 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use airlock_broker::{Broker, Workspace};
-use airlock_core::Policy;
+use airlock_core::{Policy, ToolOrigin};
 use rmcp::RoleServer;
 use rmcp::model::RequestStateCodec;
 use rmcp::service::Peer;
 
 use crate::McpError;
+use crate::tools;
 use crate::upstream::{UpstreamForwarder, Upstreams};
 
 /// How often the configuration file is looked at.
@@ -241,6 +242,49 @@ impl Gateway {
     /// Stops the upstream servers.
     pub async fn shutdown(&self) {
         self.upstreams.stop_all().await;
+    }
+
+    /// The name the policy sees for the tool a client calls `name`, and
+    /// where the tool comes from (an upstream's, a built-in, or unknown).
+    pub fn resolve(&self, name: &str) -> (String, ToolOrigin) {
+        let policy = self.compiled_policy();
+        if let Some(wrap) = self.options.wrap.as_deref() {
+            let upstream_has = |tool: &str| {
+                self.upstreams.get(wrap).and_then(|upstream| {
+                    upstream
+                        .tools()
+                        .iter()
+                        .find(|listed| listed.name == tool)
+                        .cloned()
+                })
+            };
+            if name == "proposal_status" && upstream_has(name).is_none() {
+                return (name.to_owned(), policy.origin_of(name, None));
+            }
+            let gated = format!("{wrap}__{name}");
+            return match upstream_has(name) {
+                Some(tool) => {
+                    let origin = policy.origin_of(&gated, tools::annotations_of(&tool));
+                    (gated, origin)
+                }
+                None => (gated, ToolOrigin::Unknown),
+            };
+        }
+        if let Some((prefix, rest)) = name.split_once("__") {
+            let tool = self
+                .upstreams
+                .get(prefix)
+                .and_then(|upstream| upstream.tools().iter().find(|t| t.name == rest).cloned());
+            return match tool {
+                Some(tool) => (
+                    name.to_owned(),
+                    policy.origin_of(name, tools::annotations_of(&tool)),
+                ),
+                // Not (or no longer) offered by that upstream: never forwarded.
+                None => (name.to_owned(), ToolOrigin::Unknown),
+            };
+        }
+        (name.to_owned(), policy.origin_of(name, None))
     }
 
     pub(crate) fn compiled_policy(&self) -> PolicyRef {

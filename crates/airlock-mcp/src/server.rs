@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use airlock_broker::{ClientAsk, DecideRequest, Mode};
 use airlock_core::envelope::Status;
-use airlock_core::{Principal, ToolCall, ToolOrigin};
+use airlock_core::{Principal, ToolCall};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
     ElicitationAction, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
@@ -156,49 +156,6 @@ impl Session {
         out
     }
 
-    /// The name the policy sees and where the tool comes from.
-    fn resolve(&self, name: &str) -> (String, ToolOrigin) {
-        let policy = self.gateway.compiled_policy();
-        if let Some(wrap) = self.gateway.options.wrap.as_deref() {
-            let upstream_has = |tool: &str| {
-                self.gateway.upstreams.get(wrap).and_then(|upstream| {
-                    upstream
-                        .tools()
-                        .iter()
-                        .find(|listed| listed.name == tool)
-                        .cloned()
-                })
-            };
-            if name == "proposal_status" && upstream_has(name).is_none() {
-                return (name.to_owned(), policy.origin_of(name, None));
-            }
-            let gated = format!("{wrap}__{name}");
-            return match upstream_has(name) {
-                Some(tool) => {
-                    let origin = policy.origin_of(&gated, tools::annotations_of(&tool));
-                    (gated, origin)
-                }
-                None => (gated, ToolOrigin::Unknown),
-            };
-        }
-        if let Some((prefix, rest)) = name.split_once("__") {
-            let tool = self
-                .gateway
-                .upstreams
-                .get(prefix)
-                .and_then(|upstream| upstream.tools().iter().find(|t| t.name == rest).cloned());
-            return match tool {
-                Some(tool) => (
-                    name.to_owned(),
-                    policy.origin_of(name, tools::annotations_of(&tool)),
-                ),
-                // Not (or no longer) offered by that upstream: never forwarded.
-                None => (name.to_owned(), ToolOrigin::Unknown),
-            };
-        }
-        (name.to_owned(), policy.origin_of(name, None))
-    }
-
     async fn call(
         &self,
         request: CallToolRequestParams,
@@ -206,7 +163,7 @@ impl Session {
     ) -> Result<CallToolResponse, ErrorData> {
         let (profile, user) = self.binding(&context.extensions)?;
         let args = Value::Object(request.arguments.clone().unwrap_or_default());
-        let (tool, origin) = self.resolve(&request.name);
+        let (tool, origin) = self.gateway.resolve(&request.name);
         let agent = context.client_info().map(|info| info.name);
         let version = context.protocol_version();
         let rounds = version

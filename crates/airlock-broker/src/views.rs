@@ -1,0 +1,137 @@
+//! What the approval channels show: an approval as JSON, and the audit log's
+//! verification, read without writing anything (so checking cannot repair
+//! what it should report).
+
+use std::path::Path;
+
+use airlock_audit::{Head, Query};
+use airlock_core::config::Config;
+use airlock_store::{Approval, Store};
+use serde_json::{Value, json};
+
+/// An approval as the CLI (`show --json`, `pending --json`) and the HTTP API
+/// show it: the redacted parameters, never the exact ones.
+pub fn approval_view(approval: &Approval) -> Value {
+    let parse = |text: &str| serde_json::from_str::<Value>(text).unwrap_or(Value::Null);
+    json!({
+        "id": approval.id,
+        "status": approval.status.as_str(),
+        "tool": approval.tool,
+        "path": approval.path,
+        "risk": approval.risk,
+        "summary": approval.summary,
+        "user": approval.user,
+        "agent": approval.agent,
+        "session": approval.session,
+        "params": parse(&approval.args_display),
+        "created_ms": approval.created_ms,
+        "expires_ms": approval.expires_ms,
+        "decision": parse(&approval.decision_json),
+        "diff": approval.diff,
+        "decided_by": approval.decided_by,
+        "decided_user": approval.decided_user,
+        "channel": approval.channel,
+        "reason": approval.reason,
+        "result": approval.result_json.as_deref().map(parse),
+    })
+}
+
+/// The outcome of verifying a workspace's audit log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditCheck {
+    /// No log yet.
+    pub missing: bool,
+    pub records: u64,
+    pub last_seq: u64,
+    /// `seq N: <event>` for each repair the log records (a torn line moved
+    /// aside, a cut-off tail): the chain verifies again, but records were lost.
+    pub repairs: Vec<String>,
+    /// The first bad record: its seq, line and what is wrong.
+    pub problem: Option<(u64, u64, String)>,
+}
+
+impl AuditCheck {
+    pub fn ok(&self) -> bool {
+        self.problem.is_none() && self.repairs.is_empty()
+    }
+
+    pub fn to_json(&self) -> Value {
+        let mut value = json!({
+            "ok": self.ok(),
+            "records": self.records,
+            "last_seq": self.last_seq,
+        });
+        if !self.repairs.is_empty() {
+            value["repairs"] = json!(self.repairs);
+        }
+        if let Some((seq, line, problem)) = &self.problem {
+            value["first_bad_seq"] = json!(seq);
+            value["line"] = json!(line);
+            value["problem"] = json!(problem);
+        }
+        value
+    }
+}
+
+/// Verifies the audit log of the workspace at `root` with `config` (its key
+/// from the environment, the head kept in the store), writing nothing.
+pub fn check_audit(root: &Path, config: &Config) -> Result<AuditCheck, String> {
+    let path = root.join(&config.audit.path);
+    if !path.exists() {
+        return Ok(AuditCheck {
+            missing: true,
+            records: 0,
+            last_seq: 0,
+            repairs: Vec::new(),
+            problem: None,
+        });
+    }
+    let key = config
+        .audit
+        .hmac_key_env
+        .as_deref()
+        .and_then(|name| std::env::var(name).ok())
+        .filter(|key| !key.is_empty());
+    let store = Store::open(&root.join(&config.workspace.state_dir).join("airlock.db"))
+        .map_err(|error| error.to_string())?;
+    let stored = store
+        .audit_head()
+        .map_err(|error| error.to_string())?
+        .map(|(seq, event_hash)| Head { seq, event_hash });
+    let report = airlock_audit::verify(&path, key.as_deref().map(str::as_bytes), stored.as_ref())
+        .map_err(|error| error.to_string())?;
+    let mut repairs = Vec::new();
+    for event in [
+        airlock_audit::TORN_LINE_EVENT,
+        airlock_audit::TRUNCATED_TAIL_EVENT,
+    ] {
+        let query = Query {
+            event_type: Some(event.to_owned()),
+            ..Query::default()
+        };
+        for record in airlock_audit::query(&path, &query).map_err(|error| error.to_string())? {
+            let seq = record.get("seq").and_then(Value::as_u64).unwrap_or(0);
+            repairs.push(format!("seq {seq}: {event}"));
+        }
+    }
+    Ok(AuditCheck {
+        missing: false,
+        records: report.records,
+        last_seq: report.head.as_ref().map_or(0, |head| head.seq),
+        repairs,
+        problem: report
+            .problem
+            .map(|problem| (problem.seq, problem.line, problem.kind.to_string())),
+    })
+}
+
+/// A query of the audit log (re-exported for the channels).
+pub type AuditQuery = Query;
+
+/// The records of the log at `path` that match `query`, oldest first.
+pub fn query_audit(
+    path: &Path,
+    query: &Query,
+) -> Result<Vec<serde_json::Map<String, Value>>, String> {
+    airlock_audit::query(path, query).map_err(|error| error.to_string())
+}

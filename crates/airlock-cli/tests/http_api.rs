@@ -1,0 +1,529 @@
+//! The HTTP approval API (DESIGN §10) over a real socket against `airlock
+//! serve --http`: submitting calls, listing and deciding approvals, results,
+//! the audit, and every status code with its reason.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+const AGENT: &str = "agent-token-1";
+const OTHER_AGENT: &str = "agent-token-2";
+const APPROVER: &str = "approver-token-1";
+const ADMIN: &str = "admin-token-1";
+
+fn sha(token: &str) -> String {
+    hex::encode(Sha256::digest(token.as_bytes()))
+}
+
+/// `auth.tokens` for the four tokens above, then `extra`.
+fn config(extra: &str) -> String {
+    format!(
+        "auth:\n  tokens:\n    \
+         - {{name: claude, sha256: \"{}\", roles: [agent], user: u1}}\n    \
+         - {{name: bot, sha256: \"{}\", roles: [agent], user: u2}}\n    \
+         - {{name: phone, sha256: \"{}\", roles: [approver], user: u1}}\n    \
+         - {{name: root, sha256: \"{}\", roles: [admin], user: boss}}\n{extra}",
+        sha(AGENT),
+        sha(OTHER_AGENT),
+        sha(APPROVER),
+        sha(ADMIN)
+    )
+}
+
+struct Server {
+    child: Child,
+    addr: String,
+    dir: tempfile::TempDir,
+    /// Everything the server wrote to stderr up to "serving".
+    banner: String,
+}
+
+impl Server {
+    fn start(config: &str) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("airlock.yaml"), config).unwrap();
+        std::fs::write(dir.path().join("a.txt"), "hello\n").unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_airlock"))
+            .args(["serve", "--http", "127.0.0.1:0"])
+            .current_dir(dir.path())
+            .env("AIRLOCK_USER", "tester")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let mut banner = String::new();
+        let addr = loop {
+            let mut line = String::new();
+            assert!(
+                stderr.read_line(&mut line).unwrap() > 0,
+                "serve exited: {banner}"
+            );
+            banner.push_str(&line);
+            if let Some(rest) = line.trim().strip_prefix("airlock: serving MCP at http://") {
+                break rest.trim_end_matches("/mcp").to_owned();
+            }
+        };
+        // The login line (without configured tokens) follows at once.
+        if !config.contains("tokens:") {
+            let mut line = String::new();
+            stderr.read_line(&mut line).unwrap();
+            banner.push_str(&line);
+        }
+        std::thread::spawn(move || {
+            let mut sink = String::new();
+            let _ = stderr.read_to_string(&mut sink);
+        });
+        Server {
+            child,
+            addr,
+            dir,
+            banner,
+        }
+    }
+
+    fn path(&self, rel: &str) -> std::path::PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    /// One request; the status and the JSON body (`Value::String` when the
+    /// body is not JSON).
+    fn request(&self, method: &str, path: &str, token: Option<&str>, body: &[u8]) -> (u16, Value) {
+        raw_request(&self.addr, method, path, token, body)
+    }
+
+    fn get(&self, path: &str, token: Option<&str>) -> (u16, Value) {
+        self.request("GET", path, token, b"")
+    }
+
+    fn post(&self, path: &str, token: Option<&str>, body: &Value) -> (u16, Value) {
+        self.request("POST", path, token, body.to_string().as_bytes())
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn raw_request(
+    addr: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: &[u8],
+) -> (u16, Value) {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    if let Some(token) = token {
+        head.push_str(&format!("Authorization: Bearer {token}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).unwrap();
+    // A body over the limit may be refused before it is all sent.
+    let _ = stream.write_all(body);
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response);
+    let text = String::from_utf8_lossy(&response).to_string();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status: u16 = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {text:?}"));
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    let body = if chunked {
+        dechunk(body)
+    } else {
+        body.to_owned()
+    };
+    let value = serde_json::from_str(&body).unwrap_or(Value::String(body));
+    (status, value)
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if size == 0 {
+            break;
+        }
+        out.push_str(&rest[..size]);
+        body = rest[size..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+fn error_code(body: &Value) -> &str {
+    body["error"]["code"].as_str().unwrap_or("?")
+}
+
+fn read(path: &Path) -> Option<String> {
+    std::fs::read_to_string(path).ok()
+}
+
+fn write_call(path: &str) -> Value {
+    json!({"tool": "write_file", "arguments": {"path": path, "content": "new\n"}})
+}
+
+const DEFER: &str = "security:\n  hitl:\n    approval_mode: defer\n";
+
+#[test]
+fn agents_submit_approvers_decide_and_agents_read_their_results() {
+    let server = Server::start(&config(DEFER));
+
+    // Who may do what.
+    assert_eq!(server.get("/hitl/pending", None).0, 401);
+    let (status, body) = server.get("/hitl/pending", Some("not-a-token"));
+    assert_eq!((status, error_code(&body)), (401, "unauthorized"), "{body}");
+    let (status, body) = server.get("/hitl/pending", Some(AGENT));
+    assert_eq!((status, error_code(&body)), (403, "forbidden"), "{body}");
+    assert_eq!(server.get("/audit", Some(APPROVER)).0, 403);
+    let (status, _) = server.post(
+        "/v1/tools/call",
+        Some(APPROVER),
+        &json!({"tool": "read_file", "arguments": {"path": "a.txt"}}),
+    );
+    assert_eq!(status, 403);
+
+    // A read is answered at once.
+    let (status, read_answer) = server.post(
+        "/v1/tools/call",
+        Some(AGENT),
+        &json!({"tool": "read_file", "arguments": {"path": "a.txt"}}),
+    );
+    assert_eq!(status, 200, "{read_answer}");
+    assert_eq!(read_answer["status"], "allowed");
+    assert_eq!(read_answer["data"]["content"], "hello\n");
+
+    // A write is pending: 202 with its id.
+    let (status, pending) = server.post("/v1/tools/call", Some(AGENT), &write_call("b.txt"));
+    assert_eq!(status, 202, "{pending}");
+    assert_eq!(pending["status"], "pending");
+    let id = pending["approval_id"].as_str().unwrap().to_owned();
+    assert_eq!(read(&server.path("b.txt")), None);
+
+    // The agent cannot decide it, nor list approvals.
+    let (status, body) = server.post(
+        &format!("/hitl/decide/{id}"),
+        Some(AGENT),
+        &json!({"decision": "approve"}),
+    );
+    assert_eq!((status, error_code(&body)), (403, "forbidden"), "{body}");
+    assert_eq!(read(&server.path("b.txt")), None);
+
+    // The approver sees it, with the diff.
+    let (status, list) = server.get("/hitl/pending", Some(APPROVER));
+    assert_eq!(status, 200);
+    let ids: Vec<&str> = list["approvals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|approval| approval["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, [id.as_str()]);
+    let (status, one) = server.get(&format!("/hitl/pending/{id}"), Some(APPROVER));
+    assert_eq!(status, 200);
+    assert_eq!(one["tool"], "write_file");
+    assert_eq!(one["user"], "u1");
+    assert_eq!(one["agent"], "claude");
+    assert!(one["diff"].as_str().unwrap().contains("+new"), "{one}");
+
+    // Its result: 202 while pending, and only to the agent that asked.
+    let result_path = format!("/hitl/result/{id}");
+    assert_eq!(server.get(&result_path, Some(AGENT)).0, 202);
+    assert_eq!(server.get(&result_path, Some(OTHER_AGENT)).0, 404);
+
+    // Approved once; a second decision is a conflict.
+    let (status, decided) = server.post(
+        &format!("/hitl/decide/{id}"),
+        Some(APPROVER),
+        &json!({"decision": "approve", "reason": "looks right"}),
+    );
+    assert_eq!(status, 200, "{decided}");
+    assert_eq!(decided["status"], "allowed");
+    assert_eq!(read(&server.path("b.txt")).as_deref(), Some("new\n"));
+    let (status, body) = server.post(
+        &format!("/hitl/decide/{id}"),
+        Some(APPROVER),
+        &json!({"decision": "deny"}),
+    );
+    assert_eq!(
+        (status, error_code(&body)),
+        (409, "already_decided"),
+        "{body}"
+    );
+    let (status, result) = server.get(&result_path, Some(AGENT));
+    assert_eq!(status, 200, "{result}");
+    assert_eq!(result["status"], "allowed");
+    assert_eq!(result["op"]["method"], "fs.apply_patch");
+
+    // A denial.
+    let (_, pending) = server.post("/v1/tools/call", Some(AGENT), &write_call("c.txt"));
+    let denied_id = pending["approval_id"].as_str().unwrap().to_owned();
+    let (status, denied) = server.post(
+        &format!("/hitl/decide/{denied_id}"),
+        Some(APPROVER),
+        &json!({"decision": "deny", "reason": "not now"}),
+    );
+    assert_eq!(status, 200, "{denied}");
+    assert_eq!(denied["status"], "denied");
+    assert_eq!(read(&server.path("c.txt")), None);
+
+    // Bad input: 400 with the error shape, unknown ids 404, big bodies 413.
+    for body in [
+        &b"{not json"[..],
+        b"{\"decision\": \"maybe\"}",
+        b"{\"decision\": \"approve\", \"extra\": 1}",
+    ] {
+        let (status, answer) = server.request(
+            "POST",
+            &format!("/hitl/decide/{denied_id}"),
+            Some(APPROVER),
+            body,
+        );
+        assert_eq!(
+            (status, error_code(&answer)),
+            (400, "invalid_input"),
+            "{answer}"
+        );
+    }
+    let (status, answer) = server.request("POST", "/v1/tools/call", Some(AGENT), b"[1, 2]");
+    assert_eq!(
+        (status, error_code(&answer)),
+        (400, "invalid_input"),
+        "{answer}"
+    );
+    let (status, answer) = server.post(
+        "/v1/tools/call",
+        Some(AGENT),
+        &json!({"tool": "read_file", "arguments": {"path": 7}}),
+    );
+    assert_eq!(status, 400, "{answer}");
+    let (status, answer) = server.get("/hitl/pending/hitl-nope", Some(APPROVER));
+    assert_eq!(
+        (status, error_code(&answer)),
+        (404, "not_found"),
+        "{answer}"
+    );
+    let (status, answer) = server.post(
+        "/hitl/decide/hitl-nope",
+        Some(APPROVER),
+        &json!({"decision": "deny"}),
+    );
+    assert_eq!(
+        (status, error_code(&answer)),
+        (404, "not_found"),
+        "{answer}"
+    );
+    let big = vec![b'a'; 2 * 1024 * 1024];
+    let (status, answer) = server.request("POST", "/v1/tools/call", Some(AGENT), &big);
+    assert_eq!(
+        (status, error_code(&answer)),
+        (413, "too_large"),
+        "{answer}"
+    );
+
+    // The audit, for admins: the decisions with their channel, and the chain.
+    let (status, audit) = server.get("/audit?event_type=hitl_decision", Some(ADMIN));
+    assert_eq!(status, 200, "{audit}");
+    let decisions: Vec<Value> = audit["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|record| {
+            json!([
+                record["decision"],
+                record["channel"],
+                record["user"],
+                record["reason"]
+            ])
+        })
+        .collect();
+    assert_eq!(
+        decisions,
+        [
+            json!(["approve", "http", "u1", "looks right"]),
+            json!(["deny", "http", "u1", "not now"])
+        ]
+    );
+    let (status, filtered) = server.get(
+        "/audit?event_type=hitl_decision&filter=decision=deny",
+        Some(ADMIN),
+    );
+    assert_eq!(status, 200);
+    assert_eq!(filtered["records"].as_array().unwrap().len(), 1);
+    assert_eq!(server.get("/audit?filter=nokeyvalue", Some(ADMIN)).0, 400);
+    let (status, verify) = server.get("/audit/verify", Some(ADMIN));
+    assert_eq!(status, 200);
+    assert_eq!(verify["ok"], true, "{verify}");
+}
+
+#[test]
+fn two_approvers_deciding_at_once_make_one_decision() {
+    let server = Server::start(&config(DEFER));
+    for round in 0..5 {
+        let (_, pending) = server.post(
+            "/v1/tools/call",
+            Some(AGENT),
+            &write_call(&format!("r{round}.txt")),
+        );
+        let id = pending["approval_id"].as_str().unwrap().to_owned();
+        let threads: Vec<_> = [(APPROVER, "approve"), (ADMIN, "deny")]
+            .into_iter()
+            .map(|(token, decision)| {
+                let addr = server.addr.clone();
+                let path = format!("/hitl/decide/{id}");
+                std::thread::spawn(move || {
+                    let body = json!({"decision": decision}).to_string();
+                    let (status, answer) =
+                        raw_request(&addr, "POST", &path, Some(token), body.as_bytes());
+                    (status, decision, answer)
+                })
+            })
+            .collect();
+        let mut outcomes: Vec<(u16, &str, Value)> = threads
+            .into_iter()
+            .map(|thread| thread.join().unwrap())
+            .collect();
+        outcomes.sort_by_key(|(status, _, _)| *status);
+        assert_eq!(
+            outcomes
+                .iter()
+                .map(|(status, _, _)| *status)
+                .collect::<Vec<_>>(),
+            [200, 409],
+            "{outcomes:?}"
+        );
+        let winner = outcomes[0].1;
+        let written = read(&server.path(&format!("r{round}.txt")));
+        assert_eq!(written.is_some(), winner == "approve", "{outcomes:?}");
+    }
+}
+
+#[test]
+fn critical_risk_is_decided_by_its_approvers_and_with_a_reason() {
+    let rules = "security:\n  hitl:\n    approval_mode: defer\n    rules:\n      - tools: [write_file]\n        conditions: [{param: path, glob: \"docs/**\"}]\n        risk: critical\n";
+    let server = Server::start(&config(rules));
+    std::fs::create_dir(server.path("docs")).unwrap();
+    let (status, pending) = server.post("/v1/tools/call", Some(AGENT), &write_call("docs/x.md"));
+    assert_eq!(status, 202, "{pending}");
+    let id = pending["approval_id"].as_str().unwrap().to_owned();
+    let decide = format!("/hitl/decide/{id}");
+    // The template's critical policy: approvers [admin], a reason required.
+    let (status, body) = server.post(
+        &decide,
+        Some(APPROVER),
+        &json!({"decision": "approve", "reason": "ok"}),
+    );
+    assert_eq!((status, error_code(&body)), (403, "forbidden"), "{body}");
+    let (status, body) = server.post(&decide, Some(ADMIN), &json!({"decision": "approve"}));
+    assert_eq!(
+        (status, error_code(&body)),
+        (400, "invalid_input"),
+        "{body}"
+    );
+    assert_eq!(read(&server.path("docs/x.md")), None);
+    let (status, body) = server.post(
+        &decide,
+        Some(ADMIN),
+        &json!({"decision": "approve", "reason": "release"}),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(read(&server.path("docs/x.md")).as_deref(), Some("new\n"));
+}
+
+#[test]
+fn in_wait_mode_the_call_goes_on_waiting_and_its_result_follows_the_decision() {
+    let server = Server::start(&config(""));
+    let (status, pending) = server.post("/v1/tools/call", Some(AGENT), &write_call("w.txt"));
+    assert_eq!(status, 202, "{pending}");
+    let id = pending["approval_id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        server.get(&format!("/hitl/result/{id}"), Some(AGENT)).0,
+        202
+    );
+    let (status, decided) = server.post(
+        &format!("/hitl/decide/{id}"),
+        Some(APPROVER),
+        &json!({"decision": "approve"}),
+    );
+    assert_eq!(status, 200, "{decided}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let result = loop {
+        let (status, result) = server.get(&format!("/hitl/result/{id}"), Some(AGENT));
+        if status == 200 {
+            break result;
+        }
+        assert!(Instant::now() < deadline, "still {status}: {result}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(result["status"], "allowed", "{result}");
+    assert_eq!(read(&server.path("w.txt")).as_deref(), Some("new\n"));
+}
+
+#[test]
+fn without_tokens_a_generated_admin_token_is_needed_to_decide() {
+    let server = Server::start(DEFER);
+    let token = server
+        .banner
+        .split("#token=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no login URL in {:?}", server.banner))
+        .to_owned();
+    assert!(
+        server
+            .banner
+            .contains(&format!("approvals at http://{}/#token=", server.addr)),
+        "{}",
+        server.banner
+    );
+    // Its hash, not the token, is kept in the state dir (mode 0600).
+    let kept = server.path(".airlock/http-admin-token.sha256");
+    assert_eq!(read(&kept).unwrap(), format!("sha256:{}\n", sha(&token)));
+    use std::os::unix::fs::PermissionsExt as _;
+    assert_eq!(
+        std::fs::metadata(&kept).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+
+    // Local agents submit without a token; nobody decides without it.
+    let (status, pending) = server.post("/v1/tools/call", None, &write_call("t.txt"));
+    assert_eq!(status, 202, "{pending}");
+    let id = pending["approval_id"].as_str().unwrap().to_owned();
+    assert_eq!(server.get("/hitl/pending", None).0, 401);
+    let (status, _) = server.post(
+        &format!("/hitl/decide/{id}"),
+        None,
+        &json!({"decision": "approve"}),
+    );
+    assert_eq!(status, 401);
+    assert_eq!(server.get("/hitl/pending", Some("wrong")).0, 401);
+    let (status, decided) = server.post(
+        &format!("/hitl/decide/{id}"),
+        Some(&token),
+        &json!({"decision": "approve"}),
+    );
+    assert_eq!(status, 200, "{decided}");
+    assert_eq!(read(&server.path("t.txt")).as_deref(), Some("new\n"));
+    assert_eq!(server.get(&format!("/hitl/result/{id}"), None).0, 200);
+}

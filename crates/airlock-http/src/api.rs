@@ -1,0 +1,564 @@
+//! The approval API (DESIGN §10): agents submit calls and read their
+//! results; approvers list, inspect and decide approvals; admins read and
+//! verify the audit log. Every answer is JSON; an error has the envelope's
+//! error shape `{"status": "error", "error": {"code", "message"}}`.
+
+// The helpers' error is the ready answer a handler returns at once.
+#![allow(clippy::result_large_err)]
+
+use std::sync::Arc;
+
+use airlock_broker::{AlwaysAllow, BrokerError, DecideRequest, approval_view};
+use airlock_core::config::Role;
+use airlock_core::envelope::{Envelope, Status};
+use airlock_core::{ErrorCode, Principal, ToolCall};
+use airlock_mcp::Gateway;
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use crate::Caller;
+
+/// Largest request body the API reads (larger: 413).
+pub(crate) const MAX_BODY: usize = 1024 * 1024;
+
+#[derive(Clone)]
+struct Api {
+    gateway: Arc<Gateway>,
+}
+
+pub(crate) fn routes(gateway: Arc<Gateway>) -> Router {
+    Router::new()
+        .route("/v1/tools/call", post(tools_call))
+        .route("/hitl/pending", get(pending))
+        .route("/hitl/pending/{id}", get(pending_one))
+        .route("/hitl/decide/{id}", post(decide))
+        .route("/hitl/result/{id}", get(result))
+        .route("/audit", get(audit_query))
+        .route("/audit/verify", get(audit_verify))
+        .with_state(Api { gateway })
+}
+
+/// An error answer.
+pub(crate) fn failure(status: StatusCode, code: ErrorCode, message: impl Into<String>) -> Response {
+    let body = json!({
+        "status": "error",
+        "error": {"code": code.as_str(), "message": message.into()},
+    });
+    (status, axum::Json(body)).into_response()
+}
+
+/// Who may do what: the caller's roles (admin holds them all). Without
+/// configured tokens an anonymous caller on loopback is a local agent.
+fn require(caller: Option<&Caller>, role: Role) -> Result<(), Response> {
+    match caller {
+        Some(caller) if caller.has(role) => Ok(()),
+        Some(caller) => Err(failure(
+            StatusCode::FORBIDDEN,
+            ErrorCode::Forbidden,
+            format!(
+                "token {} does not have the {} role",
+                caller.name,
+                role_name(role)
+            ),
+        )),
+        None if role == Role::Agent => Ok(()),
+        None => Err(failure(
+            StatusCode::UNAUTHORIZED,
+            ErrorCode::Unauthorized,
+            format!(
+                "a bearer token with the {} role is required",
+                role_name(role)
+            ),
+        )),
+    }
+}
+
+fn role_name(role: Role) -> &'static str {
+    match role {
+        Role::Agent => "agent",
+        Role::Approver => "approver",
+        Role::Admin => "admin",
+    }
+}
+
+/// A request body that could not be read: 413 when it is too large.
+type Body = Result<Bytes, axum::extract::rejection::BytesRejection>;
+
+/// Parses a JSON body, or answers 400 (413 when it is larger than the limit).
+fn parse<T: serde::de::DeserializeOwned>(body: Body) -> Result<T, Response> {
+    let body = body.map_err(|rejection| {
+        let status = rejection.status();
+        let code = if status == StatusCode::PAYLOAD_TOO_LARGE {
+            ErrorCode::TooLarge
+        } else {
+            ErrorCode::InvalidInput
+        };
+        failure(status, code, rejection.body_text())
+    })?;
+    serde_json::from_slice(&body).map_err(|error| {
+        failure(
+            StatusCode::BAD_REQUEST,
+            ErrorCode::InvalidInput,
+            format!("malformed request body: {error}"),
+        )
+    })
+}
+
+fn broker_failure(error: &BrokerError) -> Response {
+    let code = error.code();
+    let status = match code {
+        ErrorCode::NotFound => StatusCode::NOT_FOUND,
+        ErrorCode::AlreadyDecided | ErrorCode::Expired => StatusCode::CONFLICT,
+        ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+        ErrorCode::IoError => StatusCode::INTERNAL_SERVER_ERROR,
+        _ => StatusCode::BAD_REQUEST,
+    };
+    failure(status, code, error.to_string())
+}
+
+fn joined<T>(result: Result<T, tokio::task::JoinError>) -> Result<T, Response> {
+    result.map_err(|error| {
+        failure(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorCode::IoError,
+            error.to_string(),
+        )
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CallBody {
+    tool: String,
+    #[serde(default)]
+    arguments: Option<Map<String, Value>>,
+    #[serde(default)]
+    session: Option<String>,
+    #[serde(default)]
+    tool_call_id: Option<String>,
+}
+
+/// The name a result belongs to: the token's, or `local`.
+fn agent_name(caller: Option<&Caller>) -> String {
+    caller.map_or_else(|| "local".to_owned(), |caller| caller.name.clone())
+}
+
+/// `POST /v1/tools/call`: 200 with the envelope, or 202 when a human must
+/// decide (in wait mode the call goes on waiting here; its outcome is at
+/// `/hitl/result/{id}`).
+async fn tools_call(
+    State(api): State<Api>,
+    caller: Option<axum::Extension<Caller>>,
+    body: Body,
+) -> Response {
+    let caller = caller.map(|axum::Extension(caller)| caller);
+    if let Err(refused) = require(caller.as_ref(), Role::Agent) {
+        return refused;
+    }
+    let body: CallBody = match parse(body) {
+        Ok(body) => body,
+        Err(refused) => return refused,
+    };
+    let (tool, origin) = api.gateway.resolve(&body.tool);
+    let call = ToolCall {
+        tool,
+        args: Value::Object(body.arguments.unwrap_or_default()),
+        origin,
+        principal: Principal {
+            user: caller.as_ref().and_then(|caller| caller.user.clone()),
+            agent: Some(agent_name(caller.as_ref())),
+        },
+        session: body.session,
+        profile: None,
+        tool_call_id: body.tool_call_id,
+        received_at: airlock_broker::now_ms(),
+    };
+    let broker = api.gateway.broker();
+    let mode = airlock_broker::default_mode(broker.config());
+    let (pending_tx, pending_rx) = tokio::sync::oneshot::channel::<Value>();
+    let pending_tx = std::sync::Mutex::new(Some(pending_tx));
+    let mut submitted = tokio::task::spawn_blocking(move || {
+        broker.submit(&call, &mode, &|approval| {
+            let view = json!({
+                "approval_id": approval.id,
+                "status": "pending",
+                "tool": approval.tool,
+                "risk": approval.risk,
+                "summary": approval.summary,
+                "expires_ms": approval.expires_ms,
+            });
+            if let Some(sender) = pending_tx.lock().ok().and_then(|mut slot| slot.take()) {
+                let _ = sender.send(view);
+            }
+        })
+    });
+    tokio::select! {
+        envelope = &mut submitted => match joined(envelope) {
+            Ok(envelope) => envelope_response(&envelope),
+            Err(refused) => refused,
+        },
+        Ok(pending) = pending_rx => (StatusCode::ACCEPTED, axum::Json(pending)).into_response(),
+    }
+}
+
+/// An envelope as an answer: 202 for `hitl_required`, 400 for input the
+/// tool refused as malformed, 200 otherwise.
+fn envelope_response(envelope: &Envelope) -> Response {
+    let value = serde_json::to_value(envelope).unwrap_or(Value::Null);
+    match envelope.status {
+        Status::HitlRequired => {
+            let hitl = envelope.hitl.as_ref();
+            let body = json!({
+                "approval_id": hitl.map(|hitl| hitl.hitl_id.clone()),
+                "status": "pending",
+                "envelope": value,
+            });
+            (StatusCode::ACCEPTED, axum::Json(body)).into_response()
+        }
+        Status::Error
+            if envelope
+                .error
+                .as_ref()
+                .is_some_and(|error| error.code.as_str().starts_with("invalid_input")) =>
+        {
+            (StatusCode::BAD_REQUEST, axum::Json(value)).into_response()
+        }
+        _ => (StatusCode::OK, axum::Json(value)).into_response(),
+    }
+}
+
+/// `GET /hitl/pending`: the pending approvals, newest first.
+async fn pending(State(api): State<Api>, caller: Option<axum::Extension<Caller>>) -> Response {
+    let caller = caller.map(|axum::Extension(caller)| caller);
+    if let Err(refused) = require(caller.as_ref(), Role::Approver) {
+        return refused;
+    }
+    let broker = api.gateway.broker();
+    let listed = joined(tokio::task::spawn_blocking(move || broker.pending(None)).await);
+    match listed {
+        Ok(Ok(mut approvals)) => {
+            approvals.reverse();
+            let views: Vec<Value> = approvals.iter().map(approval_view).collect();
+            axum::Json(json!({"approvals": views})).into_response()
+        }
+        Ok(Err(error)) => broker_failure(&error),
+        Err(refused) => refused,
+    }
+}
+
+/// `GET /hitl/pending/{id}`: one approval, with its diff.
+async fn pending_one(
+    State(api): State<Api>,
+    caller: Option<axum::Extension<Caller>>,
+    Path(id): Path<String>,
+) -> Response {
+    let caller = caller.map(|axum::Extension(caller)| caller);
+    if let Err(refused) = require(caller.as_ref(), Role::Approver) {
+        return refused;
+    }
+    let broker = api.gateway.broker();
+    match joined(tokio::task::spawn_blocking(move || broker.approval(&id)).await) {
+        Ok(Ok(approval)) => axum::Json(approval_view(&approval)).into_response(),
+        Ok(Err(error)) => broker_failure(&error),
+        Err(refused) => refused,
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DecideBody {
+    decision: Decision,
+    #[serde(default)]
+    reason: Option<String>,
+    #[serde(default)]
+    always: Option<Always>,
+    #[serde(default)]
+    content: Option<String>,
+}
+
+#[derive(Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+enum Decision {
+    Approve,
+    Deny,
+}
+
+/// `always: true` (this session, no expiry) or `{scope, for_seconds}`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Always {
+    Flag(bool),
+    Scoped {
+        scope: Scope,
+        #[serde(default)]
+        for_seconds: Option<u64>,
+    },
+}
+
+#[derive(Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+enum Scope {
+    Session,
+    Persistent,
+}
+
+/// Whether `caller` may decide `approval`: the risk's approvers (roles or
+/// user ids; empty means any approver) and, where writes are limited to
+/// listed users (spec 001), only the requesting user.
+fn may_decide(
+    caller: Option<&Caller>,
+    approval: &airlock_broker::Approval,
+    broker: &airlock_broker::Broker,
+) -> Result<(), String> {
+    let Some(caller) = caller else {
+        return Err("a bearer token is required".to_owned());
+    };
+    let decision: Value = serde_json::from_str(&approval.decision_json).unwrap_or(Value::Null);
+    let approvers: Vec<&str> = decision
+        .get("approvers")
+        .and_then(Value::as_array)
+        .map(|list| list.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    if !approvers.is_empty() {
+        let named = approvers.iter().any(|approver| {
+            caller
+                .roles
+                .iter()
+                .any(|role| role_name(*role) == *approver)
+                || caller.user.as_deref() == Some(*approver)
+        });
+        if !named {
+            return Err(format!(
+                "{} risk is decided only by {}",
+                approval.risk,
+                approvers.join(", ")
+            ));
+        }
+    }
+    if broker.config().security.write_tool_allowlist.is_some()
+        && approval.user.is_some()
+        && caller.user != approval.user
+    {
+        return Err("only the user who made the call may decide it".to_owned());
+    }
+    Ok(())
+}
+
+/// `POST /hitl/decide/{id}`.
+async fn decide(
+    State(api): State<Api>,
+    caller: Option<axum::Extension<Caller>>,
+    Path(id): Path<String>,
+    body: Body,
+) -> Response {
+    let caller = caller.map(|axum::Extension(caller)| caller);
+    if let Err(refused) = require(caller.as_ref(), Role::Approver) {
+        return refused;
+    }
+    let body: DecideBody = match parse(body) {
+        Ok(body) => body,
+        Err(refused) => return refused,
+    };
+    if body.content.is_some() {
+        return failure(
+            StatusCode::BAD_REQUEST,
+            ErrorCode::InvalidInput,
+            "approving an edited version (content) is not supported yet",
+        );
+    }
+    let always = match body.always {
+        None | Some(Always::Flag(false)) => None,
+        Some(Always::Flag(true)) => Some(AlwaysAllow {
+            persistent: false,
+            for_ms: None,
+        }),
+        Some(Always::Scoped { scope, for_seconds }) => Some(AlwaysAllow {
+            persistent: scope == Scope::Persistent,
+            for_ms: for_seconds.map(|seconds| seconds.saturating_mul(1000)),
+        }),
+    };
+    let broker = api.gateway.broker();
+    let decided = tokio::task::spawn_blocking(move || {
+        let approval = broker
+            .approval(&id)
+            .map_err(|error| broker_failure(&error))?;
+        if let Err(message) = may_decide(caller.as_ref(), &approval, &broker) {
+            return Err(failure(
+                StatusCode::FORBIDDEN,
+                ErrorCode::Forbidden,
+                message,
+            ));
+        }
+        let request = DecideRequest {
+            approve: body.decision == Decision::Approve,
+            reason: body.reason,
+            always,
+            user: caller
+                .as_ref()
+                .and_then(|caller| caller.user.clone())
+                .or_else(|| caller.as_ref().map(|caller| caller.name.clone()))
+                .unwrap_or_default(),
+            channel: "http".to_owned(),
+        };
+        broker
+            .decide(&id, &request)
+            .map_err(|error| broker_failure(&error))
+    })
+    .await;
+    match joined(decided) {
+        Ok(Ok(envelope)) => axum::Json(envelope).into_response(),
+        Ok(Err(refused)) | Err(refused) => refused,
+    }
+}
+
+/// `GET /hitl/result/{id}`: 202 while pending, 200 with the final envelope.
+/// An agent sees only the results of its own calls.
+async fn result(
+    State(api): State<Api>,
+    caller: Option<axum::Extension<Caller>>,
+    Path(id): Path<String>,
+) -> Response {
+    let caller = caller.map(|axum::Extension(caller)| caller);
+    if let Err(refused) = require(caller.as_ref(), Role::Agent) {
+        return refused;
+    }
+    let broker = api.gateway.broker();
+    let approval = match joined(tokio::task::spawn_blocking(move || broker.approval(&id)).await) {
+        Ok(Ok(approval)) => approval,
+        Ok(Err(error)) => return broker_failure(&error),
+        Err(refused) => return refused,
+    };
+    let sees_all = caller
+        .as_ref()
+        .is_some_and(|caller| caller.has(Role::Approver));
+    if !sees_all && approval.agent.as_deref() != Some(agent_name(caller.as_ref()).as_str()) {
+        // Someone else's call is as good as unknown.
+        return failure(
+            StatusCode::NOT_FOUND,
+            ErrorCode::NotFound,
+            format!("no approval {}", approval.id),
+        );
+    }
+    let status = approval.status.as_str();
+    match approval.result_json.as_deref() {
+        None if status == "pending" || status == "approved" => (
+            StatusCode::ACCEPTED,
+            axum::Json(json!({"approval_id": approval.id, "status": status})),
+        )
+            .into_response(),
+        Some(result) => {
+            let envelope: Value = serde_json::from_str(result).unwrap_or(Value::Null);
+            axum::Json(envelope).into_response()
+        }
+        None => axum::Json(json!({"approval_id": approval.id, "status": status})).into_response(),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AuditParams {
+    #[serde(default)]
+    event_type: Option<String>,
+    /// `key=value`, more than one separated by `,`.
+    #[serde(default)]
+    filter: Option<String>,
+    #[serde(default)]
+    since: Option<String>,
+    /// The newest this many (default 200, at most 5000).
+    #[serde(default)]
+    limit: Option<usize>,
+}
+
+/// `GET /audit`: records matching the query, newest last.
+async fn audit_query(
+    State(api): State<Api>,
+    caller: Option<axum::Extension<Caller>>,
+    params: Result<Query<AuditParams>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let caller = caller.map(|axum::Extension(caller)| caller);
+    if let Err(refused) = require(caller.as_ref(), Role::Admin) {
+        return refused;
+    }
+    let Ok(Query(params)) = params else {
+        return failure(
+            StatusCode::BAD_REQUEST,
+            ErrorCode::InvalidInput,
+            "query parameters: event_type, filter (key=value[,key=value]), since, limit",
+        );
+    };
+    let mut filters = Vec::new();
+    for pair in params.filter.iter().flat_map(|filter| filter.split(',')) {
+        let Some((key, value)) = pair.split_once('=') else {
+            return failure(
+                StatusCode::BAD_REQUEST,
+                ErrorCode::InvalidInput,
+                format!("filter {pair:?} is not key=value"),
+            );
+        };
+        filters.push((key.to_owned(), value.to_owned()));
+    }
+    let query = airlock_audit_query(params.event_type, filters, params.since);
+    let limit = params.limit.unwrap_or(200).min(5000);
+    let path = api.gateway.broker().audit_path();
+    let found = tokio::task::spawn_blocking(move || {
+        if !path.exists() {
+            return Ok(Vec::new());
+        }
+        airlock_broker::query_audit(&path, &query)
+    })
+    .await;
+    match joined(found) {
+        Ok(Ok(mut records)) => {
+            let skip = records.len().saturating_sub(limit);
+            let records: Vec<Map<String, Value>> = records.drain(skip..).collect();
+            axum::Json(json!({"records": records})).into_response()
+        }
+        Ok(Err(message)) => failure(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorCode::IoError,
+            message,
+        ),
+        Err(refused) => refused,
+    }
+}
+
+fn airlock_audit_query(
+    event_type: Option<String>,
+    filters: Vec<(String, String)>,
+    since: Option<String>,
+) -> airlock_broker::AuditQuery {
+    airlock_broker::AuditQuery {
+        event_type,
+        filters,
+        since,
+    }
+}
+
+/// `GET /audit/verify`: the chain's verification (`ok` false when it is
+/// broken or was repaired).
+async fn audit_verify(State(api): State<Api>, caller: Option<axum::Extension<Caller>>) -> Response {
+    let caller = caller.map(|axum::Extension(caller)| caller);
+    if let Err(refused) = require(caller.as_ref(), Role::Admin) {
+        return refused;
+    }
+    let broker = api.gateway.broker();
+    let checked = tokio::task::spawn_blocking(move || {
+        airlock_broker::check_audit(broker.root(), broker.config())
+    })
+    .await;
+    match joined(checked) {
+        Ok(Ok(check)) => axum::Json(check.to_json()).into_response(),
+        Ok(Err(message)) => failure(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorCode::IoError,
+            message,
+        ),
+        Err(refused) => refused,
+    }
+}
