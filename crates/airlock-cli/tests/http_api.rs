@@ -527,3 +527,111 @@ fn without_tokens_a_generated_admin_token_is_needed_to_decide() {
     assert_eq!(read(&server.path("t.txt")).as_deref(), Some("new\n"));
     assert_eq!(server.get(&format!("/hitl/result/{id}"), None).0, 200);
 }
+
+#[test]
+fn too_many_pending_approvals_are_refused_with_429() {
+    let server = Server::start(&config(
+        "security:\n  hitl:\n    approval_mode: defer\n    max_pending_per_session: 2\n",
+    ));
+    let call = |path: &str| {
+        let mut body = write_call(path);
+        body["session"] = json!("s1");
+        server.post("/v1/tools/call", Some(AGENT), &body)
+    };
+    assert_eq!(call("p1.txt").0, 202);
+    assert_eq!(call("p2.txt").0, 202);
+    let (status, refused) = call("p3.txt");
+    assert_eq!(
+        (status, error_code(&refused)),
+        (429, "rate_limited"),
+        "{refused}"
+    );
+    // Another session is not held up by this one.
+    let mut other = write_call("p4.txt");
+    other["session"] = json!("s2");
+    assert_eq!(server.post("/v1/tools/call", Some(AGENT), &other).0, 202);
+}
+
+/// Reads `/hitl/events` on another thread: each `(event, data)` as it comes.
+fn subscribe(server: &Server, token: &str) -> std::sync::mpsc::Receiver<(String, Value)> {
+    let mut stream = TcpStream::connect(&server.addr).unwrap();
+    write!(
+        stream,
+        "GET /hitl/events HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\n\r\n",
+        server.addr
+    )
+    .unwrap();
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut reader = BufReader::new(stream);
+        let mut event = String::new();
+        let mut line = String::new();
+        while reader.read_line(&mut line).unwrap_or(0) > 0 {
+            let text = line.trim_end().to_owned();
+            line.clear();
+            if let Some(name) = text.strip_prefix("event: ") {
+                event = name.to_owned();
+            } else if let Some(data) = text.strip_prefix("data: ") {
+                let value = serde_json::from_str(data).unwrap_or(Value::Null);
+                if sender.send((event.clone(), value)).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    receiver
+}
+
+fn next_event(events: &std::sync::mpsc::Receiver<(String, Value)>) -> (String, Value) {
+    events
+        .recv_timeout(Duration::from_secs(10))
+        .expect("no event within 10 s")
+}
+
+#[test]
+fn events_tell_approvers_of_created_decided_and_expired_approvals() {
+    let server = Server::start(&config(
+        "file_broker:\n  hitl_ttl_seconds: 2\nsecurity:\n  hitl:\n    approval_mode: defer\n",
+    ));
+    // Only approvers listen.
+    assert_eq!(server.get("/hitl/events", Some(AGENT)).0, 403);
+    let events = subscribe(&server, APPROVER);
+    // Let the subscription settle before anything happens.
+    std::thread::sleep(Duration::from_millis(300));
+
+    let (_, pending) = server.post("/v1/tools/call", Some(AGENT), &write_call("e1.txt"));
+    let first = pending["approval_id"].as_str().unwrap().to_owned();
+    let (kind, data) = next_event(&events);
+    assert_eq!(
+        (kind.as_str(), data["approval"]["id"].as_str()),
+        ("created", Some(first.as_str())),
+        "{data}"
+    );
+    assert_eq!(data["type"], "created");
+    assert_eq!(data["approval"]["status"], "pending");
+
+    server.post(
+        &format!("/hitl/decide/{first}"),
+        Some(APPROVER),
+        &json!({"decision": "approve"}),
+    );
+    let (kind, data) = next_event(&events);
+    assert_eq!(
+        (kind.as_str(), data["approval"]["id"].as_str()),
+        ("decided", Some(first.as_str())),
+        "{data}"
+    );
+    assert_eq!(data["approval"]["status"], "applied");
+
+    // Left alone, the next one expires.
+    let (_, pending) = server.post("/v1/tools/call", Some(AGENT), &write_call("e2.txt"));
+    let second = pending["approval_id"].as_str().unwrap().to_owned();
+    assert_eq!(next_event(&events).0, "created");
+    let (kind, data) = next_event(&events);
+    assert_eq!(
+        (kind.as_str(), data["approval"]["id"].as_str()),
+        ("expired", Some(second.as_str())),
+        "{data}"
+    );
+    assert_eq!(read(&server.path("e2.txt")), None);
+}

@@ -23,6 +23,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use crate::Caller;
+use crate::events::Events;
 
 /// Largest request body the API reads (larger: 413).
 pub(crate) const MAX_BODY: usize = 1024 * 1024;
@@ -30,10 +31,12 @@ pub(crate) const MAX_BODY: usize = 1024 * 1024;
 #[derive(Clone)]
 struct Api {
     gateway: Arc<Gateway>,
+    events: Events,
 }
 
-pub(crate) fn routes(gateway: Arc<Gateway>) -> Router {
+pub(crate) fn routes(gateway: Arc<Gateway>, events: Events) -> Router {
     Router::new()
+        .route("/hitl/events", get(events_stream))
         .route("/v1/tools/call", post(tools_call))
         .route("/hitl/pending", get(pending))
         .route("/hitl/pending/{id}", get(pending_one))
@@ -41,7 +44,19 @@ pub(crate) fn routes(gateway: Arc<Gateway>) -> Router {
         .route("/hitl/result/{id}", get(result))
         .route("/audit", get(audit_query))
         .route("/audit/verify", get(audit_verify))
-        .with_state(Api { gateway })
+        .with_state(Api { gateway, events })
+}
+
+/// `GET /hitl/events`: server-sent events (`created`, `decided`, `expired`).
+async fn events_stream(
+    State(api): State<Api>,
+    caller: Option<axum::Extension<Caller>>,
+) -> Response {
+    let caller = caller.map(|axum::Extension(caller)| caller);
+    if let Err(refused) = require(caller.as_ref(), Role::Approver) {
+        return refused;
+    }
+    api.events.subscribe().into_response()
 }
 
 /// An error answer.
@@ -208,9 +223,14 @@ async fn tools_call(
 }
 
 /// An envelope as an answer: 202 for `hitl_required`, 400 for input the
-/// tool refused as malformed, 200 otherwise.
+/// tool refused as malformed, 429 when too many approvals are pending, 200
+/// otherwise.
 fn envelope_response(envelope: &Envelope) -> Response {
     let value = serde_json::to_value(envelope).unwrap_or(Value::Null);
+    let code = envelope.error.as_ref().map(|error| error.code);
+    if code == Some(ErrorCode::RateLimited) {
+        return (StatusCode::TOO_MANY_REQUESTS, axum::Json(value)).into_response();
+    }
     match envelope.status {
         Status::HitlRequired => {
             let hitl = envelope.hitl.as_ref();

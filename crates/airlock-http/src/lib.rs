@@ -13,6 +13,7 @@
 //! shown once in a login URL).
 
 mod api;
+mod events;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -191,7 +192,8 @@ async fn require_profile(gateway: Arc<Gateway>, request: Request, next: Next) ->
         .into_response()
 }
 
-/// The router: `/mcp`, `/mcp/{profile}` and the approval API.
+/// The router: `/mcp`, `/mcp/{profile}` and the approval API. Must be made
+/// inside the tokio runtime (it starts the watcher behind `/hitl/events`).
 pub fn router(gateway: Arc<Gateway>, auth: Auth) -> Router {
     let mcp = airlock_mcp::streamable_http_service(gateway.clone());
     let profile_gateway = gateway.clone();
@@ -206,7 +208,7 @@ pub fn router(gateway: Arc<Gateway>, auth: Auth) -> Router {
         .route_layer(axum::middleware::from_fn(require_mcp));
     Router::new()
         .merge(mcp_routes)
-        .merge(api::routes(gateway))
+        .merge(api::routes(gateway.clone(), events::Events::start(gateway)))
         .layer(axum::extract::DefaultBodyLimit::max(api::MAX_BODY))
         // Outermost: nothing, not even whether a profile exists, is told
         // before the token checks out.

@@ -1,0 +1,120 @@
+//! `GET /hitl/events`: server-sent events for approvals created, decided
+//! and expired, whichever process made or decided them (the store is
+//! shared): the server looks at the store every [`POLL`], expiring overdue
+//! approvals as it goes, and tells every subscriber what changed.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use airlock_broker::approval_view;
+use airlock_mcp::Gateway;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+
+/// How often the store is looked at.
+const POLL: Duration = Duration::from_millis(200);
+
+/// One change: `created`, `decided` or `expired`, with the approval as the
+/// API shows it.
+#[derive(Debug, Clone)]
+pub(crate) struct Change {
+    pub kind: &'static str,
+    pub approval: Value,
+}
+
+/// The subscribers' channel.
+#[derive(Clone)]
+pub(crate) struct Events {
+    sender: broadcast::Sender<Change>,
+}
+
+impl Events {
+    /// Starts watching the store of `gateway`'s broker.
+    pub(crate) fn start(gateway: Arc<Gateway>) -> Events {
+        let (sender, _) = broadcast::channel(1024);
+        let watcher = sender.clone();
+        tokio::spawn(async move {
+            let mut known: HashMap<String, ()> = HashMap::new();
+            let mut first = true;
+            loop {
+                let broker = gateway.broker();
+                let looked = tokio::task::spawn_blocking(move || {
+                    let _ = broker.expire_overdue();
+                    let pending = broker.pending(None).unwrap_or_default();
+                    (broker, pending)
+                })
+                .await;
+                let Ok((broker, pending)) = looked else {
+                    tokio::time::sleep(POLL).await;
+                    continue;
+                };
+                let now: HashMap<String, ()> = pending
+                    .iter()
+                    .map(|approval| (approval.id.clone(), ()))
+                    .collect();
+                if !first {
+                    for approval in pending.iter().filter(|a| !known.contains_key(&a.id)) {
+                        let _ = watcher.send(Change {
+                            kind: "created",
+                            approval: approval_view(approval),
+                        });
+                    }
+                    let gone: Vec<String> = known
+                        .keys()
+                        .filter(|id| !now.contains_key(*id))
+                        .cloned()
+                        .collect();
+                    if !gone.is_empty() {
+                        let settled = tokio::task::spawn_blocking(move || {
+                            gone.iter()
+                                .filter_map(|id| broker.approval(id).ok())
+                                .collect::<Vec<_>>()
+                        })
+                        .await
+                        .unwrap_or_default();
+                        for approval in settled {
+                            let kind = if approval.status.as_str() == "expired" {
+                                "expired"
+                            } else {
+                                "decided"
+                            };
+                            let _ = watcher.send(Change {
+                                kind,
+                                approval: approval_view(&approval),
+                            });
+                        }
+                    }
+                }
+                first = false;
+                known = now;
+                tokio::time::sleep(POLL).await;
+            }
+        });
+        Events { sender }
+    }
+
+    /// The stream one subscriber reads.
+    pub(crate) fn subscribe(
+        &self,
+    ) -> Sse<impl futures_util::Stream<Item = Result<Event, Infallible>> + use<>> {
+        let receiver = self.sender.subscribe();
+        let stream = futures_util::stream::unfold(receiver, |mut receiver| async move {
+            let event = match receiver.recv().await {
+                Ok(change) => {
+                    let data = json!({"type": change.kind, "approval": change.approval});
+                    Event::default().event(change.kind).data(data.to_string())
+                }
+                // A slow subscriber missed some: it is told to reload.
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    Event::default().event("resync").data("{}")
+                }
+                Err(broadcast::error::RecvError::Closed) => return None,
+            };
+            Some((Ok(event), receiver))
+        });
+        Sse::new(stream).keep_alive(KeepAlive::default())
+    }
+}
