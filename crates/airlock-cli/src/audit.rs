@@ -58,7 +58,9 @@ pub(crate) fn run(workspace: &Workspace, command: &AuditCommand) -> Result<u8, F
             }
             let last = check.last_seq;
             let text = match &check.problem {
-                Some((_, _, problem)) => format!("broken: {problem}"),
+                Some((seq, line, problem)) => {
+                    format!("broken: seq {seq} (line {line}): {problem}")
+                }
                 // A log that had to be repaired (a torn line, a cut-off tail)
                 // stays reported: the chain verifies again, but the records
                 // say what was lost.
