@@ -44,6 +44,7 @@ pub(crate) fn routes(gateway: Arc<Gateway>, events: Events) -> Router {
         .route("/hitl/result/{id}", get(result))
         .route("/audit", get(audit_query))
         .route("/audit/verify", get(audit_verify))
+        .route("/openapi.json", get(openapi_json))
         .with_state(Api { gateway, events })
 }
 
@@ -147,7 +148,8 @@ fn joined<T>(result: Result<T, tokio::task::JoinError>) -> Result<T, Response> {
     })
 }
 
-#[derive(Deserialize)]
+/// A call an agent submits.
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct CallBody {
     tool: String,
@@ -290,7 +292,8 @@ async fn pending_one(
     }
 }
 
-#[derive(Deserialize)]
+/// A human's decision.
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct DecideBody {
     decision: Decision,
@@ -302,7 +305,7 @@ struct DecideBody {
     content: Option<String>,
 }
 
-#[derive(Deserialize, PartialEq, Eq)]
+#[derive(Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 enum Decision {
     Approve,
@@ -310,7 +313,7 @@ enum Decision {
 }
 
 /// `always: true` (this session, no expiry) or `{scope, for_seconds}`.
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
 enum Always {
     Flag(bool),
@@ -321,7 +324,7 @@ enum Always {
     },
 }
 
-#[derive(Deserialize, PartialEq, Eq)]
+#[derive(Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 enum Scope {
     Session,
@@ -480,7 +483,7 @@ async fn result(
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct AuditParams {
     #[serde(default)]
@@ -581,4 +584,14 @@ async fn audit_verify(State(api): State<Api>, caller: Option<axum::Extension<Cal
         ),
         Err(refused) => refused,
     }
+}
+
+/// `GET /openapi.json`.
+async fn openapi_json() -> Response {
+    axum::Json(crate::openapi::document(
+        schemars::schema_for!(CallBody),
+        schemars::schema_for!(DecideBody),
+        schemars::schema_for!(AuditParams),
+    ))
+    .into_response()
 }

@@ -14,6 +14,7 @@
 
 mod api;
 mod events;
+mod openapi;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

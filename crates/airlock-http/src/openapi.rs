@@ -1,0 +1,317 @@
+//! The OpenAPI 3.1 description of the HTTP API, built from the request types'
+//! JSON Schemas (derived from the structs the handlers parse) and the table
+//! of routes below.
+
+use schemars::Schema;
+use serde_json::{Map, Value, json};
+
+/// One documented route: method, path, the role it needs, what it does, its
+/// request body (by component name), and its answers.
+struct Route {
+    method: &'static str,
+    path: &'static str,
+    role: &'static str,
+    summary: &'static str,
+    body: Option<&'static str>,
+    /// Status code and the component its body is (`None`: no body schema).
+    answers: &'static [(u16, &'static str)],
+}
+
+const ROUTES: &[Route] = &[
+    Route {
+        method: "post",
+        path: "/v1/tools/call",
+        role: "agent",
+        summary: "Submit a tool call: the envelope, or 202 while a human must decide",
+        body: Some("CallBody"),
+        answers: &[
+            (200, "Envelope"),
+            (202, "Pending"),
+            (400, "Error"),
+            (401, "Error"),
+            (403, "Error"),
+            (413, "Error"),
+            (429, "Envelope"),
+        ],
+    },
+    Route {
+        method: "get",
+        path: "/hitl/pending",
+        role: "approver",
+        summary: "The pending approvals, newest first",
+        body: None,
+        answers: &[(200, "ApprovalList"), (401, "Error"), (403, "Error")],
+    },
+    Route {
+        method: "get",
+        path: "/hitl/pending/{id}",
+        role: "approver",
+        summary: "One approval, with its diff",
+        body: None,
+        answers: &[
+            (200, "Approval"),
+            (401, "Error"),
+            (403, "Error"),
+            (404, "Error"),
+        ],
+    },
+    Route {
+        method: "post",
+        path: "/hitl/decide/{id}",
+        role: "approver",
+        summary: "Approve or deny an approval",
+        body: Some("DecideBody"),
+        answers: &[
+            (200, "Envelope"),
+            (400, "Error"),
+            (401, "Error"),
+            (403, "Error"),
+            (404, "Error"),
+            (409, "Error"),
+            (413, "Error"),
+        ],
+    },
+    Route {
+        method: "get",
+        path: "/hitl/result/{id}",
+        role: "agent",
+        summary: "The outcome of a call that waited for a human: 202 while pending",
+        body: None,
+        answers: &[
+            (200, "Envelope"),
+            (202, "Pending"),
+            (401, "Error"),
+            (403, "Error"),
+            (404, "Error"),
+        ],
+    },
+    Route {
+        method: "get",
+        path: "/hitl/events",
+        role: "approver",
+        summary: "Server-sent events: created, decided and expired approvals",
+        body: None,
+        answers: &[(200, "EventStream"), (401, "Error"), (403, "Error")],
+    },
+    Route {
+        method: "get",
+        path: "/audit",
+        role: "admin",
+        summary: "Audit records matching a query, oldest first",
+        body: None,
+        answers: &[
+            (200, "AuditRecords"),
+            (400, "Error"),
+            (401, "Error"),
+            (403, "Error"),
+        ],
+    },
+    Route {
+        method: "get",
+        path: "/audit/verify",
+        role: "admin",
+        summary: "Verify the audit log's hash chain",
+        body: None,
+        answers: &[(200, "AuditCheck"), (401, "Error"), (403, "Error")],
+    },
+    Route {
+        method: "get",
+        path: "/openapi.json",
+        role: "any",
+        summary: "This description",
+        body: None,
+        answers: &[(200, "")],
+    },
+];
+
+/// The document, given the request bodies' and the audit query's schemas.
+pub(crate) fn document(call: Schema, decide: Schema, audit_params: Schema) -> Value {
+    let mut schemas = json!({
+        "Error": {
+            "type": "object",
+            "required": ["status", "error"],
+            "properties": {
+                "status": {"const": "error"},
+                "error": {
+                    "type": "object",
+                    "required": ["code", "message"],
+                    "properties": {"code": {"type": "string"}, "message": {"type": "string"}},
+                },
+            },
+        },
+        "Envelope": {
+            "type": "object",
+            "required": ["schema_version", "status", "op"],
+            "properties": {
+                "schema_version": {"type": "string"},
+                "status": {"enum": ["allowed", "denied", "error", "hitl_required"]},
+                "op": {"type": "object"},
+            },
+        },
+        "Pending": {
+            "type": "object",
+            "required": ["approval_id", "status"],
+            "properties": {
+                "approval_id": {"type": ["string", "null"]},
+                "status": {"type": "string"},
+            },
+        },
+        "Approval": {
+            "type": "object",
+            "required": ["id", "status", "tool", "risk", "created_ms", "expires_ms"],
+            "properties": {
+                "id": {"type": "string"},
+                "status": {"type": "string"},
+                "tool": {"type": "string"},
+                "risk": {"type": "string"},
+                "diff": {"type": ["string", "null"]},
+                "created_ms": {"type": "integer"},
+                "expires_ms": {"type": "integer"},
+            },
+        },
+        "ApprovalList": {
+            "type": "object",
+            "required": ["approvals"],
+            "properties": {"approvals": {"type": "array", "items": {"$ref": "#/components/schemas/Approval"}}},
+        },
+        "AuditRecords": {
+            "type": "object",
+            "required": ["records"],
+            "properties": {"records": {"type": "array", "items": {"type": "object"}}},
+        },
+        "AuditCheck": {
+            "type": "object",
+            "required": ["ok", "records", "last_seq"],
+            "properties": {
+                "ok": {"type": "boolean"},
+                "records": {"type": "integer"},
+                "last_seq": {"type": "integer"},
+            },
+        },
+        "EventStream": {"type": "string"},
+    });
+    for (name, schema) in [("CallBody", call), ("DecideBody", decide)] {
+        add_component(&mut schemas, name, schema);
+    }
+    let mut paths = Map::new();
+    for route in ROUTES {
+        let mut operation = json!({
+            "summary": route.summary,
+            "description": format!("Role: {}.", route.role),
+            "responses": answers(route),
+        });
+        if route.role == "any" {
+            operation["security"] = json!([]);
+        }
+        let mut parameters = Vec::new();
+        if route.path.contains("{id}") {
+            parameters.push(json!({"name": "id", "in": "path", "required": true,
+                "schema": {"type": "string"}}));
+        }
+        if route.path == "/audit" {
+            parameters.extend(query_parameters(&audit_params));
+        }
+        if !parameters.is_empty() {
+            operation["parameters"] = Value::Array(parameters);
+        }
+        if let Some(body) = route.body {
+            operation["requestBody"] = json!({
+                "required": true,
+                "content": {"application/json": {
+                    "schema": {"$ref": format!("#/components/schemas/{body}")}
+                }},
+            });
+        }
+        let entry = paths
+            .entry(route.path.to_owned())
+            .or_insert_with(|| json!({}));
+        entry[route.method] = operation;
+    }
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "airlock",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "airlock's HTTP approval API (DESIGN §10). Errors have the envelope's error shape.",
+        },
+        "paths": paths,
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"bearer": []}],
+    })
+}
+
+/// A request type's schema as a component; its `$defs` become components
+/// of their own, and the references to them follow.
+fn add_component(schemas: &mut Value, name: &str, schema: Schema) {
+    let text = schema
+        .to_value()
+        .to_string()
+        .replace("\"#/$defs/", "\"#/components/schemas/");
+    let Ok(Value::Object(mut object)) = serde_json::from_str::<Value>(&text) else {
+        return;
+    };
+    object.remove("$schema");
+    if let Some(Value::Object(defs)) = object.remove("$defs") {
+        for (def, schema) in defs {
+            schemas[def] = schema;
+        }
+    }
+    schemas[name] = Value::Object(object);
+}
+
+fn answers(route: &Route) -> Value {
+    let mut out = Map::new();
+    for (status, component) in route.answers {
+        let description = match status {
+            200 => "OK",
+            202 => "Accepted: a human must decide",
+            400 => "Malformed input",
+            401 => "No or unknown bearer token",
+            403 => "Not allowed for this token",
+            404 => "Unknown id",
+            409 => "Already decided or expired",
+            413 => "Body too large",
+            429 => "Too many pending approvals",
+            _ => "",
+        };
+        let mut answer = json!({"description": description});
+        if !component.is_empty() {
+            let media = if *component == "EventStream" {
+                "text/event-stream"
+            } else {
+                "application/json"
+            };
+            answer["content"] = json!({media: {
+                "schema": {"$ref": format!("#/components/schemas/{component}")}
+            }});
+        }
+        out.insert(status.to_string(), answer);
+    }
+    Value::Object(out)
+}
+
+/// The query parameters of a query struct's schema.
+fn query_parameters(schema: &Schema) -> Vec<Value> {
+    let value = schema.clone().to_value();
+    let Some(properties) = value.get("properties").and_then(Value::as_object) else {
+        return Vec::new();
+    };
+    properties
+        .iter()
+        .map(|(name, property)| {
+            let mut property = property.clone();
+            let description = property
+                .as_object_mut()
+                .and_then(|object| object.remove("description"));
+            let mut parameter = json!({"name": name, "in": "query", "required": false,
+                "schema": property});
+            if let Some(description) = description {
+                parameter["description"] = description;
+            }
+            parameter
+        })
+        .collect()
+}
