@@ -553,17 +553,20 @@ fn a_refused_record_writes_nothing_and_the_chain_goes_on() {
     assert_eq!((report.records, report.problem), (2, None));
 }
 
+/// A head store that cannot save.
+struct Broken;
+
+impl HeadStore for Broken {
+    fn load_head(&self) -> Result<Option<Head>, String> {
+        Ok(None)
+    }
+    fn save_head(&self, _: &Head) -> Result<(), String> {
+        Err("disk full".to_owned())
+    }
+}
+
 #[test]
 fn a_failing_head_store_is_reported_and_the_record_stays() {
-    struct Broken;
-    impl HeadStore for Broken {
-        fn load_head(&self) -> Result<Option<Head>, String> {
-            Ok(None)
-        }
-        fn save_head(&self, _: &Head) -> Result<(), String> {
-            Err("disk full".to_owned())
-        }
-    }
     let fixture = fixture();
     let (log, _) = AuditLog::open(&fixture.path, None, Some(Arc::new(Broken))).unwrap();
     let error = log.append(record("tool_call", &[])).unwrap_err();
@@ -738,15 +741,6 @@ fn soon_records_are_written_at_once_and_their_head_saved_after_the_sync() {
 
 #[test]
 fn a_failed_background_sync_makes_the_next_append_sync_and_fail() {
-    struct Broken;
-    impl HeadStore for Broken {
-        fn load_head(&self) -> Result<Option<Head>, String> {
-            Ok(None)
-        }
-        fn save_head(&self, _: &Head) -> Result<(), String> {
-            Err("disk full".to_owned())
-        }
-    }
     let fixture = fixture();
     let (log, _) = AuditLog::open(&fixture.path, None, Some(Arc::new(Broken))).unwrap();
     // The first `Soon` append returns before anything is synced or saved.
