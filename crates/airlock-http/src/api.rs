@@ -53,8 +53,7 @@ async fn events_stream(
     State(api): State<Api>,
     caller: Option<axum::Extension<Caller>>,
 ) -> Response {
-    let caller = caller.map(|axum::Extension(caller)| caller);
-    if let Err(refused) = require(caller.as_ref(), Role::Approver) {
+    if let Err(refused) = admit(caller, Role::Approver) {
         return refused;
     }
     api.events.subscribe().into_response()
@@ -93,6 +92,24 @@ fn require(caller: Option<&Caller>, role: Role) -> Result<(), Response> {
             ),
         )),
     }
+}
+
+/// The caller of a request that needs `role`, or the refusal.
+fn admit(caller: Option<axum::Extension<Caller>>, role: Role) -> Result<Option<Caller>, Response> {
+    let caller = caller.map(|axum::Extension(caller)| caller);
+    require(caller.as_ref(), role)?;
+    Ok(caller)
+}
+
+/// Runs `work` on the broker in force, on a blocking thread; a broker error
+/// becomes its answer.
+async fn on_broker<T: Send + 'static>(
+    api: &Api,
+    work: impl FnOnce(&airlock_broker::Broker) -> Result<T, BrokerError> + Send + 'static,
+) -> Result<T, Response> {
+    let broker = api.gateway.broker();
+    joined(tokio::task::spawn_blocking(move || work(&broker)).await)?
+        .map_err(|error| broker_failure(&error))
 }
 
 fn role_name(role: Role) -> &'static str {
@@ -174,10 +191,10 @@ async fn tools_call(
     caller: Option<axum::Extension<Caller>>,
     body: Body,
 ) -> Response {
-    let caller = caller.map(|axum::Extension(caller)| caller);
-    if let Err(refused) = require(caller.as_ref(), Role::Agent) {
-        return refused;
-    }
+    let caller = match admit(caller, Role::Agent) {
+        Ok(caller) => caller,
+        Err(refused) => return refused,
+    };
     let body: CallBody = match parse(body) {
         Ok(body) => body,
         Err(refused) => return refused,
@@ -257,19 +274,15 @@ fn envelope_response(envelope: &Envelope) -> Response {
 
 /// `GET /hitl/pending`: the pending approvals, newest first.
 async fn pending(State(api): State<Api>, caller: Option<axum::Extension<Caller>>) -> Response {
-    let caller = caller.map(|axum::Extension(caller)| caller);
-    if let Err(refused) = require(caller.as_ref(), Role::Approver) {
+    if let Err(refused) = admit(caller, Role::Approver) {
         return refused;
     }
-    let broker = api.gateway.broker();
-    let listed = joined(tokio::task::spawn_blocking(move || broker.pending(None)).await);
-    match listed {
-        Ok(Ok(mut approvals)) => {
+    match on_broker(&api, |broker| broker.pending(None)).await {
+        Ok(mut approvals) => {
             approvals.reverse();
             let views: Vec<Value> = approvals.iter().map(approval_view).collect();
             axum::Json(json!({"approvals": views})).into_response()
         }
-        Ok(Err(error)) => broker_failure(&error),
         Err(refused) => refused,
     }
 }
@@ -280,14 +293,11 @@ async fn pending_one(
     caller: Option<axum::Extension<Caller>>,
     Path(id): Path<String>,
 ) -> Response {
-    let caller = caller.map(|axum::Extension(caller)| caller);
-    if let Err(refused) = require(caller.as_ref(), Role::Approver) {
+    if let Err(refused) = admit(caller, Role::Approver) {
         return refused;
     }
-    let broker = api.gateway.broker();
-    match joined(tokio::task::spawn_blocking(move || broker.approval(&id)).await) {
-        Ok(Ok(approval)) => axum::Json(approval_view(&approval)).into_response(),
-        Ok(Err(error)) => broker_failure(&error),
+    match on_broker(&api, move |broker| broker.approval(&id)).await {
+        Ok(approval) => axum::Json(approval_view(&approval)).into_response(),
         Err(refused) => refused,
     }
 }
@@ -380,10 +390,10 @@ async fn decide(
     Path(id): Path<String>,
     body: Body,
 ) -> Response {
-    let caller = caller.map(|axum::Extension(caller)| caller);
-    if let Err(refused) = require(caller.as_ref(), Role::Approver) {
-        return refused;
-    }
+    let caller = match admit(caller, Role::Approver) {
+        Ok(caller) => caller,
+        Err(refused) => return refused,
+    };
     let body: DecideBody = match parse(body) {
         Ok(body) => body,
         Err(refused) => return refused,
@@ -447,14 +457,12 @@ async fn result(
     caller: Option<axum::Extension<Caller>>,
     Path(id): Path<String>,
 ) -> Response {
-    let caller = caller.map(|axum::Extension(caller)| caller);
-    if let Err(refused) = require(caller.as_ref(), Role::Agent) {
-        return refused;
-    }
-    let broker = api.gateway.broker();
-    let approval = match joined(tokio::task::spawn_blocking(move || broker.approval(&id)).await) {
-        Ok(Ok(approval)) => approval,
-        Ok(Err(error)) => return broker_failure(&error),
+    let caller = match admit(caller, Role::Agent) {
+        Ok(caller) => caller,
+        Err(refused) => return refused,
+    };
+    let approval = match on_broker(&api, move |broker| broker.approval(&id)).await {
+        Ok(approval) => approval,
         Err(refused) => return refused,
     };
     let sees_all = caller
@@ -504,8 +512,7 @@ async fn audit_query(
     caller: Option<axum::Extension<Caller>>,
     params: Result<Query<AuditParams>, axum::extract::rejection::QueryRejection>,
 ) -> Response {
-    let caller = caller.map(|axum::Extension(caller)| caller);
-    if let Err(refused) = require(caller.as_ref(), Role::Admin) {
+    if let Err(refused) = admit(caller, Role::Admin) {
         return refused;
     }
     let Ok(Query(params)) = params else {
@@ -566,8 +573,7 @@ fn airlock_audit_query(
 /// `GET /audit/verify`: the chain's verification (`ok` false when it is
 /// broken or was repaired).
 async fn audit_verify(State(api): State<Api>, caller: Option<axum::Extension<Caller>>) -> Response {
-    let caller = caller.map(|axum::Extension(caller)| caller);
-    if let Err(refused) = require(caller.as_ref(), Role::Admin) {
+    if let Err(refused) = admit(caller, Role::Admin) {
         return refused;
     }
     let broker = api.gateway.broker();
