@@ -5,7 +5,9 @@
 #   $AIRLOCK_TOOLS/venv          Python venv with tests/mcp/requirements.txt (the `mcp` SDK)
 #   $AIRLOCK_TOOLS/node_modules  `npm ci` of tests/mcp/package.json + package-lock.json:
 #                                server-filesystem, server-everything, inspector,
-#                                conformance and the `node` package (a Node 22 binary)
+#                                conformance, the `node` package (a Node 22 binary)
+#                                and playwright-core (the web UI tests drive
+#                                Debian's chromium with it)
 #
 # Idempotent: each half is reinstalled only when its inputs changed (a sha256
 # stamp of the input files is kept next to the install). Safe to run
@@ -106,3 +108,4 @@ check AIRLOCK_SERVER_FILESYSTEM "$nm/@modelcontextprotocol/server-filesystem/dis
 check AIRLOCK_CONFORMANCE "$nm/@modelcontextprotocol/conformance/dist/index.js"
 check AIRLOCK_INSPECTOR "$nm/@modelcontextprotocol/inspector/clients/launcher/build/index.js"
 check AIRLOCK_NODE_BIN "$nm/.bin"
+check AIRLOCK_PLAYWRIGHT "$nm/playwright-core"

@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh machine too: installs the real MCP clients
-# and servers the tests drive (scripts/mcp-test-env.sh, idempotent and quick
-# once installed), then runs every crate's tests. Extra arguments go to
+# and servers and playwright-core, which the tests drive
+# (scripts/mcp-test-env.sh, idempotent and quick once installed), then runs
+# every crate's tests. Needs ripgrep and chromium from Debian (.ci/run
+# installs both). Extra arguments go to
 # `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v rg >/dev/null 2>&1; then
   echo "test.sh: the grep tests need ripgrep (apt-get install ripgrep)" >&2
+  exit 2
+fi
+if [ ! -x "${AIRLOCK_CHROMIUM:-/usr/bin/chromium}" ]; then
+  echo "test.sh: the web UI tests need Debian's chromium (apt-get install chromium)" >&2
   exit 2
 fi
 bash scripts/mcp-test-env.sh >/dev/null

@@ -72,6 +72,7 @@ fn main() {
                     always: None,
                     user: "bench".into(),
                     channel: "terminal".into(),
+                    content: None,
                 },
             )
             .unwrap();

@@ -26,15 +26,17 @@ use airlock_core::policy::Reason;
 use airlock_core::{Decision, Disposition, ErrorCode, Grant, GrantScope, Policy, ToolCall, policy};
 use airlock_fs::{ChangePlan, CommitOptions, FsError, ReadParams, Sandbox, UndoFile, WriteParams};
 use airlock_store::{
-    ApprovalStatus, Created, GrantRow, Limits, NewApproval, Snapshot, SnapshotFile, Store,
-    StoreError, Verdict,
+    ApprovalStatus, Created, EditedPlan, GrantRow, Limits, NewApproval, Snapshot, SnapshotFile,
+    Store, StoreError, Verdict,
 };
 use serde_json::{Map, Value, json};
 
 pub use airlock_store::Approval;
 pub use forward::{ForwardCall, Forwarder};
 pub use record::Record;
-pub use views::{AuditCheck, AuditQuery, approval_view, check_audit, query_audit};
+pub use views::{
+    AuditCheck, AuditQuery, approval_view, check_audit, proposed_content, query_audit,
+};
 
 /// The reason stored with a call `elicitation_fallback: allow` let through.
 const FALLBACK_ALLOW: &str = "elicitation_fallback: allow";
@@ -158,6 +160,9 @@ pub struct DecideRequest {
     pub user: String,
     /// `terminal`, `http`, `mcp`, `link`…
     pub channel: String,
+    /// The approver's edited version of a one-file write, applied instead of
+    /// the proposal (audited as edited; the agent's result says so).
+    pub content: Option<Vec<u8>>,
 }
 
 /// The scope and lifetime of an "always allow".
@@ -1038,6 +1043,7 @@ impl Broker {
                 channel: None,
                 reason: by_fallback.then(|| FALLBACK_ALLOW.to_owned()),
                 at_ms: now_ms(),
+                edited: None,
             };
             if let Err(error) = self.store.decide(&approval.id, &verdict) {
                 return self.store_failure(call, path, error);
@@ -1079,6 +1085,7 @@ impl Broker {
             always: None,
             user: user.to_owned(),
             channel: "terminal".to_owned(),
+            content: None,
         };
         match self.decide(&approval.id, &request) {
             Ok(envelope) => envelope,
@@ -1447,6 +1454,22 @@ impl Broker {
                 "always-allow applies to approvals",
             ));
         }
+        let edited = match &request.content {
+            Some(_) if !request.approve => {
+                return Err(BrokerError::refused(
+                    ErrorCode::InvalidInput,
+                    "an edited version (content) goes with an approval",
+                ));
+            }
+            Some(_) if request.always.is_some() => {
+                return Err(BrokerError::refused(
+                    ErrorCode::InvalidInput,
+                    "always-allow cannot be given with an edited version",
+                ));
+            }
+            Some(content) => Some(self.edited_plan(&approval, content.clone())?),
+            None => None,
+        };
         // A call whose waiting process is gone is cancelled, never applied for
         // nobody.
         if approval.status == ApprovalStatus::Pending
@@ -1466,6 +1489,15 @@ impl Broker {
             channel: Some(request.channel.clone()),
             reason: reason.map(str::to_owned),
             at_ms: now,
+            edited: match &edited {
+                Some(plan) => Some(EditedPlan {
+                    plan_json: serde_json::to_string(plan).map_err(|error| {
+                        BrokerError::refused(ErrorCode::IoError, error.to_string())
+                    })?,
+                    diff: plan.diff.clone(),
+                }),
+                None => None,
+            },
         };
         let decided = match self.store.decide(id, &verdict) {
             Ok(decided) => decided,
@@ -1483,6 +1515,13 @@ impl Broker {
                 .text("user", &request.user)
                 .text("channel", &request.channel)
                 .value("reason", reason.map(|r| Value::String(r.to_owned())))
+                .value("edited", edited.as_ref().map(|_| Value::Bool(true)))
+                .value(
+                    "edited_patch_hash",
+                    edited
+                        .as_ref()
+                        .map(|plan| Value::String(plan.patch_hash.clone())),
+                )
                 .number("duration_ms", now.saturating_sub(decided.created_ms)),
         );
         if logged.is_none() {
@@ -1516,6 +1555,29 @@ impl Broker {
             return Ok(envelope);
         }
         Ok(self.settle(id))
+    }
+
+    /// The plan of `approval` with the approver's `content` in place of the
+    /// proposed one.
+    fn edited_plan(
+        &self,
+        approval: &Approval,
+        content: Vec<u8>,
+    ) -> Result<ChangePlan, BrokerError> {
+        if forward::is_forward(approval) {
+            return Err(BrokerError::refused(
+                ErrorCode::InvalidInput,
+                "an upstream call cannot be edited, only approved or denied",
+            ));
+        }
+        let plan: ChangePlan = serde_json::from_str(&approval.plan_json).map_err(|error| {
+            BrokerError::refused(
+                ErrorCode::IoError,
+                format!("stored plan is unreadable: {error}"),
+            )
+        })?;
+        airlock_fs::edited(&self.sandbox, &plan, content)
+            .map_err(|error| BrokerError::refused(error.code(), error.to_string()))
     }
 
     fn grant(
@@ -1749,6 +1811,13 @@ impl Broker {
             .value("after_hash", after_hash.map(Value::String))
             .value("files", (files.len() > 1).then(|| json!(files)))
             .text("patch_hash", &plan.patch_hash)
+            .value(
+                "edited",
+                plan.report
+                    .get("edited")
+                    .filter(|edited| edited.as_bool() == Some(true))
+                    .cloned(),
+            )
             .text("status", "allowed");
         envelope.decision = Some(decision);
         // A crash after the record was written but before the row was settled

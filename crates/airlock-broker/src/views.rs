@@ -28,12 +28,27 @@ pub fn approval_view(approval: &Approval) -> Value {
         "expires_ms": approval.expires_ms,
         "decision": parse(&approval.decision_json),
         "diff": approval.diff,
+        "editable": proposed_content(approval).is_some(),
         "decided_by": approval.decided_by,
         "decided_user": approval.decided_user,
         "channel": approval.channel,
         "reason": approval.reason,
         "result": approval.result_json.as_deref().map(parse),
     })
+}
+
+/// The new content a pending approval proposes, when an approver may edit
+/// it before approving: a write of one file (not a removal, a move or an
+/// upstream call) whose content is UTF-8.
+pub fn proposed_content(approval: &Approval) -> Option<String> {
+    if crate::forward::is_forward(approval) {
+        return None;
+    }
+    let plan: airlock_fs::ChangePlan = serde_json::from_str(&approval.plan_json).ok()?;
+    match plan.changes.as_slice() {
+        [change] if change.moved_from.is_none() => String::from_utf8(change.after.clone()?).ok(),
+        _ => None,
+    }
 }
 
 /// The outcome of verifying a workspace's audit log.

@@ -71,6 +71,10 @@ pub(crate) struct ApproveArgs {
     /// How long the always-allow lasts (30s, 10m, 2h, 7d) [default: forever].
     #[arg(long = "for", value_name = "DURATION", requires = "always")]
     for_duration: Option<String>,
+    /// Edit the proposed content in $VISUAL or $EDITOR first, and approve
+    /// the edited version (a write of one file only).
+    #[arg(long, conflicts_with = "always")]
+    edit: bool,
 }
 
 #[derive(Debug, Args)]
@@ -331,6 +335,11 @@ pub(crate) fn approve(broker: &Broker, args: &ApproveArgs) -> Result<u8, Failure
     } else {
         None
     };
+    let content = if args.edit {
+        edit_in_editor(broker, &args.id)?
+    } else {
+        None
+    };
     decide(
         broker,
         &args.id,
@@ -340,8 +349,73 @@ pub(crate) fn approve(broker: &Broker, args: &ApproveArgs) -> Result<u8, Failure
             always,
             user: terminal_user(),
             channel: "terminal".to_owned(),
+            content,
         },
     )
+}
+
+/// Opens the proposed content of `id` in the user's editor and returns the
+/// edited version (`None` when it was left as proposed). An editor that
+/// fails decides nothing.
+fn edit_in_editor(broker: &Broker, id: &str) -> Result<Option<Vec<u8>>, Failure> {
+    let refuse = |code: u8, message: String| Failure {
+        code,
+        error: anyhow!(message),
+    };
+    let approval = broker
+        .approval(id)
+        .map_err(|error| refuse(5, format!("{}: {error}", error.code())))?;
+    let proposed = airlock_broker::proposed_content(&approval).ok_or_else(|| {
+        refuse(
+            5,
+            format!("invalid_input: {id} cannot be edited: only a write of one UTF-8 file can be"),
+        )
+    })?;
+    let editor = ["VISUAL", "EDITOR"]
+        .iter()
+        .find_map(|name| {
+            std::env::var(name)
+                .ok()
+                .filter(|value| !value.trim().is_empty())
+        })
+        .unwrap_or_else(|| "vi".to_owned());
+    // A private file named like the target, so the editor highlights it.
+    let name = approval
+        .path
+        .as_deref()
+        .and_then(|path| std::path::Path::new(path).file_name())
+        .map_or_else(
+            || "content".to_owned(),
+            |name| name.to_string_lossy().into_owned(),
+        );
+    let dir = tempfile::Builder::new()
+        .prefix("airlock-edit-")
+        .tempdir()
+        .map_err(|error| refuse(1, format!("cannot create a file to edit: {error}")))?;
+    let file = dir.path().join(name);
+    std::fs::write(&file, &proposed)
+        .map_err(|error| refuse(1, format!("cannot write {}: {error}", file.display())))?;
+    // Through the shell, so EDITOR may carry arguments ("code --wait").
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("{editor} \"$1\""))
+        .arg("sh")
+        .arg(&file)
+        .status()
+        .map_err(|error| refuse(1, format!("cannot run the editor {editor:?}: {error}")))?;
+    if !status.success() {
+        return Err(refuse(
+            1,
+            format!("the editor {editor:?} failed ({status}); nothing was decided"),
+        ));
+    }
+    let edited = std::fs::read(&file)
+        .map_err(|error| refuse(1, format!("cannot read {}: {error}", file.display())))?;
+    if edited == proposed.as_bytes() {
+        eprintln!("airlock: the content was left as proposed");
+        return Ok(None);
+    }
+    Ok(Some(edited))
 }
 
 pub(crate) fn deny(broker: &Broker, args: &DenyArgs) -> Result<u8, Failure> {
@@ -354,6 +428,7 @@ pub(crate) fn deny(broker: &Broker, args: &DenyArgs) -> Result<u8, Failure> {
             always: None,
             user: terminal_user(),
             channel: "terminal".to_owned(),
+            content: None,
         },
     )
 }

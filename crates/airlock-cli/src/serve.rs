@@ -202,8 +202,13 @@ fn run(
             (stdio, Some(addr)) => {
                 let served = airlock_http::serve(gateway.clone(), tokens, addr, |bound, login| {
                     eprintln!("airlock: serving MCP at http://{bound}/mcp");
-                    if let Some(login) = login {
-                        eprintln!("airlock: approvals at {login} (admin token, shown once)");
+                    match login {
+                        Some(login) => {
+                            eprintln!("airlock: approvals at {login} (admin token, shown once)");
+                        }
+                        None => eprintln!(
+                            "airlock: approvals at http://{bound}/#token=<an approver token>"
+                        ),
                     }
                 });
                 if stdio {

@@ -126,6 +126,7 @@ fn present(
             }),
             user: terminal_user(),
             channel: "terminal".to_owned(),
+            content: None,
         };
         match broker.decide(&approval.id, &request) {
             Ok(envelope) => say(&format!(

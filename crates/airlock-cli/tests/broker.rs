@@ -203,6 +203,47 @@ fn create_workflow_diffs_from_dev_null_and_undo_removes_the_file() {
 }
 
 #[test]
+fn approve_edit_applies_the_version_the_editor_leaves() {
+    let ws = Ws::new("");
+    ws.write("a.txt", "old\n");
+    let id = ws.propose("a.txt", "proposed\n");
+    // The "editor" sees the proposed content and replaces a word of it.
+    let editor = "sed -i s/proposed/edited/";
+    let approve = finish(
+        ws.command(&["approve", &id, "--edit"])
+            .env("VISUAL", editor)
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(approve.code, 0, "{}", approve.stderr);
+    assert_eq!(approve.json["data"]["edited"], true);
+    assert_eq!(ws.read("a.txt").as_deref(), Some("edited\n"));
+    let decision = ws
+        .audit()
+        .into_iter()
+        .find(|r| r["event"] == "hitl_decision")
+        .unwrap();
+    assert_eq!(decision["edited"], true);
+
+    // An editor that fails decides nothing.
+    let id = ws.propose("b.txt", "b\n");
+    let failed = finish(
+        ws.command(&["approve", &id, "--edit"])
+            .env("VISUAL", "false")
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(failed.code, 1, "{}", failed.stderr);
+    assert!(
+        failed.stderr.contains("nothing was decided"),
+        "{}",
+        failed.stderr
+    );
+    assert_eq!(ws.run(&["show", &id, "--json"]).json["status"], "pending");
+    assert_eq!(ws.read("b.txt"), None);
+}
+
+#[test]
 fn a_denied_proposal_changes_nothing_and_cannot_be_approved_after() {
     let ws = Ws::new("");
     ws.write("a.txt", "keep\n");

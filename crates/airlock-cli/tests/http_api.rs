@@ -72,12 +72,11 @@ impl Server {
                 break rest.trim_end_matches("/mcp").to_owned();
             }
         };
-        // The login line (without configured tokens) follows at once.
-        if !config.contains("tokens:") {
-            let mut line = String::new();
-            stderr.read_line(&mut line).unwrap();
-            banner.push_str(&line);
-        }
+        // The approvals line (with the login URL without configured
+        // tokens) follows at once.
+        let mut line = String::new();
+        stderr.read_line(&mut line).unwrap();
+        banner.push_str(&line);
         std::thread::spawn(move || {
             let mut sink = String::new();
             let _ = stderr.read_to_string(&mut sink);
@@ -123,18 +122,31 @@ fn raw_request(
     token: Option<&str>,
     body: &[u8],
 ) -> (u16, Value) {
+    let mut headers = "Content-Type: application/json\r\n".to_owned();
+    if let Some(token) = token {
+        headers.push_str(&format!("Authorization: Bearer {token}\r\n"));
+    }
+    let (status, _, body) = exchange(addr, method, path, &headers, body);
+    let value = serde_json::from_str(&body).unwrap_or(Value::String(body));
+    (status, value)
+}
+
+/// One HTTP/1.1 exchange: the status, the response head and body.
+fn exchange(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &str,
+    body: &[u8],
+) -> (u16, String, String) {
     let mut stream = TcpStream::connect(addr).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(60)))
         .unwrap();
-    let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n{headers}\r\n",
         body.len()
     );
-    if let Some(token) = token {
-        head.push_str(&format!("Authorization: Bearer {token}\r\n"));
-    }
-    head.push_str("\r\n");
     stream.write_all(head.as_bytes()).unwrap();
     // A body over the limit may be refused before it is all sent.
     let _ = stream.write_all(body);
@@ -155,8 +167,7 @@ fn raw_request(
     } else {
         body.to_owned()
     };
-    let value = serde_json::from_str(&body).unwrap_or(Value::String(body));
-    (status, value)
+    (status, head.to_owned(), body)
 }
 
 fn dechunk(mut body: &str) -> String {
@@ -420,6 +431,108 @@ fn two_approvers_deciding_at_once_make_one_decision() {
 }
 
 #[test]
+fn an_approver_may_approve_an_edited_version_which_is_applied_and_audited_as_edited() {
+    let server = Server::start(&config(DEFER));
+    let submit = |call: Value| {
+        let (status, pending) = server.post("/v1/tools/call", Some(AGENT), &call);
+        assert_eq!(status, 202, "{pending}");
+        pending["approval_id"].as_str().unwrap().to_owned()
+    };
+    let decide =
+        |id: &str, body: Value| server.post(&format!("/hitl/decide/{id}"), Some(APPROVER), &body);
+
+    // An edit of a proposed edit to a.txt: the edited content is what lands.
+    let id = submit(json!({"tool": "edit_file", "arguments":
+        {"path": "a.txt", "old_string": "hello", "new_string": "hello world"}}));
+    // Content goes only with an approval, never with always-allow.
+    let (status, body) = decide(&id, json!({"decision": "deny", "content": "x\n"}));
+    assert_eq!(
+        (status, error_code(&body)),
+        (400, "invalid_input"),
+        "{body}"
+    );
+    let (status, body) = decide(
+        &id,
+        json!({"decision": "approve", "always": true, "content": "x\n"}),
+    );
+    assert_eq!(
+        (status, error_code(&body)),
+        (400, "invalid_input"),
+        "{body}"
+    );
+    assert_eq!(
+        server.get(&format!("/hitl/pending/{id}"), Some(APPROVER)).1["status"],
+        "pending"
+    );
+    let (status, applied) = decide(
+        &id,
+        json!({"decision": "approve", "content": "hello, edited\n"}),
+    );
+    assert_eq!(status, 200, "{applied}");
+    assert_eq!(applied["status"], "allowed");
+    assert_eq!(applied["data"]["edited"], true, "{applied}");
+    assert_eq!(
+        read(&server.path("a.txt")).as_deref(),
+        Some("hello, edited\n")
+    );
+    // The agent is told, and the stored approval shows the diff that was applied.
+    let (status, result) = server.get(&format!("/hitl/result/{id}"), Some(AGENT));
+    assert_eq!(
+        (status, &result["data"]["edited"]),
+        (200, &json!(true)),
+        "{result}"
+    );
+    let (_, shown) = server.get(&format!("/hitl/pending/{id}"), Some(APPROVER));
+    assert!(
+        shown["diff"].as_str().unwrap().contains("+hello, edited"),
+        "{shown}"
+    );
+    // Audited as edited: the decision and the apply say so.
+    let (_, audit) = server.get(&format!("/audit?filter=hitl_id={id}"), Some(ADMIN));
+    let events: Vec<(&str, &Value)> = audit["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|record| (record["event"].as_str().unwrap(), &record["edited"]))
+        .collect();
+    assert_eq!(
+        events,
+        [
+            ("write_file_propose", &Value::Null),
+            ("hitl_decision", &json!(true)),
+            ("write_file_apply", &json!(true)),
+        ]
+    );
+
+    // A file changed underneath the proposal: 409 stale, nothing written.
+    let id = submit(write_call("c.txt"));
+    std::fs::write(server.path("c.txt"), "someone else\n").unwrap();
+    let (status, body) = decide(&id, json!({"decision": "approve", "content": "mine\n"}));
+    assert_eq!((status, error_code(&body)), (409, "stale"), "{body}");
+    assert_eq!(
+        read(&server.path("c.txt")).as_deref(),
+        Some("someone else\n")
+    );
+
+    // Only a write of one file can be edited: not a removal, not a move.
+    let id = submit(json!({"tool": "delete_file", "arguments": {"path": "a.txt"}}));
+    let (status, body) = decide(&id, json!({"decision": "approve", "content": "x"}));
+    assert_eq!(
+        (status, error_code(&body)),
+        (400, "invalid_input"),
+        "{body}"
+    );
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("removal"),
+        "{body}"
+    );
+    assert!(server.path("a.txt").exists());
+}
+
+#[test]
 fn critical_risk_is_decided_by_its_approvers_and_with_a_reason() {
     let rules = "security:\n  hitl:\n    approval_mode: defer\n    rules:\n      - tools: [write_file]\n        conditions: [{param: path, glob: \"docs/**\"}]\n        risk: critical\n";
     let server = Server::start(&config(rules));
@@ -657,11 +770,19 @@ fn openapi_describes_every_route_and_each_one_is_served() {
             if path == "/hitl/events" {
                 continue;
             }
-            let concrete = path.replace("{id}", "hitl-nope");
+            let concrete = path
+                .replace("{id}", "hitl-nope")
+                .replace("{decision}", "approve");
             let (status, body) =
                 server.request(&method.to_uppercase(), &concrete, Some(ADMIN), b"{}");
             assert_ne!(status, 405, "{method} {path}");
-            assert!(body.is_object(), "{method} {path}: {status} {body}");
+            if path.starts_with("/hitl/link/") {
+                // A link without its signature: the page that says so.
+                assert_eq!(status, 403, "{method} {path}");
+                assert!(body.as_str().unwrap().contains("Invalid link"), "{body}");
+            } else {
+                assert!(body.is_object(), "{method} {path}: {status} {body}");
+            }
         }
     }
     described.sort();
@@ -671,11 +792,13 @@ fn openapi_describes_every_route_and_each_one_is_served() {
             "GET /audit",
             "GET /audit/verify",
             "GET /hitl/events",
+            "GET /hitl/link/{id}/{decision}",
             "GET /hitl/pending",
             "GET /hitl/pending/{id}",
             "GET /hitl/result/{id}",
             "GET /openapi.json",
             "POST /hitl/decide/{id}",
+            "POST /hitl/link/{id}/{decision}",
             "POST /v1/tools/call",
         ]
     );
@@ -694,4 +817,203 @@ fn openapi_describes_every_route_and_each_one_is_served() {
             .unwrap_or_else(|| panic!("{target}"));
         assert!(schemas.get(name).is_some(), "dangling {target}");
     }
+}
+
+/// A webhook receiver on loopback: each POST's JSON body goes to the
+/// channel; the first `fail_first` requests are answered 503.
+fn hook_receiver(fail_first: usize) -> (String, std::sync::mpsc::Receiver<Value>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for (n, stream) in listener.incoming().enumerate() {
+            let Ok(stream) = stream else { return };
+            let mut reader = BufReader::new(stream);
+            let mut length = 0usize;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                    break;
+                }
+                if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = value.trim().parse().unwrap_or(0);
+                }
+                if line == "\r\n" {
+                    break;
+                }
+            }
+            let mut body = vec![0; length];
+            let _ = reader.read_exact(&mut body);
+            let status = if n < fail_first {
+                "503 Service Unavailable"
+            } else {
+                "200 OK"
+            };
+            let mut stream = reader.into_inner();
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+            if n >= fail_first {
+                let _ = sender.send(serde_json::from_slice(&body).unwrap_or(Value::Null));
+            }
+        }
+    });
+    (url, receiver)
+}
+
+/// The path and query of a link (they point at the server's own address).
+fn link_path<'a>(link: &'a Value, server: &Server) -> &'a str {
+    let link = link.as_str().unwrap();
+    link.strip_prefix(&format!("http://{}", server.addr))
+        .unwrap_or_else(|| panic!("{link} is not on {}", server.addr))
+}
+
+#[test]
+fn webhooks_carry_signed_one_time_links_that_confirm_before_deciding() {
+    let (hook, hooked) = hook_receiver(1);
+    // A second hook nobody listens on: its failures must not hold anything up.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_url = format!("http://{}/hook", dead.local_addr().unwrap());
+    drop(dead);
+    let rules = format!(
+        "security:\n  hitl:\n    approval_mode: defer\n    rules:\n      - tools: [write_file]\n        conditions: [{{param: path, glob: \"docs/**\"}}]\n        risk: critical\n\
+         notify:\n  webhooks:\n    - {{url: \"{hook}\", events: [created, decided]}}\n    - {{url: \"{dead_url}\", events: [created]}}\n"
+    );
+    let server = Server::start(&config(&rules));
+    let next_hook = || hooked.recv_timeout(Duration::from_secs(20)).unwrap();
+
+    // A new approval is posted (after one 503, retried) with its links.
+    let started = Instant::now();
+    let (status, pending) = server.post("/v1/tools/call", Some(AGENT), &write_call("b.txt"));
+    assert_eq!(status, 202, "{pending}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the hooks held up the call"
+    );
+    let id = pending["approval_id"].as_str().unwrap().to_owned();
+    let created = next_hook();
+    assert_eq!(created["event"], "created", "{created}");
+    assert_eq!(created["approval"]["id"], id.as_str());
+    assert!(
+        created["approval"]["diff"]
+            .as_str()
+            .unwrap()
+            .contains("+new")
+    );
+    assert_eq!(created["ui"], format!("http://{}/", server.addr));
+    let approve = link_path(&created["links"]["approve"], &server).to_owned();
+    let deny = link_path(&created["links"]["deny"], &server).to_owned();
+    assert!(
+        approve.starts_with(&format!("/hitl/link/{id}/approve?exp=")),
+        "{approve}"
+    );
+
+    // A tampered link, or one for the other decision, is refused.
+    let tampered = approve.replace("/approve?", "/deny?");
+    let (status, head, _) = exchange(&server.addr, "GET", &tampered, "", b"");
+    assert_eq!(status, 403);
+    assert!(head.contains("x-airlock-error: forbidden"), "{head}");
+    let later = approve.replacen("exp=", "exp=9", 1);
+    assert_eq!(exchange(&server.addr, "POST", &later, "", b"").0, 403);
+
+    // Opening the link shows the call and a form, and decides nothing.
+    let (status, head, page) = exchange(&server.addr, "GET", &approve, "", b"");
+    assert_eq!(status, 200, "{page}");
+    assert!(head.contains("text/html"), "{head}");
+    assert!(page.contains("+new"), "{page}");
+    assert!(page.contains("<form method=\"post\""), "{page}");
+    assert_eq!(
+        server.get(&format!("/hitl/pending/{id}"), Some(APPROVER)).1["status"],
+        "pending"
+    );
+    assert_eq!(read(&server.path("b.txt")), None);
+
+    // Confirming decides, with channel `link`; the link is spent.
+    let form = "Content-Type: application/x-www-form-urlencoded\r\n";
+    let (status, _, page) = exchange(
+        &server.addr,
+        "POST",
+        &approve,
+        form,
+        b"reason=from+my+phone",
+    );
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("applied"), "{page}");
+    assert_eq!(read(&server.path("b.txt")).as_deref(), Some("new\n"));
+    let (status, head, _) = exchange(&server.addr, "POST", &approve, form, b"");
+    assert_eq!(status, 409);
+    assert!(head.contains("x-airlock-error: already_decided"), "{head}");
+    assert_eq!(exchange(&server.addr, "POST", &deny, form, b"").0, 409);
+    let (_, audit) = server.get(
+        &format!("/audit?event_type=hitl_decision&filter=hitl_id={id}"),
+        Some(ADMIN),
+    );
+    let decision = &audit["records"][0];
+    assert_eq!(
+        (
+            &decision["decision"],
+            &decision["channel"],
+            &decision["reason"]
+        ),
+        (&json!("approve"), &json!("link"), &json!("from my phone")),
+        "{audit}"
+    );
+    let decided = next_hook();
+    assert_eq!(
+        (
+            decided["event"].as_str(),
+            decided["approval"]["id"].as_str()
+        ),
+        (Some("decided"), Some(id.as_str()))
+    );
+    assert_eq!(decided["links"], Value::Null);
+
+    // A deny link denies.
+    let (_, pending) = server.post("/v1/tools/call", Some(AGENT), &write_call("c.txt"));
+    let id = pending["approval_id"].as_str().unwrap().to_owned();
+    let created = next_hook();
+    assert_eq!(created["approval"]["id"], id.as_str());
+    let deny = link_path(&created["links"]["deny"], &server).to_owned();
+    let (status, _, page) = exchange(&server.addr, "POST", &deny, form, b"");
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("Denied"), "{page}");
+    assert_eq!(
+        server.get(&format!("/hitl/pending/{id}"), Some(APPROVER)).1["status"],
+        "denied"
+    );
+    assert_eq!(read(&server.path("c.txt")), None);
+    next_hook();
+
+    // Where the risk names its approvers, no links are offered.
+    std::fs::create_dir(server.path("docs")).unwrap();
+    let (status, _) = server.post("/v1/tools/call", Some(AGENT), &write_call("docs/x.md"));
+    assert_eq!(status, 202);
+    let created = next_hook();
+    assert_eq!(created["approval"]["risk"], "critical");
+    assert_eq!(created["links"], Value::Null, "{created}");
+}
+
+#[test]
+fn the_web_ui_and_the_api_description_need_no_token_and_the_page_is_locked_down() {
+    let server = Server::start(&config(DEFER));
+    for (path, kind) in [
+        ("/", "text/html"),
+        ("/ui/app.js", "text/javascript"),
+        ("/ui/app.css", "text/css"),
+    ] {
+        let (status, head, body) = exchange(&server.addr, "GET", path, "", b"");
+        assert_eq!(status, 200, "{path}");
+        let head = head.to_ascii_lowercase();
+        assert!(head.contains(&format!("content-type: {kind}")), "{head}");
+        assert!(
+            head.contains("content-security-policy: default-src 'none'; script-src 'self'"),
+            "{head}"
+        );
+        assert!(!body.is_empty());
+    }
+    assert_eq!(server.get("/openapi.json", None).0, 200);
+    // Everything with data still needs a token.
+    assert_eq!(server.get("/hitl/pending", None).0, 401);
+    assert_eq!(server.get("/hitl/events", None).0, 401);
 }

@@ -250,6 +250,51 @@ pub fn snapshot(sandbox: &Sandbox, plan: &ChangePlan) -> Result<Vec<Before>, FsE
         .collect()
 }
 
+/// The plan with its file's new content replaced by `content`: an approver's
+/// edited version of a proposal. Only a plan that writes exactly one file
+/// (not a removal or a move) can be edited; the file must still hold what the
+/// plan was made against (else `stale`), and the content must fit the write
+/// limit. The diff is rendered again against the current content, and the
+/// report says `edited: true`.
+pub fn edited(
+    sandbox: &Sandbox,
+    plan: &ChangePlan,
+    content: Vec<u8>,
+) -> Result<ChangePlan, FsError> {
+    let [change] = plan.changes.as_slice() else {
+        return Err(FsError::InvalidInput {
+            message: format!(
+                "only a change to one file can be edited; this one changes {} files",
+                plan.changes.len()
+            ),
+        });
+    };
+    if change.after.is_none() || change.moved_from.is_some() {
+        return Err(FsError::InvalidInput {
+            message: "only a write can be edited, not a removal or a move".to_owned(),
+        });
+    }
+    crate::write::check_size(sandbox, content.len() as u64)?;
+    let before = snapshot(sandbox, plan)?;
+    let old = before
+        .first()
+        .and_then(|before| before.as_ref())
+        .map(|(bytes, _)| bytes.as_slice());
+    let mut report = plan.report.clone();
+    report.insert("edited".to_owned(), serde_json::Value::Bool(true));
+    let changed = FileChange {
+        after: Some(content),
+        ..change.clone()
+    };
+    Ok(ChangePlan::new(
+        &plan.tool,
+        plan.summary.clone(),
+        vec![changed],
+        &[old],
+        report,
+    ))
+}
+
 /// Whether every file of the plan already holds its after-state (a crash came
 /// after the apply).
 pub fn already_applied(sandbox: &Sandbox, plan: &ChangePlan) -> Result<bool, FsError> {

@@ -65,7 +65,7 @@ mod write;
 pub use blob::{BlobRef, PREVIEW_BYTES, read_blob, store_blob};
 pub use change::{
     Before, ChangePlan, CommitOptions, FileApplied, FileChange, Recovered, UndoFile,
-    already_applied, commit, preview, recover, snapshot, undo,
+    already_applied, commit, edited, preview, recover, snapshot, undo,
 };
 pub use plans::{
     DeleteParams, EditParams, MoveParams, PatchParams, prepare_delete, prepare_edit, prepare_move,

@@ -44,7 +44,6 @@ pub(crate) fn routes(gateway: Arc<Gateway>, events: Events) -> Router {
         .route("/hitl/result/{id}", get(result))
         .route("/audit", get(audit_query))
         .route("/audit/verify", get(audit_verify))
-        .route("/openapi.json", get(openapi_json))
         .with_state(Api { gateway, events })
 }
 
@@ -147,7 +146,9 @@ fn broker_failure(error: &BrokerError) -> Response {
     let code = error.code();
     let status = match code {
         ErrorCode::NotFound => StatusCode::NOT_FOUND,
-        ErrorCode::AlreadyDecided | ErrorCode::Expired => StatusCode::CONFLICT,
+        ErrorCode::AlreadyDecided | ErrorCode::Expired | ErrorCode::Stale | ErrorCode::Conflict => {
+            StatusCode::CONFLICT
+        }
         ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
         ErrorCode::IoError => StatusCode::INTERNAL_SERVER_ERROR,
         _ => StatusCode::BAD_REQUEST,
@@ -281,7 +282,8 @@ async fn pending(State(api): State<Api>, caller: Option<axum::Extension<Caller>>
         Ok(mut approvals) => {
             approvals.reverse();
             let views: Vec<Value> = approvals.iter().map(approval_view).collect();
-            axum::Json(json!({"approvals": views})).into_response()
+            let now_ms = airlock_broker::now_ms();
+            axum::Json(json!({"approvals": views, "now_ms": now_ms})).into_response()
         }
         Err(refused) => refused,
     }
@@ -297,7 +299,16 @@ async fn pending_one(
         return refused;
     }
     match on_broker(&api, move |broker| broker.approval(&id)).await {
-        Ok(approval) => axum::Json(approval_view(&approval)).into_response(),
+        Ok(approval) => {
+            let mut view = approval_view(&approval);
+            // What an approver edits before approving.
+            if approval.status.as_str() == "pending"
+                && let Some(content) = airlock_broker::proposed_content(&approval)
+            {
+                view["proposed_content"] = Value::String(content);
+            }
+            axum::Json(view).into_response()
+        }
         Err(refused) => refused,
     }
 }
@@ -398,13 +409,6 @@ async fn decide(
         Ok(body) => body,
         Err(refused) => return refused,
     };
-    if body.content.is_some() {
-        return failure(
-            StatusCode::BAD_REQUEST,
-            ErrorCode::InvalidInput,
-            "approving an edited version (content) is not supported yet",
-        );
-    }
     let always = match body.always {
         None | Some(Always::Flag(false)) => None,
         Some(Always::Flag(true)) => Some(AlwaysAllow {
@@ -438,6 +442,7 @@ async fn decide(
                 .or_else(|| caller.as_ref().map(|caller| caller.name.clone()))
                 .unwrap_or_default(),
             channel: "http".to_owned(),
+            content: body.content.map(String::into_bytes),
         };
         broker
             .decide(&id, &request)
@@ -592,8 +597,8 @@ async fn audit_verify(State(api): State<Api>, caller: Option<axum::Extension<Cal
     }
 }
 
-/// `GET /openapi.json`.
-async fn openapi_json() -> Response {
+/// `GET /openapi.json` (no token needed).
+pub(crate) async fn openapi_json() -> Response {
     axum::Json(crate::openapi::document(
         schemars::schema_for!(CallBody),
         schemars::schema_for!(DecideBody),

@@ -96,6 +96,11 @@ impl Events {
         Events { sender }
     }
 
+    /// Every change from now on.
+    pub(crate) fn receiver(&self) -> broadcast::Receiver<Change> {
+        self.sender.subscribe()
+    }
+
     /// The stream one subscriber reads.
     pub(crate) fn subscribe(
         &self,

@@ -14,7 +14,10 @@
 
 mod api;
 mod events;
+mod links;
+mod notify;
 mod openapi;
+mod web;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -43,6 +46,8 @@ pub enum HttpError {
     },
     #[error("cannot keep the admin token in the state dir: {0}")]
     AdminToken(std::io::Error),
+    #[error("cannot make the key for signed links: {0}")]
+    LinkKey(String),
     #[error("{0}")]
     Serve(std::io::Error),
 }
@@ -193,9 +198,11 @@ async fn require_profile(gateway: Arc<Gateway>, request: Request, next: Next) ->
         .into_response()
 }
 
-/// The router: `/mcp`, `/mcp/{profile}` and the approval API. Must be made
-/// inside the tokio runtime (it starts the watcher behind `/hitl/events`).
-pub fn router(gateway: Arc<Gateway>, auth: Auth) -> Router {
+/// The router: `/mcp`, `/mcp/{profile}`, the approval API, the web UI and
+/// signed links; `base` (`http://host:port`) is what links and webhooks
+/// point at. Must be made inside the tokio runtime (it starts the watcher
+/// behind `/hitl/events` and the webhook deliveries).
+pub fn router(gateway: Arc<Gateway>, auth: Auth, base: String) -> Result<Router, HttpError> {
     let mcp = airlock_mcp::streamable_http_service(gateway.clone());
     let profile_gateway = gateway.clone();
     let profiled = Router::new()
@@ -207,15 +214,26 @@ pub fn router(gateway: Arc<Gateway>, auth: Auth) -> Router {
         .route_service("/mcp", mcp)
         .merge(profiled)
         .route_layer(axum::middleware::from_fn(require_mcp));
-    Router::new()
+    let events = events::Events::start(gateway.clone());
+    let links = links::Links::new(&gateway, base.clone()).map_err(HttpError::LinkKey)?;
+    notify::start(gateway.clone(), &events, links.clone(), base);
+    let guarded = Router::new()
         .merge(mcp_routes)
-        .merge(api::routes(gateway.clone(), events::Events::start(gateway)))
-        .layer(axum::extract::DefaultBodyLimit::max(api::MAX_BODY))
+        .merge(api::routes(gateway.clone(), events))
         // Outermost: nothing, not even whether a profile exists, is told
         // before the token checks out.
         .layer(axum::middleware::from_fn(move |request, next| {
             identify(auth.clone(), request, next)
-        }))
+        }));
+    // Without a token: the static UI (it holds no data), the API's
+    // description, and signed links (the signature is the credential).
+    let open = Router::new()
+        .merge(web::routes())
+        .merge(links::routes(gateway, links))
+        .route("/openapi.json", axum::routing::get(api::openapi_json));
+    Ok(guarded
+        .merge(open)
+        .layer(axum::extract::DefaultBodyLimit::max(api::MAX_BODY)))
 }
 
 /// Without configured tokens: a new admin token, its SHA-256 kept in
@@ -272,8 +290,7 @@ pub async fn serve(
     } else {
         (Auth::new(tokens, None), None)
     };
+    let app = router(gateway, auth, format!("http://{bound}"))?;
     ready(bound, login);
-    axum::serve(listener, router(gateway, auth))
-        .await
-        .map_err(HttpError::Serve)
+    axum::serve(listener, app).await.map_err(HttpError::Serve)
 }

@@ -116,12 +116,37 @@ const ROUTES: &[Route] = &[
     },
     Route {
         method: "get",
+        path: "/hitl/link/{id}/{decision}",
+        role: "link",
+        summary: "A signed link: a page showing the approval and a form to confirm; decides nothing",
+        body: None,
+        answers: LINK_ANSWERS,
+    },
+    Route {
+        method: "post",
+        path: "/hitl/link/{id}/{decision}",
+        role: "link",
+        summary: "Confirm a signed link: decides (channel link) and spends the link",
+        body: Some("LinkForm"),
+        answers: LINK_ANSWERS,
+    },
+    Route {
+        method: "get",
         path: "/openapi.json",
         role: "any",
         summary: "This description",
         body: None,
         answers: &[(200, "")],
     },
+];
+
+/// A signed link answers with a page, whatever happened.
+const LINK_ANSWERS: &[(u16, &str)] = &[
+    (200, "Page"),
+    (400, "Page"),
+    (403, "Page"),
+    (404, "Page"),
+    (409, "Page"),
 ];
 
 /// The document, given the request bodies' and the audit query's schemas.
@@ -189,6 +214,11 @@ pub(crate) fn document(call: Schema, decide: Schema, audit_params: Schema) -> Va
             },
         },
         "EventStream": {"type": "string"},
+        "Page": {"type": "string"},
+        "LinkForm": {
+            "type": "object",
+            "properties": {"reason": {"type": "string"}},
+        },
     });
     for (name, schema) in [("CallBody", call), ("DecideBody", decide)] {
         add_component(&mut schemas, name, schema);
@@ -200,13 +230,24 @@ pub(crate) fn document(call: Schema, decide: Schema, audit_params: Schema) -> Va
             "description": format!("Role: {}.", route.role),
             "responses": answers(route),
         });
-        if route.role == "any" {
+        if route.role == "any" || route.role == "link" {
             operation["security"] = json!([]);
         }
         let mut parameters = Vec::new();
         if route.path.contains("{id}") {
             parameters.push(json!({"name": "id", "in": "path", "required": true,
                 "schema": {"type": "string"}}));
+        }
+        if route.path.contains("{decision}") {
+            parameters.push(json!({"name": "decision", "in": "path", "required": true,
+                "schema": {"enum": ["approve", "deny"]}}));
+            for (name, description) in [
+                ("exp", "The approval's expiry (ms since the epoch)"),
+                ("sig", "HMAC-SHA256 over the id, decision and expiry (hex)"),
+            ] {
+                parameters.push(json!({"name": name, "in": "query", "required": true,
+                    "description": description, "schema": {"type": "string"}}));
+            }
         }
         if route.path == "/audit" {
             parameters.extend(query_parameters(&audit_params));
@@ -215,9 +256,14 @@ pub(crate) fn document(call: Schema, decide: Schema, audit_params: Schema) -> Va
             operation["parameters"] = Value::Array(parameters);
         }
         if let Some(body) = route.body {
+            let (required, media) = if body == "LinkForm" {
+                (false, "application/x-www-form-urlencoded")
+            } else {
+                (true, "application/json")
+            };
             operation["requestBody"] = json!({
-                "required": true,
-                "content": {"application/json": {
+                "required": required,
+                "content": {media: {
                     "schema": {"$ref": format!("#/components/schemas/{body}")}
                 }},
             });
@@ -272,17 +318,17 @@ fn answers(route: &Route) -> Value {
             401 => "No or unknown bearer token",
             403 => "Not allowed for this token",
             404 => "Unknown id",
-            409 => "Already decided or expired",
+            409 => "Already decided, expired, or a link already used",
             413 => "Body too large",
             429 => "Too many pending approvals",
             _ => "",
         };
         let mut answer = json!({"description": description});
         if !component.is_empty() {
-            let media = if *component == "EventStream" {
-                "text/event-stream"
-            } else {
-                "application/json"
+            let media = match *component {
+                "EventStream" => "text/event-stream",
+                "Page" => "text/html",
+                _ => "application/json",
             };
             answer["content"] = json!({media: {
                 "schema": {"$ref": format!("#/components/schemas/{component}")}

@@ -371,6 +371,7 @@ pub(crate) fn decide_request(
         always: None,
         user: user.clone(),
         channel: "mcp".to_owned(),
+        content: None,
     };
     match action {
         ElicitationAction::Accept => {
@@ -391,6 +392,7 @@ pub(crate) fn decide_request(
                 }),
                 user,
                 channel: "mcp".to_owned(),
+                content: None,
             })
         }
         ElicitationAction::Decline => Some(deny(Some("declined in the MCP client".to_owned()))),

@@ -200,6 +200,16 @@ pub struct Verdict {
     pub channel: Option<String>,
     pub reason: Option<String>,
     pub at_ms: Millis,
+    /// An approval of an edited version: the plan (JSON) and diff that replace
+    /// the proposal's, in the same update as the decision.
+    pub edited: Option<EditedPlan>,
+}
+
+/// The plan an approver's edit produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EditedPlan {
+    pub plan_json: String,
+    pub diff: String,
 }
 
 /// An "always allow" grant.
@@ -495,10 +505,12 @@ impl Store {
         } else {
             "denied"
         };
+        let edited = verdict.edited.as_ref();
         self.with(|conn| {
             let changed = conn.execute(
                 "UPDATE approvals SET status = ?2, decided_by = ?3, decided_user = ?4, \
-                 channel = ?5, reason = ?6, decided_ms = ?7, owner_pid = ?8 \
+                 channel = ?5, reason = ?6, decided_ms = ?7, owner_pid = ?8, \
+                 plan_json = coalesce(?9, plan_json), diff = coalesce(?10, diff) \
                  WHERE id = ?1 AND status = 'pending' AND expires_ms > ?7",
                 params![
                     id,
@@ -508,7 +520,9 @@ impl Store {
                     verdict.channel,
                     verdict.reason,
                     verdict.at_ms as i64,
-                    std::process::id()
+                    std::process::id(),
+                    edited.map(|edited| edited.plan_json.as_str()),
+                    edited.map(|edited| edited.diff.as_str()),
                 ],
             )?;
             if changed == 1 {

@@ -4,7 +4,9 @@
 
 use std::sync::{Arc, Barrier};
 
-use airlock_store::{ApprovalStatus, Created, Limits, NewApproval, Store, StoreError, Verdict};
+use airlock_store::{
+    ApprovalStatus, Created, EditedPlan, Limits, NewApproval, Store, StoreError, Verdict,
+};
 use pretty_assertions::assert_eq;
 
 const LIMITS: Limits = Limits {
@@ -39,6 +41,7 @@ fn approve(at_ms: u64) -> Verdict {
         channel: Some("terminal".into()),
         reason: None,
         at_ms,
+        edited: None,
     }
 }
 
@@ -243,6 +246,41 @@ fn expiry_and_denial_are_final() {
         store.get("nope").unwrap_err(),
         StoreError::NotFound(_)
     ));
+}
+
+#[test]
+fn an_edited_approval_replaces_the_plan_with_the_decision_and_only_then() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("a.db")).unwrap();
+    created(&store, &new("edit", "s1", "k1"));
+    let mut verdict = approve(2_000);
+    verdict.edited = Some(EditedPlan {
+        plan_json: r#"{"edited": true}"#.into(),
+        diff: "--- a/a.txt (edited)".into(),
+    });
+    let decided = store.decide("edit", &verdict).unwrap();
+    assert_eq!(
+        (decided.plan_json.as_str(), decided.diff.as_str()),
+        (r#"{"edited": true}"#, "--- a/a.txt (edited)")
+    );
+    // A second decision with another edit loses and changes nothing.
+    verdict.edited = Some(EditedPlan {
+        plan_json: "{}".into(),
+        diff: "other".into(),
+    });
+    assert!(matches!(
+        store.decide("edit", &verdict).unwrap_err(),
+        StoreError::AlreadyDecided { .. }
+    ));
+    let stored = store.get("edit").unwrap();
+    assert_eq!(stored.plan_json, r#"{"edited": true}"#);
+    // A plain approval keeps the proposal's plan.
+    created(&store, &new("plain", "s1", "k2"));
+    let decided = store.decide("plain", &approve(2_000)).unwrap();
+    assert_eq!(
+        (decided.plan_json.as_str(), decided.diff.as_str()),
+        ("{}", "--- a/a.txt")
+    );
 }
 
 #[test]

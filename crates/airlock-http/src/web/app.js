@@ -1,0 +1,431 @@
+// The airlock approval UI: no framework, no build step. Everything shown
+// that comes from an agent (paths, diffs, parameters) is set as text, never
+// as HTML.
+"use strict";
+
+const state = {
+  token: null,
+  approvals: new Map(), // id -> approval view
+  skewMs: 0,            // server clock minus browser clock
+  streamAbort: null,
+  view: "pending",
+};
+
+const $ = (selector, root = document) => root.querySelector(selector);
+
+function takeTokenFromUrl() {
+  const fragment = new URLSearchParams(location.hash.slice(1));
+  const token = fragment.get("token");
+  if (token) {
+    sessionStorage.setItem("airlock-token", token);
+    // The token leaves the address bar (and the history) at once.
+    history.replaceState(null, "", location.pathname + location.search);
+  }
+  return sessionStorage.getItem("airlock-token");
+}
+
+class ApiError extends Error {
+  constructor(status, body) {
+    const message = body && body.error ? body.error.message : `HTTP ${status}`;
+    super(message);
+    this.status = status;
+    this.code = body && body.error ? body.error.code : "http_" + status;
+  }
+}
+
+async function api(path, options = {}) {
+  const headers = { Authorization: "Bearer " + state.token };
+  if (options.body !== undefined) headers["Content-Type"] = "application/json";
+  const response = await fetch(path, {
+    method: options.method || "GET",
+    headers,
+    body: options.body === undefined ? undefined : JSON.stringify(options.body),
+    cache: "no-store",
+  });
+  let body = null;
+  try { body = await response.json(); } catch (_) { body = null; }
+  if (response.status === 401) {
+    signOut("The token was not accepted.");
+  }
+  if (!response.ok && response.status !== 202) throw new ApiError(response.status, body);
+  return body;
+}
+
+function signOut(message) {
+  sessionStorage.removeItem("airlock-token");
+  state.token = null;
+  if (state.streamAbort) state.streamAbort.abort();
+  show("login");
+  $("#login-error").textContent = message || "";
+}
+
+function show(view) {
+  state.view = view;
+  $("#login-view").hidden = view !== "login";
+  $("#pending-view").hidden = view !== "pending";
+  $("#audit-view").hidden = view !== "audit";
+  $("#tab-pending").classList.toggle("active", view === "pending");
+  $("#tab-audit").classList.toggle("active", view === "audit");
+}
+
+// ---------------------------------------------------------------- pending
+
+async function loadPending() {
+  const before = Date.now();
+  const body = await api("/hitl/pending");
+  if (typeof body.now_ms === "number") {
+    state.skewMs = body.now_ms - Math.round((before + Date.now()) / 2);
+  }
+  state.approvals.clear();
+  $("#pending-list").replaceChildren();
+  // Newest first, as the API lists them.
+  for (const approval of body.approvals.slice().reverse()) addApproval(approval);
+  updateCount();
+}
+
+function addApproval(approval) {
+  if (approval.status !== "pending" || state.approvals.has(approval.id)) return;
+  state.approvals.set(approval.id, approval);
+  const card = renderCard(approval);
+  $("#pending-list").prepend(card); // newest on top
+  updateCount();
+}
+
+function removeApproval(id) {
+  state.approvals.delete(id);
+  const card = document.querySelector(`li.card[data-id="${CSS.escape(id)}"]`);
+  if (card) card.remove();
+  updateCount();
+}
+
+function updateCount() {
+  const count = state.approvals.size;
+  $("#pending-count").textContent = String(count);
+  $("#pending-empty").hidden = count > 0;
+  document.title = count > 0 ? `(${count}) airlock approvals` : "airlock approvals";
+}
+
+function renderCard(approval) {
+  const card = $("#card-template").content.firstElementChild.cloneNode(true);
+  card.dataset.id = approval.id;
+  const decision = approval.decision || {};
+  const risk = $(".risk", card);
+  risk.textContent = approval.risk;
+  risk.classList.add(approval.risk);
+  $(".tool", card).textContent = approval.tool;
+  $(".summary", card).textContent = approval.summary || approval.path || "";
+  const requester = [approval.agent, approval.user].filter(Boolean).join(" for ");
+  $(".requester", card).textContent = requester || "unknown";
+  $(".session", card).textContent = approval.session || "none";
+  $(".id", card).textContent = approval.id;
+  const countdown = $(".countdown", card);
+  countdown.dataset.expires = String(approval.expires_ms);
+  tick(countdown);
+  renderDiff($(".diff", card), approval.diff || "");
+
+  const reasonLabel = $(".reason-label", card);
+  const reason = $(".reason", card);
+  if (decision.require_reason) {
+    reasonLabel.classList.add("required");
+    reason.required = true;
+  }
+  if (decision.allow_skip) $(".always-row", card).hidden = false;
+  const edit = $(".edit", card);
+  if (approval.editable) {
+    edit.hidden = false;
+    edit.addEventListener("click", () => openEditor(card, approval));
+  }
+  $(".approve", card).addEventListener("click", () => decide(card, approval, "approve"));
+  $(".deny", card).addEventListener("click", () => decide(card, approval, "deny"));
+  return card;
+}
+
+// A unified diff, one collapsible block per file; lines coloured by kind.
+function renderDiff(container, diff) {
+  container.replaceChildren();
+  const files = [];
+  let current = null;
+  const lines = diff.split("\n");
+  if (lines.length && lines[lines.length - 1] === "") lines.pop();
+  for (let i = 0; i < lines.length; i++) {
+    const line = lines[i];
+    if (line.startsWith("--- ") && i + 1 < lines.length && lines[i + 1].startsWith("+++ ")) {
+      const from = line.slice(4);
+      const to = lines[i + 1].slice(4);
+      current = { name: to === "/dev/null" ? from : to, header: [line, lines[i + 1]], body: [] };
+      files.push(current);
+      i++;
+      continue;
+    }
+    if (!current) {
+      current = { name: "changes", header: [], body: [] };
+      files.push(current);
+    }
+    current.body.push(line);
+  }
+  for (const file of files) {
+    const details = document.createElement("details");
+    details.open = files.length <= 3;
+    const summary = document.createElement("summary");
+    const added = file.body.filter((l) => l.startsWith("+")).length;
+    const removed = file.body.filter((l) => l.startsWith("-")).length;
+    summary.textContent = `${file.name.replace(/^[ab]\//, "")}  +${added} −${removed}`;
+    details.append(summary);
+    const pre = document.createElement("pre");
+    for (const line of file.header.concat(file.body)) {
+      const span = document.createElement("span");
+      span.className = "line";
+      if (line.startsWith("+++ ") || line.startsWith("--- ")) span.classList.add("file");
+      else if (line.startsWith("+")) span.classList.add("add");
+      else if (line.startsWith("-")) span.classList.add("del");
+      else if (line.startsWith("@@")) span.classList.add("hunk");
+      span.textContent = line;
+      pre.append(span);
+    }
+    details.append(pre);
+    container.append(details);
+  }
+  if (files.length === 0) {
+    const empty = document.createElement("p");
+    empty.className = "empty";
+    empty.textContent = "No diff (an upstream call: see the parameters).";
+    container.append(empty);
+  }
+}
+
+async function openEditor(card, approval) {
+  const error = $(".error", card);
+  error.textContent = "";
+  try {
+    const full = await api(`/hitl/pending/${encodeURIComponent(approval.id)}`);
+    const text = $(".edit-text", card);
+    text.value = full.proposed_content ?? "";
+    text.dataset.proposed = text.value;
+    $(".editor", card).hidden = false;
+    $(".edit", card).hidden = true;
+    $(".approve", card).textContent = "Approve edited";
+    // An edited version is never made an always-allow.
+    $(".always-row", card).hidden = true;
+    text.focus();
+  } catch (e) {
+    error.textContent = e.message;
+  }
+}
+
+async function decide(card, approval, decision) {
+  const error = $(".error", card);
+  error.textContent = "";
+  const body = { decision };
+  const reason = $(".reason", card).value.trim();
+  if (reason) body.reason = reason;
+  if (decision === "approve") {
+    if ((approval.decision || {}).require_reason && !reason) {
+      error.textContent = `A reason is required to approve ${approval.risk} risk.`;
+      $(".reason", card).focus();
+      return;
+    }
+    const editor = $(".editor", card);
+    const text = $(".edit-text", card);
+    if (!editor.hidden && text.value !== text.dataset.proposed) body.content = text.value;
+    if ($(".always", card).checked && !$(".always-row", card).hidden) {
+      body.always = { scope: $(".scope", card).value };
+    }
+  }
+  const buttons = card.querySelectorAll("button");
+  buttons.forEach((b) => { b.disabled = true; });
+  try {
+    await api(`/hitl/decide/${encodeURIComponent(approval.id)}`, { method: "POST", body });
+    removeApproval(approval.id);
+  } catch (e) {
+    if (e.status === 409 || e.status === 404) {
+      removeApproval(approval.id);
+    } else {
+      error.textContent = e.message;
+      buttons.forEach((b) => { b.disabled = false; });
+    }
+  }
+}
+
+function tick(element) {
+  const left = Number(element.dataset.expires) - (Date.now() + state.skewMs);
+  if (left <= 0) {
+    element.textContent = "expired";
+    element.classList.add("soon");
+    return;
+  }
+  const seconds = Math.floor(left / 1000);
+  const h = Math.floor(seconds / 3600);
+  const m = Math.floor((seconds % 3600) / 60);
+  const s = seconds % 60;
+  element.textContent = h > 0 ? `${h}h ${m}m` : m > 0 ? `${m}m ${String(s).padStart(2, "0")}s` : `${s}s`;
+  element.classList.toggle("soon", seconds < 30);
+}
+
+setInterval(() => {
+  document.querySelectorAll(".countdown").forEach(tick);
+}, 1000);
+
+// ---------------------------------------------------------------- live
+
+// Server-sent events read with fetch, so the token goes in a header (an
+// EventSource cannot send one).
+async function listen() {
+  while (state.token) {
+    const controller = new AbortController();
+    state.streamAbort = controller;
+    try {
+      const response = await fetch("/hitl/events", {
+        headers: { Authorization: "Bearer " + state.token, Accept: "text/event-stream" },
+        signal: controller.signal,
+        cache: "no-store",
+      });
+      if (response.status === 401) { signOut("The token was not accepted."); return; }
+      if (!response.ok) throw new Error("events: HTTP " + response.status);
+      setLive(true);
+      // Anything that happened while we were away.
+      await loadPending();
+      const reader = response.body.getReader();
+      const decoder = new TextDecoder();
+      let buffer = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer += decoder.decode(value, { stream: true });
+        let end;
+        while ((end = buffer.indexOf("\n\n")) >= 0) {
+          const block = buffer.slice(0, end);
+          buffer = buffer.slice(end + 2);
+          handleEvent(block);
+        }
+      }
+    } catch (e) {
+      if (controller.signal.aborted) return;
+    }
+    setLive(false);
+    await new Promise((resolve) => setTimeout(resolve, 2000));
+  }
+}
+
+function handleEvent(block) {
+  let type = "message";
+  const data = [];
+  for (const line of block.split("\n")) {
+    if (line.startsWith("event:")) type = line.slice(6).trim();
+    else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
+  }
+  if (data.length === 0) return;
+  let payload;
+  try { payload = JSON.parse(data.join("\n")); } catch (_) { return; }
+  if (type === "created" && payload.approval) addApproval(payload.approval);
+  else if ((type === "decided" || type === "expired") && payload.approval) removeApproval(payload.approval.id);
+  else if (type === "resync") loadPending().catch(() => {});
+  if (state.view === "audit" && type !== "created") loadAudit().catch(() => {});
+}
+
+function setLive(on) {
+  const live = $("#live");
+  live.classList.toggle("on", on);
+  live.classList.toggle("off", !on);
+  live.textContent = on ? "live" : "offline";
+}
+
+// ---------------------------------------------------------------- audit
+
+async function loadAudit() {
+  const error = $("#audit-error");
+  error.textContent = "";
+  const params = new URLSearchParams({ limit: "500" });
+  const event = $("#audit-event").value.trim();
+  const filter = $("#audit-filter").value.trim();
+  const since = $("#audit-since").value.trim();
+  if (event) params.set("event_type", event);
+  if (filter) params.set("filter", filter);
+  if (since) params.set("since", since);
+  try {
+    const [verify, audit] = await Promise.all([api("/audit/verify"), api("/audit?" + params)]);
+    renderChain(verify);
+    renderAudit(audit.records || []);
+  } catch (e) {
+    error.textContent = e.status === 403 ? "The audit log needs an admin token." : e.message;
+  }
+}
+
+function renderChain(verify) {
+  const chain = $("#chain");
+  chain.classList.toggle("ok", !!verify.ok);
+  chain.classList.toggle("broken", !verify.ok);
+  if (verify.ok && verify.records === 0) {
+    chain.textContent = "No audit records yet.";
+  } else if (verify.ok) {
+    chain.textContent = `Chain verified: ${verify.records} records, last seq ${verify.last_seq}.`;
+  } else if (verify.problem) {
+    chain.textContent = `Chain BROKEN at seq ${verify.first_bad_seq} (line ${verify.line}): ${verify.problem}`;
+  } else {
+    chain.textContent = "Chain verifies, but records were lost: " + (verify.repairs || []).join("; ");
+  }
+}
+
+function renderAudit(records) {
+  const body = $("#audit-table tbody");
+  body.replaceChildren();
+  for (const record of records.slice().reverse()) {
+    const row = document.createElement("tr");
+    row.dataset.event = record.event || "";
+    const cells = [
+      record.seq,
+      record.ts,
+      record.event,
+      record.tool,
+      record.path,
+      record.decision || record.status,
+      record.user || record.agent,
+      record.hitl_id,
+    ];
+    for (const value of cells) {
+      const cell = document.createElement("td");
+      cell.textContent = value === undefined || value === null ? "" : String(value);
+      row.append(cell);
+    }
+    body.append(row);
+  }
+}
+
+// ---------------------------------------------------------------- start
+
+async function start() {
+  show("pending");
+  try {
+    await loadPending();
+  } catch (e) {
+    if (e.status === 403) {
+      signOut("This token cannot decide approvals (it needs the approver role).");
+    } else if (state.token) {
+      $("#pending-empty").textContent = e.message;
+    }
+    return;
+  }
+  listen();
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("#tab-pending").addEventListener("click", () => { if (state.token) show("pending"); });
+  $("#tab-audit").addEventListener("click", () => {
+    if (!state.token) return;
+    show("audit");
+    loadAudit();
+  });
+  $("#audit-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    loadAudit();
+  });
+  $("#login-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    state.token = $("#login-token").value.trim();
+    sessionStorage.setItem("airlock-token", state.token);
+    $("#login-token").value = "";
+    start();
+  });
+  state.token = takeTokenFromUrl();
+  if (state.token) start();
+  else show("login");
+});

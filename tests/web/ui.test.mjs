@@ -1,0 +1,244 @@
+// The web UI in a real browser: Debian's chromium, headless, driven by
+// playwright-core. Run by crates/airlock-cli/tests/web_ui.rs, which passes:
+//
+//   AIRLOCK_BIN         the airlock binary
+//   AIRLOCK_PLAYWRIGHT  the playwright-core package directory
+//   AIRLOCK_CHROMIUM    the browser (default /usr/bin/chromium)
+//   AIRLOCK_SHOTS       where screenshots go (test artefacts)
+//
+// It starts `airlock serve --http 127.0.0.1:0` in a new workspace with no
+// tokens configured, as a newcomer would, opens the login URL it prints,
+// and decides what agents propose over HTTP: approve, deny, edit, with the
+// list kept live by server-sent events, then reads the audit view.
+
+import { spawn } from "node:child_process";
+import { mkdtempSync, mkdirSync, readFileSync, writeFileSync, existsSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import assert from "node:assert/strict";
+
+const { chromium } = await import(join(process.env.AIRLOCK_PLAYWRIGHT, "index.mjs"));
+const shots = process.env.AIRLOCK_SHOTS;
+mkdirSync(shots, { recursive: true });
+
+const workspace = mkdtempSync(join(tmpdir(), "airlock-web-"));
+writeFileSync(join(workspace, "a.txt"), "old line\nkept\n");
+writeFileSync(join(workspace, "b.txt"), "b stays\n");
+writeFileSync(join(workspace, "c.txt"), "c old\n");
+mkdirSync(join(workspace, "src"));
+writeFileSync(join(workspace, "src", "one.rs"), "fn one() {}\n");
+writeFileSync(join(workspace, "src", "two.rs"), "fn two() {}\n");
+
+// ------------------------------------------------------------------ server
+
+const server = spawn(process.env.AIRLOCK_BIN, ["serve", "--http", "127.0.0.1:0"], {
+  cwd: workspace,
+  env: { ...process.env, AIRLOCK_USER: "browser-test" },
+  stdio: ["ignore", "ignore", "pipe"],
+});
+let serverLog = "";
+const login = await new Promise((resolve, reject) => {
+  const timer = setTimeout(() => reject(new Error("no login URL in: " + serverLog)), 30000);
+  server.stderr.on("data", (chunk) => {
+    serverLog += chunk;
+    const found = serverLog.match(/approvals at (http:\/\/\S+#token=\S+)/);
+    if (found) {
+      clearTimeout(timer);
+      resolve(found[1]);
+    }
+  });
+  server.on("exit", (code) => reject(new Error(`airlock exited (${code}): ${serverLog}`)));
+});
+const base = new URL(login).origin;
+
+// An agent on this machine (no tokens configured: local agents need none).
+async function propose(tool, args) {
+  const response = await fetch(base + "/v1/tools/call", {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ tool, arguments: args, session: "agent-session-1" }),
+  });
+  const body = await response.json();
+  assert.equal(response.status, 202, JSON.stringify(body));
+  return body.approval_id;
+}
+
+const read = (path) => (existsSync(join(workspace, path)) ? readFileSync(join(workspace, path), "utf8") : null);
+
+// ------------------------------------------------------------------ browser
+
+const browser = await chromium.launch({
+  executablePath: process.env.AIRLOCK_CHROMIUM || "/usr/bin/chromium",
+  headless: true,
+  args: [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+  ],
+});
+const steps = [];
+function step(name) {
+  steps.push(name);
+  console.log("step:", name);
+}
+
+try {
+  // A phone-sized screen.
+  const context = await browser.newContext({ viewport: { width: 390, height: 844 }, deviceScaleFactor: 2 });
+  const page = await context.newPage();
+  const pageErrors = [];
+  page.on("pageerror", (error) => pageErrors.push(String(error)));
+  page.on("console", (message) => {
+    if (message.type() === "error") pageErrors.push(message.text());
+  });
+
+  step("log in with the token URL");
+  await page.goto(login);
+  await page.locator("#live.on").waitFor({ timeout: 10000 });
+  assert.ok(!page.url().includes("token="), "the token stays in the address bar: " + page.url());
+  await page.locator("#pending-empty").waitFor({ state: "visible" });
+  await page.screenshot({ path: join(shots, "01-logged-in.png") });
+
+  step("a proposed write appears live, with its diff");
+  const first = await propose("write_file", { path: "a.txt", content: "new line\nkept\n" });
+  const card = page.locator(`li.card[data-id="${first}"]`);
+  await card.waitFor({ timeout: 10000 });
+  assert.equal(await card.locator(".tool").textContent(), "write_file");
+  assert.equal(await card.locator(".risk").textContent(), "medium");
+  assert.equal(await card.locator(".session").textContent(), "agent-session-1");
+  assert.match(await card.locator(".requester").textContent(), /local/);
+  assert.match(await card.locator(".countdown").textContent(), /^\d+(h \d+m|m \d\ds|s)$/);
+  assert.deepEqual(await card.locator(".diff .add").allTextContents(), ["+new line"]);
+  assert.deepEqual(await card.locator(".diff .del").allTextContents(), ["-old line"]);
+  // Green and red.
+  const addColour = await card.locator(".diff .add").evaluate((el) => getComputedStyle(el).backgroundColor);
+  const delColour = await card.locator(".diff .del").evaluate((el) => getComputedStyle(el).backgroundColor);
+  assert.equal(addColour, "rgb(230, 247, 234)");
+  assert.equal(delColour, "rgb(253, 234, 234)");
+  // Nothing is wider than the phone.
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  assert.ok(overflow <= 0, `the page is ${overflow}px wider than the screen`);
+  await page.screenshot({ path: join(shots, "02-pending-write-phone.png"), fullPage: true });
+
+  step("approve it: it disappears and the file changes");
+  await card.locator("button.approve").click();
+  await card.waitFor({ state: "detached", timeout: 10000 });
+  assert.equal(read("a.txt"), "new line\nkept\n");
+  await page.locator("#pending-empty").waitFor({ state: "visible" });
+
+  step("deny another, with a reason");
+  const second = await propose("write_file", { path: "b.txt", content: "b replaced\n" });
+  const denied = page.locator(`li.card[data-id="${second}"]`);
+  await denied.waitFor({ timeout: 10000 });
+  await denied.locator("input.reason").fill("not this one");
+  await denied.locator("button.deny").click();
+  await denied.waitFor({ state: "detached", timeout: 10000 });
+  assert.equal(read("b.txt"), "b stays\n");
+
+  step("edit before approving");
+  const third = await propose("write_file", { path: "c.txt", content: "c proposed\n" });
+  const edited = page.locator(`li.card[data-id="${third}"]`);
+  await edited.waitFor({ timeout: 10000 });
+  await edited.locator("button.edit").click();
+  const text = edited.locator("textarea.edit-text");
+  await text.waitFor();
+  assert.equal(await text.inputValue(), "c proposed\n");
+  await text.fill("c edited by a human\n");
+  await page.screenshot({ path: join(shots, "03-edit-before-approve.png"), fullPage: true });
+  await edited.locator("button.approve").click();
+  await edited.waitFor({ state: "detached", timeout: 10000 });
+  assert.equal(read("c.txt"), "c edited by a human\n");
+
+  step("a multi-file patch shows each file, collapsible");
+  const patch = [
+    "*** Begin Patch",
+    "*** Update File: src/one.rs",
+    "@@",
+    "-fn one() {}",
+    "+fn one() -> u8 { 1 }",
+    "*** Update File: src/two.rs",
+    "@@",
+    "-fn two() {}",
+    "+fn two() -> u8 { 2 }",
+    "*** End Patch",
+    "",
+  ].join("\n");
+  const fourth = await propose("apply_patch", { patch });
+  const patched = page.locator(`li.card[data-id="${fourth}"]`);
+  await patched.waitFor({ timeout: 10000 });
+  const files = patched.locator(".diff details");
+  assert.equal(await files.count(), 2);
+  assert.match(await files.nth(0).locator("summary").textContent(), /src\/one\.rs/);
+  assert.match(await files.nth(1).locator("summary").textContent(), /src\/two\.rs/);
+  assert.equal(await patched.locator("button.edit").isHidden(), true, "a two-file patch offers no edit");
+  await files.nth(1).locator("summary").click();
+  assert.equal(await files.nth(1).evaluate((el) => el.open), false, "a file collapses");
+
+  step("what an agent proposes is shown as text, never run as markup");
+  const hostile = await propose("write_file", {
+    path: "evil.html",
+    content: '<img src=x onerror="document.body.dataset.pwned=1"><script>document.body.dataset.pwned=1</script>\n',
+  });
+  const evil = page.locator(`li.card[data-id="${hostile}"]`);
+  await evil.waitFor({ timeout: 10000 });
+  assert.equal(await evil.locator("img, script").count(), 0);
+  assert.match(await evil.locator(".diff .add").first().textContent(), /<img src=x onerror=/);
+  assert.equal(await page.evaluate(() => document.body.dataset.pwned ?? null), null);
+  await page.screenshot({ path: join(shots, "04-patch-and-hostile-content.png"), fullPage: true });
+
+  step("a decision made elsewhere removes the card live");
+  const cli = spawn(process.env.AIRLOCK_BIN, ["deny", hostile, "--reason", "from the terminal"], {
+    cwd: workspace,
+    env: { ...process.env, AIRLOCK_USER: "terminal-user" },
+    stdio: "ignore",
+  });
+  await new Promise((resolve) => cli.on("exit", resolve));
+  await evil.waitFor({ state: "detached", timeout: 10000 });
+  await patched.locator("button.deny").click();
+  await patched.waitFor({ state: "detached", timeout: 10000 });
+
+  step("the audit view lists the events and the chain's status");
+  await page.locator("#tab-audit").click();
+  await page.locator("#chain.ok").waitFor({ timeout: 10000 });
+  assert.match(await page.locator("#chain").textContent(), /Chain verified: \d+ records/);
+  const events = await page.locator("#audit-table tbody tr td:nth-child(3)").allTextContents();
+  for (const event of ["write_file_propose", "hitl_decision", "write_file_apply"]) {
+    assert.ok(events.includes(event), `no ${event} in ${events}`);
+  }
+  await page.screenshot({ path: join(shots, "05-audit-phone.png"), fullPage: true });
+
+  step("the audit view filters");
+  await page.locator("#audit-event").fill("hitl_decision");
+  await page.locator("#audit-filter").fill("decision=deny");
+  await page.locator("#audit-form button").click();
+  await page.waitForFunction(() => {
+    const rows = [...document.querySelectorAll("#audit-table tbody tr")];
+    return rows.length > 0 && rows.every((row) => row.dataset.event === "hitl_decision");
+  });
+  const decisions = await page.locator("#audit-table tbody tr td:nth-child(6)").allTextContents();
+  assert.deepEqual(decisions, ["deny", "deny", "deny"]);
+
+  step("a wide screen");
+  await page.setViewportSize({ width: 1280, height: 900 });
+  await page.locator("#tab-pending").click();
+  await propose("write_file", { path: "d.txt", content: "d\n" });
+  await page.locator("li.card").first().waitFor({ timeout: 10000 });
+  await page.screenshot({ path: join(shots, "06-desktop.png"), fullPage: true });
+
+  step("a bad token is refused");
+  const stranger = await context.newPage();
+  await stranger.goto(base + "/#token=not-a-token");
+  await stranger.locator("#login-view").waitFor({ state: "visible", timeout: 10000 });
+  assert.match(await stranger.locator("#login-error").textContent(), /not accepted/);
+
+  assert.deepEqual(pageErrors, [], "the page reported errors");
+  console.log(`ok: ${steps.length} steps; screenshots in ${shots}`);
+} finally {
+  await browser.close();
+  server.kill();
+  rmSync(workspace, { recursive: true, force: true });
+}
