@@ -1,0 +1,461 @@
+//! The approval API through the router itself (no socket): every status
+//! code with its reason, for each way a request can be wrong. The same API
+//! over a real socket, end to end, is in `airlock-cli/tests/http_api.rs`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+
+use airlock_http::{Auth, router};
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use tower::ServiceExt as _;
+
+const AGENT: &str = "router-agent";
+const APPROVER: &str = "router-approver";
+const ADMIN: &str = "router-admin";
+
+struct App {
+    router: Router,
+    dir: tempfile::TempDir,
+    _gateway: Arc<airlock_mcp::Gateway>,
+}
+
+async fn app(extra: &str) -> App {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    std::fs::write(root.join("a.txt"), "hello\n").unwrap();
+    let sha = |token: &str| hex::encode(Sha256::digest(token.as_bytes()));
+    let yaml = format!(
+        "auth:\n  tokens:\n    \
+         - {{name: agent, sha256: \"{}\", roles: [agent], user: u1}}\n    \
+         - {{name: phone, sha256: \"{}\", roles: [approver], user: u1}}\n    \
+         - {{name: root, sha256: \"{}\", roles: [admin]}}\n\
+         security:\n  hitl:\n    approval_mode: defer\n{extra}",
+        sha(AGENT),
+        sha(APPROVER),
+        sha(ADMIN)
+    );
+    let mut loaded = airlock_core::config::load(&yaml, "airlock.yaml").unwrap();
+    let root_text = root.to_str().unwrap().to_owned();
+    let config_path = format!("{root_text}/airlock.yaml");
+    loaded.policy.bind_workspace(&root_text, Some(&config_path));
+    let tokens = loaded.config.auth.tokens.clone();
+    let gateway = airlock_mcp::Gateway::start(
+        airlock_broker::Workspace { root, loaded },
+        airlock_mcp::GatewayOptions::default(),
+    )
+    .await
+    .unwrap();
+    let router = router(
+        gateway.clone(),
+        Auth::new(tokens, None),
+        "http://airlock.test".to_owned(),
+    )
+    .unwrap();
+    App {
+        router,
+        dir,
+        _gateway: gateway,
+    }
+}
+
+impl App {
+    /// One request: the status and the JSON body (`Value::String` when not JSON).
+    async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        auth: Option<&str>,
+        body: impl Into<Body>,
+    ) -> (StatusCode, Value) {
+        let mut request = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("content-type", "application/json");
+        if let Some(auth) = auth {
+            request = request.header("authorization", auth);
+        }
+        let response = self
+            .router
+            .clone()
+            .oneshot(request.body(body.into()).unwrap())
+            .await
+            .unwrap();
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        let value = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+        (status, value)
+    }
+
+    async fn call(&self, token: &str, body: Value) -> (StatusCode, Value) {
+        self.send(
+            "POST",
+            "/v1/tools/call",
+            Some(&format!("Bearer {token}")),
+            body.to_string(),
+        )
+        .await
+    }
+
+    async fn propose(&self, path: &str) -> String {
+        let (status, body) = self
+            .call(
+                AGENT,
+                json!({"tool": "write_file", "arguments": {"path": path, "content": "x\n"}}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+        body["approval_id"].as_str().unwrap().to_owned()
+    }
+}
+
+/// One request that must be refused: what is sent and what comes back.
+struct Case {
+    what: &'static str,
+    method: &'static str,
+    path: String,
+    auth: Option<String>,
+    body: Vec<u8>,
+    status: u16,
+    code: &'static str,
+}
+
+fn case(
+    what: &'static str,
+    method: &'static str,
+    path: &str,
+    token: Option<&str>,
+    body: &[u8],
+    status: u16,
+    code: &'static str,
+) -> Case {
+    Case {
+        what,
+        method,
+        path: path.to_owned(),
+        auth: token.map(|token| format!("Bearer {token}")),
+        body: body.to_vec(),
+        status,
+        code,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_refusal_has_its_status_and_code_and_changes_nothing() {
+    let app = app("").await;
+    let pending = app.propose("b.txt").await;
+    let decided = app.propose("c.txt").await;
+    let (status, body) = app
+        .send(
+            "POST",
+            &format!("/hitl/decide/{decided}"),
+            Some(&format!("Bearer {ADMIN}")),
+            r#"{"decision": "deny"}"#,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let decide_pending = format!("/hitl/decide/{pending}");
+    let approve = br#"{"decision": "approve"}"#;
+    let huge = format!(
+        r#"{{"decision": "approve", "reason": "{}"}}"#,
+        "x".repeat(1024 * 1024 + 1)
+    );
+    let mut cases = vec![
+        case(
+            "no token",
+            "GET",
+            "/hitl/pending",
+            None,
+            b"",
+            401,
+            "unauthorized",
+        ),
+        case(
+            "unknown token",
+            "GET",
+            "/hitl/pending",
+            Some("nope"),
+            b"",
+            401,
+            "unauthorized",
+        ),
+        case(
+            "an agent lists",
+            "GET",
+            "/hitl/pending",
+            Some(AGENT),
+            b"",
+            403,
+            "forbidden",
+        ),
+        case(
+            "an agent decides",
+            "POST",
+            &decide_pending,
+            Some(AGENT),
+            approve,
+            403,
+            "forbidden",
+        ),
+        case(
+            "an approver submits",
+            "POST",
+            "/v1/tools/call",
+            Some(APPROVER),
+            br#"{"tool": "read_file", "arguments": {"path": "a.txt"}}"#,
+            403,
+            "forbidden",
+        ),
+        case(
+            "an approver reads the audit",
+            "GET",
+            "/audit",
+            Some(APPROVER),
+            b"",
+            403,
+            "forbidden",
+        ),
+        case(
+            "an approver verifies the audit",
+            "GET",
+            "/audit/verify",
+            Some(APPROVER),
+            b"",
+            403,
+            "forbidden",
+        ),
+        case(
+            "an agent watches events",
+            "GET",
+            "/hitl/events",
+            Some(AGENT),
+            b"",
+            403,
+            "forbidden",
+        ),
+        case(
+            "malformed JSON",
+            "POST",
+            "/v1/tools/call",
+            Some(AGENT),
+            b"{not json",
+            400,
+            "invalid_input",
+        ),
+        case(
+            "an unknown field",
+            "POST",
+            "/v1/tools/call",
+            Some(AGENT),
+            br#"{"tool": "read_file", "argz": {}}"#,
+            400,
+            "invalid_input",
+        ),
+        case(
+            "a tool's invalid input",
+            "POST",
+            "/v1/tools/call",
+            Some(AGENT),
+            br#"{"tool": "read_file", "arguments": {"path": 7}}"#,
+            400,
+            "invalid_input",
+        ),
+        case(
+            "no decision",
+            "POST",
+            &decide_pending,
+            Some(APPROVER),
+            b"{}",
+            400,
+            "invalid_input",
+        ),
+        case(
+            "a decision that is neither",
+            "POST",
+            &decide_pending,
+            Some(APPROVER),
+            br#"{"decision": "maybe"}"#,
+            400,
+            "invalid_input",
+        ),
+        case(
+            "content with a denial",
+            "POST",
+            &decide_pending,
+            Some(APPROVER),
+            br#"{"decision": "deny", "content": "x"}"#,
+            400,
+            "invalid_input",
+        ),
+        case(
+            "a bad audit filter",
+            "GET",
+            "/audit?filter=nokey",
+            Some(ADMIN),
+            b"",
+            400,
+            "invalid_input",
+        ),
+        case(
+            "a bad audit limit",
+            "GET",
+            "/audit?limit=-1",
+            Some(ADMIN),
+            b"",
+            400,
+            "invalid_input",
+        ),
+        case(
+            "an unknown approval",
+            "GET",
+            "/hitl/pending/hitl-nope",
+            Some(APPROVER),
+            b"",
+            404,
+            "not_found",
+        ),
+        case(
+            "deciding an unknown one",
+            "POST",
+            "/hitl/decide/hitl-nope",
+            Some(APPROVER),
+            approve,
+            404,
+            "not_found",
+        ),
+        case(
+            "the result of an unknown one",
+            "GET",
+            "/hitl/result/hitl-nope",
+            Some(AGENT),
+            b"",
+            404,
+            "not_found",
+        ),
+        case(
+            "deciding twice",
+            "POST",
+            &format!("/hitl/decide/{decided}"),
+            Some(APPROVER),
+            approve,
+            409,
+            "already_decided",
+        ),
+        case(
+            "a body over 1 MiB",
+            "POST",
+            &decide_pending,
+            Some(APPROVER),
+            huge.as_bytes(),
+            413,
+            "too_large",
+        ),
+    ];
+    cases.push(Case {
+        auth: Some(format!("Basic {ADMIN}")),
+        ..case(
+            "not a bearer token",
+            "GET",
+            "/hitl/pending",
+            None,
+            b"",
+            401,
+            "unauthorized",
+        )
+    });
+    let mut failures = Vec::new();
+    for case in &cases {
+        let (status, body) = app
+            .send(
+                case.method,
+                &case.path,
+                case.auth.as_deref(),
+                case.body.clone(),
+            )
+            .await;
+        let code = body["error"]["code"].as_str().unwrap_or("?");
+        let message = body["error"]["message"].as_str().unwrap_or("");
+        if (status.as_u16(), code) != (case.status, case.code) || message.is_empty() {
+            failures.push(format!(
+                "{}: {} {} gave {status} {body}, wanted {} {}",
+                case.what, case.method, case.path, case.status, case.code
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // None of it changed anything: the proposal is still pending, no file
+    // was written.
+    let (_, shown) = app
+        .send(
+            "GET",
+            &format!("/hitl/pending/{pending}"),
+            Some(&format!("Bearer {APPROVER}")),
+            "",
+        )
+        .await;
+    assert_eq!(shown["status"], "pending");
+    assert!(!app.dir.path().join("b.txt").exists());
+    assert!(!app.dir.path().join("c.txt").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_many_pending_approvals_are_429_and_reads_still_pass() {
+    let app = app("    max_pending: 2\n    max_pending_per_session: 2\n").await;
+    app.propose("one.txt").await;
+    app.propose("two.txt").await;
+    let (status, body) = app
+        .call(
+            AGENT,
+            json!({"tool": "write_file", "arguments": {"path": "three.txt", "content": "x"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    assert_eq!(body["error"]["code"], "rate_limited");
+    let (status, body) = app
+        .call(
+            AGENT,
+            json!({"tool": "read_file", "arguments": {"path": "a.txt"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["data"]["content"], "hello\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approved_through_the_router_the_result_follows() {
+    let app = app("").await;
+    let id = app.propose("d.txt").await;
+    let result = format!("/hitl/result/{id}");
+    let agent = format!("Bearer {AGENT}");
+    let (status, body) = app.send("GET", &result, Some(&agent), "").await;
+    assert_eq!(
+        (status, &body["status"]),
+        (StatusCode::ACCEPTED, &json!("pending"))
+    );
+    let (status, body) = app
+        .send(
+            "POST",
+            &format!("/hitl/decide/{id}"),
+            Some(&format!("Bearer {APPROVER}")),
+            r#"{"decision": "approve", "reason": "fine"}"#,
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let (status, body) = app.send("GET", &result, Some(&agent), "").await;
+    assert_eq!(
+        (status, &body["status"]),
+        (StatusCode::OK, &json!("allowed")),
+        "{body}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(app.dir.path().join("d.txt")).unwrap(),
+        "x\n"
+    );
+}
