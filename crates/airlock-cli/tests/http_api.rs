@@ -995,6 +995,40 @@ fn webhooks_carry_signed_one_time_links_that_confirm_before_deciding() {
 }
 
 #[test]
+fn a_link_expires_with_its_approval() {
+    let (hook, hooked) = hook_receiver(0);
+    // In wait mode an approval lives as long as the call waits: 1 s here.
+    let rules = format!(
+        "security:\n  hitl:\n    rules:\n      - tools: [write_file]\n        risk: high\n        timeout: 1\n\
+         notify:\n  webhooks:\n    - {{url: \"{hook}\", events: [created]}}\n"
+    );
+    let server = Server::start(&config(&rules));
+    let (status, body) = server.post("/v1/tools/call", Some(AGENT), &write_call("a.txt"));
+    assert_eq!(status, 202, "{body}");
+    let created = hooked.recv_timeout(Duration::from_secs(20)).unwrap();
+    assert_eq!(created["approval"]["risk"], "high");
+    let approve = link_path(&created["links"]["approve"], &server).to_owned();
+    let expires_ms = created["approval"]["expires_ms"].as_u64().unwrap();
+    while airlock_now_ms() <= expires_ms + 50 {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let form = "Content-Type: application/x-www-form-urlencoded\r\n";
+    for method in ["GET", "POST"] {
+        let (status, head, _) = exchange(&server.addr, method, &approve, form, b"");
+        assert_eq!(status, 409, "{method}");
+        assert!(head.contains("x-airlock-error: expired"), "{head}");
+    }
+    assert_eq!(read(&server.path("a.txt")).as_deref(), Some("hello\n"));
+}
+
+fn airlock_now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+#[test]
 fn the_web_ui_and_the_api_description_need_no_token_and_the_page_is_locked_down() {
     let server = Server::start(&config(DEFER));
     for (path, kind) in [
