@@ -63,6 +63,78 @@ async function propose(tool, args) {
   return body.approval_id;
 }
 
+// An agent over MCP (streamable HTTP at /mcp), with a client that can be
+// asked (elicitation) but leaves the question to the human at the browser.
+async function mcpPost(body, session) {
+  const headers = {
+    "Content-Type": "application/json",
+    Accept: "application/json, text/event-stream",
+  };
+  if (session) {
+    headers["Mcp-Session-Id"] = session;
+    headers["MCP-Protocol-Version"] = "2025-11-25";
+  }
+  return fetch(base + "/mcp", { method: "POST", headers, body: JSON.stringify(body) });
+}
+
+// The JSON-RPC message answering `id` in a response (JSON or an SSE stream).
+async function answerTo(response, id) {
+  if ((response.headers.get("content-type") || "").startsWith("application/json")) {
+    return response.json();
+  }
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) throw new Error(`the stream ended before the answer to ${id}`);
+    buffer += decoder.decode(value, { stream: true });
+    let end;
+    while ((end = buffer.search(/\r?\n\r?\n/)) >= 0) {
+      const block = buffer.slice(0, end);
+      buffer = buffer.slice(end).replace(/^\r?\n\r?\n/, "");
+      const data = block.split(/\r?\n/).filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trim()).join("\n");
+      if (!data) continue;
+      const message = JSON.parse(data);
+      if (message.id === id && ("result" in message || "error" in message)) {
+        reader.cancel().catch(() => {});
+        return message;
+      }
+    }
+  }
+}
+
+async function mcpSession() {
+  const init = await mcpPost({
+    jsonrpc: "2.0",
+    id: 1,
+    method: "initialize",
+    params: {
+      protocolVersion: "2025-11-25",
+      capabilities: { elicitation: {} },
+      clientInfo: { name: "browser-test-agent", version: "1.0.0" },
+    },
+  });
+  assert.equal(init.status, 200);
+  const session = init.headers.get("mcp-session-id");
+  assert.ok(session, "no Mcp-Session-Id");
+  const initialized = await answerTo(init, 1);
+  assert.ok(initialized.result, JSON.stringify(initialized));
+  const notified = await mcpPost({ jsonrpc: "2.0", method: "notifications/initialized" }, session);
+  assert.equal(notified.status, 202);
+  return session;
+}
+
+// A decision is shown as soon as it is stored; its file changes a moment
+// later, when the apply is done.
+async function eventually(path, expected) {
+  const deadline = Date.now() + 10000;
+  while (read(path) !== expected && Date.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+  assert.equal(read(path), expected, `${path} never became ${JSON.stringify(expected)}`);
+}
+
 const read = (path) => (existsSync(join(workspace, path)) ? readFileSync(join(workspace, path), "utf8") : null);
 
 // ------------------------------------------------------------------ browser
@@ -127,8 +199,24 @@ try {
   step("approve it: it disappears and the file changes");
   await card.locator("button.approve").click();
   await card.waitFor({ state: "detached", timeout: 10000 });
-  assert.equal(read("a.txt"), "new line\nkept\n");
+  await eventually("a.txt", "new line\nkept\n");
   await page.locator("#pending-empty").waitFor({ state: "visible" });
+
+  step("a write proposed over MCP is approved in the browser; the MCP call returns");
+  const session = await mcpSession();
+  const mcpCall = mcpPost(
+    { jsonrpc: "2.0", id: 2, method: "tools/call", params: { name: "write_file", arguments: { path: "mcp.txt", content: "from mcp\n" } } },
+    session,
+  ).then((response) => answerTo(response, 2));
+  const viaMcp = page.locator("li.card", { hasText: "mcp.txt" });
+  await viaMcp.waitFor({ timeout: 10000 });
+  assert.deepEqual(await viaMcp.locator(".diff .add").allTextContents(), ["+from mcp"]);
+  await viaMcp.locator("button.approve").click();
+  await viaMcp.waitFor({ state: "detached", timeout: 10000 });
+  const answered = await mcpCall;
+  assert.equal(answered.result.structuredContent.status, "allowed", JSON.stringify(answered));
+  assert.equal(answered.result.structuredContent.decision.channel, "http");
+  assert.equal(read("mcp.txt"), "from mcp\n");
 
   step("deny another, with a reason");
   const second = await propose("write_file", { path: "b.txt", content: "b replaced\n" });
@@ -151,7 +239,7 @@ try {
   await page.screenshot({ path: join(shots, "03-edit-before-approve.png"), fullPage: true });
   await edited.locator("button.approve").click();
   await edited.waitFor({ state: "detached", timeout: 10000 });
-  assert.equal(read("c.txt"), "c edited by a human\n");
+  await eventually("c.txt", "c edited by a human\n");
 
   step("a multi-file patch shows each file, collapsible");
   const patch = [
