@@ -198,6 +198,9 @@ pub struct Broker {
     forwarder: Option<Arc<dyn Forwarder>>,
 }
 
+/// The longest an always-allow with an expiry may last (10 years).
+const MAX_GRANT_MS: u64 = 10 * 365 * 24 * 60 * 60 * 1000;
+
 /// Milliseconds since the Unix epoch, now.
 pub fn now_ms() -> u64 {
     SystemTime::now()
@@ -1448,6 +1451,25 @@ impl Broker {
                 format!("always-allow is not permitted for {} risk", approval.risk),
             ));
         }
+        if request
+            .always
+            .and_then(|always| always.for_ms)
+            .is_some_and(|for_ms| for_ms > MAX_GRANT_MS)
+        {
+            return Err(BrokerError::refused(
+                ErrorCode::InvalidInput,
+                "an always-allow lasts at most 10 years (leave the duration out for one that never expires)",
+            ));
+        }
+        if request
+            .always
+            .is_some_and(|always| !always.persistent && approval.session.is_none())
+        {
+            return Err(BrokerError::refused(
+                ErrorCode::InvalidInput,
+                "a session grant needs a call made in a session; use --scope persistent",
+            ));
+        }
         if request.always.is_some() && !request.approve {
             return Err(BrokerError::refused(
                 ErrorCode::InvalidInput,
@@ -1626,10 +1648,14 @@ impl Broker {
         );
         match logged {
             Some(_) => Ok(()),
-            None => Err(BrokerError::refused(
-                ErrorCode::IoError,
-                "the grant could not be recorded in the audit log",
-            )),
+            None => {
+                // No grant is in force that the log does not show.
+                let _ = self.store.delete_grant(&row.id);
+                Err(BrokerError::refused(
+                    ErrorCode::IoError,
+                    "the grant could not be recorded in the audit log; it was not made",
+                ))
+            }
         }
     }
 

@@ -64,14 +64,33 @@ pub fn redact_params(params: &Value) -> Value {
         }
         Value::Array(items) => Value::Array(items.iter().map(redact_params).collect()),
         Value::String(text) => redact_string(text),
-        Value::Number(number) => {
-            let value = Value::Number(number.clone());
-            match canonical::to_canonical_string(&value) {
-                Ok(_) => value,
-                Err(_) => Value::String(number.to_string()),
-            }
-        }
+        Value::Number(number) => exact_number(number),
         Value::Null | Value::Bool(_) => params.clone(),
+    }
+}
+
+/// `value` with every number RFC 8785 cannot represent exactly (an integer
+/// beyond 2^53) turned into its decimal string, and nothing else changed:
+/// for values an audit record carries that are not parameters (ranges,
+/// expiries), so that no input can make a record unwritable.
+pub fn exact_numbers(value: Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(name, item)| (name, exact_numbers(item)))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.into_iter().map(exact_numbers).collect()),
+        Value::Number(number) => exact_number(&number),
+        other => other,
+    }
+}
+
+fn exact_number(number: &serde_json::Number) -> Value {
+    let value = Value::Number(number.clone());
+    match canonical::to_canonical_string(&value) {
+        Ok(_) => value,
+        Err(_) => Value::String(number.to_string()),
     }
 }
 

@@ -483,7 +483,8 @@ async fn result(
     }
     let status = approval.status.as_str();
     match approval.result_json.as_deref() {
-        None if status == "pending" || status == "approved" => (
+        // Pending, approved, or being applied: the outcome is still to come.
+        None if !approval.status.is_settled() => (
             StatusCode::ACCEPTED,
             axum::Json(json!({"approval_id": approval.id, "status": status})),
         )

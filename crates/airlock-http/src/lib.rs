@@ -146,7 +146,13 @@ async fn identify(auth: Auth, mut request: Request, next: Next) -> Response {
         .headers()
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
-        .map(|value| value.strip_prefix("Bearer ").map(str::trim));
+        // The scheme is case-insensitive (RFC 7235).
+        .map(|value| {
+            value
+                .split_once(' ')
+                .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+                .map(|(_, token)| token.trim())
+        });
     match presented {
         Some(Some(token)) => match auth.identify(token) {
             Some(caller) => {

@@ -213,7 +213,28 @@ pub(crate) fn document(call: Schema, decide: Schema, audit_params: Schema) -> Va
                 "last_seq": {"type": "integer"},
             },
         },
-        "EventStream": {"type": "string"},
+        // The schema of an event stream describes each event (as
+        // `itemSchema` does from OpenAPI 3.2 on), not the stream's text.
+        "EventStream": {
+            "description": "One event: `created`, `decided` or `expired` with the approval as `/hitl/pending/{id}` shows it, or `resync` (data `{}`): events were missed, reload the list",
+            "type": "object",
+            "required": ["event", "data"],
+            "properties": {
+                "event": {"enum": ["created", "decided", "expired", "resync"]},
+                "data": {
+                    "type": "string",
+                    "contentMediaType": "application/json",
+                    "contentSchema": {"$ref": "#/components/schemas/EventData"},
+                },
+            },
+        },
+        "EventData": {
+            "type": "object",
+            "properties": {
+                "type": {"enum": ["created", "decided", "expired"]},
+                "approval": {"$ref": "#/components/schemas/Approval"},
+            },
+        },
         "Page": {"type": "string"},
         "LinkForm": {
             "type": "object",

@@ -295,6 +295,15 @@ async fn every_refusal_has_its_status_and_code_and_changes_nothing() {
             "invalid_input",
         ),
         case(
+            "an always-allow for longer than 10 years",
+            "POST",
+            &decide_pending,
+            Some(APPROVER),
+            br#"{"decision": "approve", "always": {"scope": "persistent", "for_seconds": 18446744073709551615}}"#,
+            400,
+            "invalid_input",
+        ),
+        case(
             "a bad audit filter",
             "GET",
             "/audit?filter=nokey",
@@ -370,6 +379,16 @@ async fn every_refusal_has_its_status_and_code_and_changes_nothing() {
             "unauthorized",
         )
     });
+    // The scheme is case-insensitive.
+    let (status, body) = app
+        .send(
+            "GET",
+            "/hitl/pending",
+            Some(&format!("bearer {APPROVER}")),
+            "",
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
     let mut failures = Vec::new();
     for case in &cases {
         let (status, body) = app
@@ -457,5 +476,30 @@ async fn approved_through_the_router_the_result_follows() {
     assert_eq!(
         std::fs::read_to_string(app.dir.path().join("d.txt")).unwrap(),
         "x\n"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn integers_beyond_2_53_in_a_call_are_audited_not_an_io_error() {
+    let app = app("").await;
+    let (status, body) = app
+        .call(
+            AGENT,
+            json!({"tool": "read_file", "arguments": {"path": "a.txt", "start_line": 9007199254740993u64}}),
+        )
+        .await;
+    assert_ne!(body["error"]["code"], "io_error", "{body}");
+    assert!(
+        status.is_success() || status.is_client_error(),
+        "{status} {body}"
+    );
+    assert!(body["audit"]["event_hash"].is_string(), "unaudited: {body}");
+    let (status, verify) = app
+        .send("GET", "/audit/verify", Some(&format!("Bearer {ADMIN}")), "")
+        .await;
+    assert_eq!(
+        (status, &verify["ok"]),
+        (StatusCode::OK, &json!(true)),
+        "{verify}"
     );
 }

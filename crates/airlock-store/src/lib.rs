@@ -85,6 +85,18 @@ impl ApprovalStatus {
         }
     }
 
+    /// No further change will come: the outcome is final.
+    pub const fn is_settled(self) -> bool {
+        matches!(
+            self,
+            ApprovalStatus::Applied
+                | ApprovalStatus::Failed
+                | ApprovalStatus::Denied
+                | ApprovalStatus::Expired
+                | ApprovalStatus::Cancelled
+        )
+    }
+
     fn parse(text: &str) -> Result<ApprovalStatus, StoreError> {
         [
             ApprovalStatus::Pending,
@@ -725,6 +737,14 @@ impl Store {
                     status: current.status,
                 })
             }
+        })
+    }
+
+    /// Removes a grant (one whose creation could not be audited).
+    pub fn delete_grant(&self, id: &str) -> Result<(), StoreError> {
+        self.with(|conn| {
+            conn.execute("DELETE FROM grants WHERE id = ?1", params![id])?;
+            Ok(())
         })
     }
 
