@@ -25,6 +25,7 @@ const workspace = mkdtempSync(join(tmpdir(), "airlock-web-"));
 writeFileSync(join(workspace, "a.txt"), "old line\nkept\n");
 writeFileSync(join(workspace, "b.txt"), "b stays\n");
 writeFileSync(join(workspace, "c.txt"), "c old\n");
+writeFileSync(join(workspace, "spoof.sql"), "-- header\nselect 1;\n");
 mkdirSync(join(workspace, "src"));
 writeFileSync(join(workspace, "src", "one.rs"), "fn one() {}\n");
 writeFileSync(join(workspace, "src", "two.rs"), "fn two() {}\n");
@@ -278,6 +279,17 @@ try {
   assert.equal(await page.evaluate(() => document.body.dataset.pwned ?? null), null);
   await page.screenshot({ path: join(shots, "04-patch-and-hostile-content.png"), fullPage: true });
 
+  step("lines of a file that look like diff headers stay in their file");
+  const spoof = await propose("write_file", { path: "spoof.sql", content: "++ b/harmless.txt\nselect 1;\n" });
+  const spoofed = page.locator(`li.card[data-id="${spoof}"]`);
+  await spoofed.waitFor({ timeout: 10000 });
+  assert.equal(await spoofed.locator(".diff details").count(), 1);
+  assert.match(await spoofed.locator(".diff summary").textContent(), /^spoof\.sql {2}\+1 −1$/);
+  assert.deepEqual(await spoofed.locator(".diff .del").allTextContents(), ["--- header"]);
+  assert.deepEqual(await spoofed.locator(".diff .add").allTextContents(), ["+++ b/harmless.txt"]);
+  await spoofed.locator("button.deny").click();
+  await spoofed.waitFor({ state: "detached", timeout: 10000 });
+
   step("a decision made elsewhere removes the card live");
   const cli = spawn(process.env.AIRLOCK_BIN, ["deny", hostile, "--reason", "from the terminal"], {
     cwd: workspace,
@@ -308,7 +320,7 @@ try {
     return rows.length > 0 && rows.every((row) => row.dataset.event === "hitl_decision");
   });
   const decisions = await page.locator("#audit-table tbody tr td:nth-child(6)").allTextContents();
-  assert.deepEqual(decisions, ["deny", "deny", "deny"]);
+  assert.deepEqual(decisions, ["deny", "deny", "deny", "deny"]);
 
   step("a wide screen");
   await page.setViewportSize({ width: 1280, height: 900 });

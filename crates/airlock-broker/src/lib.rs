@@ -1476,6 +1476,12 @@ impl Broker {
                 "always-allow applies to approvals",
             ));
         }
+        if request.content.is_some() && approval.status != ApprovalStatus::Pending {
+            return Err(BrokerError::Store(StoreError::AlreadyDecided {
+                id: id.to_owned(),
+                status: approval.status,
+            }));
+        }
         let edited = match &request.content {
             Some(_) if !request.approve => {
                 return Err(BrokerError::refused(
@@ -1650,7 +1656,12 @@ impl Broker {
             Some(_) => Ok(()),
             None => {
                 // No grant is in force that the log does not show.
-                let _ = self.store.delete_grant(&row.id);
+                if let Err(error) = self.store.delete_grant(&row.id) {
+                    eprintln!(
+                        "airlock: grant {} could not be audited nor removed: {error}",
+                        row.id
+                    );
+                }
                 Err(BrokerError::refused(
                     ErrorCode::IoError,
                     "the grant could not be recorded in the audit log; it was not made",

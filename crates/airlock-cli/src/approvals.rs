@@ -379,15 +379,18 @@ fn edit_in_editor(broker: &Broker, id: &str) -> Result<Option<Vec<u8>>, Failure>
                 .filter(|value| !value.trim().is_empty())
         })
         .unwrap_or_else(|| "vi".to_owned());
-    // A private file named like the target, so the editor highlights it.
-    let name = approval
+    // A private file with the target's extension (so the editor highlights
+    // it), and nothing else of the agent-chosen name.
+    let extension: String = approval
         .path
         .as_deref()
-        .and_then(|path| std::path::Path::new(path).file_name())
-        .map_or_else(
-            || "content".to_owned(),
-            |name| name.to_string_lossy().into_owned(),
-        );
+        .and_then(|path| std::path::Path::new(path).extension())
+        .map(|extension| extension.to_string_lossy().into_owned())
+        .filter(|extension| {
+            extension.len() <= 12 && extension.bytes().all(|b| b.is_ascii_alphanumeric())
+        })
+        .unwrap_or_else(|| "txt".to_owned());
+    let name = format!("proposed.{extension}");
     let dir = tempfile::Builder::new()
         .prefix("airlock-edit-")
         .tempdir()

@@ -20,6 +20,11 @@ pub(crate) struct ServeArgs {
     /// Serve MCP over streamable HTTP at /mcp and /mcp/{profile} on this address.
     #[arg(long, value_name = "ADDR")]
     http: Option<SocketAddr>,
+    /// The address people reach this server at (behind a proxy, or another
+    /// host name), which webhook links and the UI address start with
+    /// [default: http://ADDR].
+    #[arg(long, value_name = "URL", requires = "http")]
+    public_url: Option<String>,
     /// The profile bound to the stdio endpoint (default: `default_profile`).
     #[arg(long, value_name = "P")]
     profile: Option<String>,
@@ -50,6 +55,16 @@ pub(crate) fn serve(
         )));
     }
     check_profile(&workspace, args.profile.as_deref())?;
+    if let Some(url) = &args.public_url {
+        let rest = url
+            .strip_prefix("http://")
+            .or_else(|| url.strip_prefix("https://"));
+        if rest.is_none_or(|rest| rest.is_empty() || rest.contains(char::is_whitespace)) {
+            return Err(Failure::usage(anyhow!(
+                "--public-url must be an http:// or https:// URL, not {url:?}"
+            )));
+        }
+    }
     let session = SessionOptions {
         profile: args.profile.clone(),
         user: Some(crate::approvals::terminal_user()),
@@ -62,7 +77,7 @@ pub(crate) fn serve(
         GatewayOptions::default(),
         session,
         args.stdio,
-        args.http,
+        args.http.map(|addr| (addr, args.public_url.clone())),
     )
 }
 
@@ -176,7 +191,7 @@ fn run(
     options: GatewayOptions,
     session: SessionOptions,
     stdio: bool,
-    http: Option<SocketAddr>,
+    http: Option<(SocketAddr, Option<String>)>,
 ) -> Result<u8, Failure> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -199,8 +214,8 @@ fn run(
             (true, None) => airlock_mcp::serve_stdio(gateway.clone(), session)
                 .await
                 .map_err(|error| Failure::internal(anyhow!("{error}"))),
-            (stdio, Some(addr)) => {
-                let served = airlock_http::serve(gateway.clone(), tokens, addr, |bound, login| {
+            (stdio, Some((addr, public_url))) => {
+                let served = airlock_http::serve(gateway.clone(), tokens, addr, public_url, |bound, login| {
                     eprintln!("airlock: serving MCP at http://{bound}/mcp");
                     match login {
                         Some(login) => {

@@ -47,11 +47,17 @@ struct Server {
 
 impl Server {
     fn start(config: &str) -> Server {
+        Server::start_with(config, &[])
+    }
+
+    /// `airlock serve --http 127.0.0.1:0 <extra>`.
+    fn start_with(config: &str, extra: &[&str]) -> Server {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("airlock.yaml"), config).unwrap();
         std::fs::write(dir.path().join("a.txt"), "hello\n").unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_airlock"))
             .args(["serve", "--http", "127.0.0.1:0"])
+            .args(extra)
             .current_dir(dir.path())
             .env("AIRLOCK_USER", "tester")
             .stdin(Stdio::null())
@@ -1019,6 +1025,51 @@ fn a_link_expires_with_its_approval() {
         assert!(head.contains("x-airlock-error: expired"), "{head}");
     }
     assert_eq!(read(&server.path("a.txt")).as_deref(), Some("hello\n"));
+}
+
+#[test]
+fn links_start_with_the_public_url_when_one_is_given() {
+    let (hook, hooked) = hook_receiver(0);
+    let hooks = format!(
+        "security:\n  hitl:\n    approval_mode: defer\n\
+         notify:\n  webhooks:\n    - {{url: \"{hook}\", events: [created]}}\n"
+    );
+    let server = Server::start_with(
+        &config(&hooks),
+        &["--public-url", "https://approvals.example.com/airlock/"],
+    );
+    let (status, pending) = server.post("/v1/tools/call", Some(AGENT), &write_call("b.txt"));
+    assert_eq!(status, 202, "{pending}");
+    let id = pending["approval_id"].as_str().unwrap();
+    let created = hooked.recv_timeout(Duration::from_secs(20)).unwrap();
+    assert_eq!(created["ui"], "https://approvals.example.com/airlock/");
+    let approve = created["links"]["approve"].as_str().unwrap();
+    let prefix = format!("https://approvals.example.com/airlock/hitl/link/{id}/approve?exp=");
+    assert!(approve.starts_with(&prefix), "{approve}");
+    // The same link, on this server, works.
+    let path = approve
+        .strip_prefix("https://approvals.example.com/airlock")
+        .unwrap();
+    assert_eq!(exchange(&server.addr, "GET", path, "", b"").0, 200);
+
+    // Not a URL: refused at start.
+    let out = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args([
+            "serve",
+            "--http",
+            "127.0.0.1:0",
+            "--public-url",
+            "approvals.example.com",
+        ])
+        .current_dir(server.dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--public-url must be"),
+        "{out:?}"
+    );
 }
 
 fn airlock_now_ms() -> u64 {

@@ -55,7 +55,7 @@ fn approvals_are_seen_and_decided_in_a_real_browser() {
         "the browser test failed ({}):\n{stdout}\n{stderr}",
         output.status
     );
-    assert!(stdout.contains("ok: 13 steps"), "{stdout}\n{stderr}");
+    assert!(stdout.contains("ok: 14 steps"), "{stdout}\n{stderr}");
     for shot in [
         "01-logged-in.png",
         "02-pending-write-phone.png",

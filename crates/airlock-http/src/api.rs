@@ -144,7 +144,12 @@ fn parse<T: serde::de::DeserializeOwned>(body: Body) -> Result<T, Response> {
 
 fn broker_failure(error: &BrokerError) -> Response {
     let code = error.code();
-    let status = match code {
+    failure(status_for(code), code, error.to_string())
+}
+
+/// The HTTP status of a broker error's code.
+pub(crate) fn status_for(code: ErrorCode) -> StatusCode {
+    match code {
         ErrorCode::NotFound => StatusCode::NOT_FOUND,
         ErrorCode::AlreadyDecided | ErrorCode::Expired | ErrorCode::Stale | ErrorCode::Conflict => {
             StatusCode::CONFLICT
@@ -152,8 +157,7 @@ fn broker_failure(error: &BrokerError) -> Response {
         ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
         ErrorCode::IoError => StatusCode::INTERNAL_SERVER_ERROR,
         _ => StatusCode::BAD_REQUEST,
-    };
-    failure(status, code, error.to_string())
+    }
 }
 
 fn joined<T>(result: Result<T, tokio::task::JoinError>) -> Result<T, Response> {

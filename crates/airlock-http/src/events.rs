@@ -1,7 +1,8 @@
 //! `GET /hitl/events`: server-sent events for approvals created, decided
 //! and expired, whichever process made or decided them (the store is
 //! shared): the server looks at the store every [`POLL`], expiring overdue
-//! approvals as it goes, and tells every subscriber what changed.
+//! approvals as it goes, and tells every subscriber what changed (`decided`
+//! once the outcome is known: applied, failed, denied).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -16,6 +17,9 @@ use tokio::sync::broadcast;
 
 /// How often the store is looked at.
 const POLL: Duration = Duration::from_millis(200);
+/// How long a `decided` event waits for the approval's outcome (applied,
+/// failed) before it is sent with the status of the moment.
+const SETTLE_WAIT: Duration = Duration::from_secs(10);
 
 /// One change: `created`, `decided` or `expired`, with the approval as the
 /// API shows it.
@@ -38,6 +42,9 @@ impl Events {
         let watcher = sender.clone();
         tokio::spawn(async move {
             let mut known: HashMap<String, ()> = HashMap::new();
+            // Decided but not settled yet (being applied), since when: the
+            // `decided` event waits for the outcome, up to `SETTLE_WAIT`.
+            let mut settling: HashMap<String, std::time::Instant> = HashMap::new();
             let mut first = true;
             loop {
                 let broker = gateway.broker();
@@ -62,11 +69,12 @@ impl Events {
                             approval: approval_view(approval),
                         });
                     }
-                    let gone: Vec<String> = known
+                    let mut gone: Vec<String> = known
                         .keys()
                         .filter(|id| !now.contains_key(*id))
                         .cloned()
                         .collect();
+                    gone.extend(settling.keys().cloned());
                     if !gone.is_empty() {
                         let settled = tokio::task::spawn_blocking(move || {
                             gone.iter()
@@ -76,6 +84,13 @@ impl Events {
                         .await
                         .unwrap_or_default();
                         for approval in settled {
+                            let since = *settling
+                                .entry(approval.id.clone())
+                                .or_insert_with(std::time::Instant::now);
+                            if !approval.status.is_settled() && since.elapsed() < SETTLE_WAIT {
+                                continue;
+                            }
+                            settling.remove(&approval.id);
                             let kind = if approval.status.as_str() == "expired" {
                                 "expired"
                             } else {

@@ -271,13 +271,15 @@ fn generate_admin_token(gateway: &Gateway) -> Result<(String, [u8; 32]), HttpErr
     Ok((token, digest))
 }
 
-/// Serves the router on `addr` until the process ends. `ready` gets the
-/// bound address and, without configured tokens, the login URL with the
-/// generated admin token (shown once).
+/// Serves the router on `addr` until the process ends. Links and the UI
+/// address start with `public_url` (default `http://<bound address>`).
+/// `ready` gets the bound address and, without configured tokens, the login
+/// URL with the generated admin token (shown once).
 pub async fn serve(
     gateway: Arc<Gateway>,
     tokens: Vec<TokenConfig>,
     addr: SocketAddr,
+    public_url: Option<String>,
     ready: impl FnOnce(SocketAddr, Option<String>),
 ) -> Result<(), HttpError> {
     if tokens.is_empty() && !addr.ip().is_loopback() {
@@ -296,7 +298,20 @@ pub async fn serve(
     } else {
         (Auth::new(tokens, None), None)
     };
-    let app = router(gateway, auth, format!("http://{bound}"))?;
+    let base = match public_url {
+        Some(url) => url.trim_end_matches('/').to_owned(),
+        None => {
+            if bound.ip().is_unspecified() && !gateway.broker().config().notify.webhooks.is_empty()
+            {
+                eprintln!(
+                    "airlock: webhook links will point at http://{bound}, which no other machine can open; \
+                     give --public-url"
+                );
+            }
+            format!("http://{bound}")
+        }
+    };
+    let app = router(gateway, auth, base)?;
     ready(bound, login);
     axum::serve(listener, app).await.map_err(HttpError::Serve)
 }

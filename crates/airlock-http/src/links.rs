@@ -340,9 +340,24 @@ async fn confirm(
         Ok(checked) => checked,
         Err(refused) => return refused,
     };
+    let form = match form {
+        Ok(axum::Form(form)) => form,
+        // A form that cannot be read decides nothing.
+        Err(rejection) => {
+            return page(
+                rejection.status(),
+                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    ErrorCode::TooLarge
+                } else {
+                    ErrorCode::InvalidInput
+                },
+                "Not decided",
+                &rejection.body_text(),
+            );
+        }
+    };
     let reason = form
-        .ok()
-        .and_then(|axum::Form(form)| form.reason)
+        .reason
         .map(|reason| reason.trim().to_owned())
         .filter(|reason| !reason.is_empty());
     let approve = checked.decision == Decision::Approve;
@@ -361,7 +376,8 @@ async fn confirm(
     }
     let broker = state.gateway.broker();
     let id = checked.approval.id.clone();
-    let token = format!("link:{}", checked.sig);
+    // One spelling per link: hex in either case verifies the same.
+    let token = format!("link:{}", checked.sig.to_ascii_lowercase());
     let expires_ms = checked.expires_ms;
     let decided = tokio::task::spawn_blocking(move || {
         if !broker.spend_token(&token, expires_ms)? {
@@ -411,15 +427,12 @@ async fn confirm(
             "Link already used",
             "This link was already used.",
         ),
-        Ok(Err(error)) => {
-            let code = error.code();
-            let status = match code {
-                ErrorCode::AlreadyDecided | ErrorCode::Expired => StatusCode::CONFLICT,
-                ErrorCode::IoError => StatusCode::INTERNAL_SERVER_ERROR,
-                _ => StatusCode::BAD_REQUEST,
-            };
-            page(status, code, "Not decided", &error.to_string())
-        }
+        Ok(Err(error)) => page(
+            crate::api::status_for(error.code()),
+            error.code(),
+            "Not decided",
+            &error.to_string(),
+        ),
         Err(error) => page(
             StatusCode::INTERNAL_SERVER_ERROR,
             ErrorCode::IoError,

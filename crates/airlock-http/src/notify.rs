@@ -26,8 +26,10 @@ const IN_FLIGHT: usize = 32;
 /// Starts delivering the events of `events` to the hooks of the
 /// configuration in force (a reload applies to the next event).
 pub(crate) fn start(gateway: Arc<Gateway>, events: &Events, links: Links, base: String) {
+    // A hook that redirects does not get to hand the links on.
     let client = match reqwest::Client::builder()
         .timeout(ATTEMPT_TIMEOUT)
+        .redirect(reqwest::redirect::Policy::none())
         .user_agent(concat!("airlock/", env!("CARGO_PKG_VERSION")))
         .build()
     {
@@ -68,14 +70,17 @@ pub(crate) fn start(gateway: Arc<Gateway>, events: &Events, links: Links, base: 
             }
             let body = Arc::new(payload(&change, &links, config, &base).to_string());
             for url in hooks {
+                // A slot before the task: when hooks are slow, this loop
+                // waits, the channel lags, and the dropped events are
+                // logged, rather than tasks piling up.
+                let Ok(slot) = slots.clone().acquire_owned().await else {
+                    return;
+                };
                 let client = client.clone();
                 let body = body.clone();
-                let slots = slots.clone();
                 tokio::spawn(async move {
-                    let Ok(_slot) = slots.acquire_owned().await else {
-                        return;
-                    };
                     deliver(&client, &url, &body).await;
+                    drop(slot);
                 });
             }
         }

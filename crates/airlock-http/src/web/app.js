@@ -141,50 +141,73 @@ function renderCard(approval) {
 }
 
 // A unified diff, one collapsible block per file; lines coloured by kind.
-function renderDiff(container, diff) {
-  container.replaceChildren();
-  const files = [];
-  let current = null;
+// Hunks are read by their line counts (`@@ -a,b +c,d @@`), so a file's own
+// lines can never pass for a header: a removed "-- x" or an added "++ y"
+// stays a line of the file it belongs to.
+function parseDiff(diff) {
   const lines = diff.split("\n");
   if (lines.length && lines[lines.length - 1] === "") lines.pop();
+  const files = [];
+  let current = null;
+  let oldLeft = 0;
+  let newLeft = 0;
+  const push = (text, kind) => {
+    if (!current) {
+      current = { name: "changes", lines: [] };
+      files.push(current);
+    }
+    current.lines.push({ text, kind });
+  };
   for (let i = 0; i < lines.length; i++) {
     const line = lines[i];
-    if (line.startsWith("--- ") && i + 1 < lines.length && lines[i + 1].startsWith("+++ ")) {
-      const from = line.slice(4);
-      const to = lines[i + 1].slice(4);
-      current = { name: to === "/dev/null" ? from : to, header: [line, lines[i + 1]], body: [] };
-      files.push(current);
-      i++;
+    if (oldLeft > 0 || newLeft > 0) {
+      if (line.startsWith("+")) { newLeft--; push(line, "add"); }
+      else if (line.startsWith("-")) { oldLeft--; push(line, "del"); }
+      else if (line.startsWith("\\")) { push(line, "note"); }
+      else { oldLeft--; newLeft--; push(line, "ctx"); }
       continue;
     }
-    if (!current) {
-      current = { name: "changes", header: [], body: [] };
+    const hunk = line.match(/^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@/);
+    if (hunk) {
+      oldLeft = hunk[1] === undefined ? 1 : Number(hunk[1]);
+      newLeft = hunk[2] === undefined ? 1 : Number(hunk[2]);
+      push(line, "hunk");
+    } else if (line.startsWith("--- ") && i + 1 < lines.length && lines[i + 1].startsWith("+++ ")) {
+      const from = line.slice(4);
+      const to = lines[i + 1].slice(4);
+      current = { name: (to === "/dev/null" ? from : to).replace(/^[ab]\//, ""), lines: [] };
       files.push(current);
+      current.lines.push({ text: line, kind: "file" }, { text: lines[i + 1], kind: "file" });
+      i++;
+    } else {
+      push(line, "ctx");
     }
-    current.body.push(line);
   }
-  for (const file of files) {
+  return files;
+}
+
+function renderDiff(container, diff) {
+  container.replaceChildren();
+  const files = parseDiff(diff);
+  files.forEach((file, index) => {
     const details = document.createElement("details");
-    details.open = files.length <= 3;
+    // The first file is always open; the rest too when there are few.
+    details.open = index === 0 || files.length <= 3;
     const summary = document.createElement("summary");
-    const added = file.body.filter((l) => l.startsWith("+")).length;
-    const removed = file.body.filter((l) => l.startsWith("-")).length;
-    summary.textContent = `${file.name.replace(/^[ab]\//, "")}  +${added} −${removed}`;
+    const added = file.lines.filter((l) => l.kind === "add").length;
+    const removed = file.lines.filter((l) => l.kind === "del").length;
+    summary.textContent = `${file.name}  +${added} −${removed}`;
     details.append(summary);
     const pre = document.createElement("pre");
-    for (const line of file.header.concat(file.body)) {
+    for (const line of file.lines) {
       const span = document.createElement("span");
-      span.className = "line";
-      if (line.startsWith("+++ ") || line.startsWith("--- ")) span.classList.add("file");
-      else if (line.startsWith("+")) span.classList.add("add");
-      else if (line.startsWith("-")) span.classList.add("del");
-      else if (line.startsWith("@@")) span.classList.add("hunk");
-      span.textContent = line;
+      span.className = "line " + line.kind;
+      span.textContent = line.text;
       pre.append(span);
     }
     details.append(pre);
     container.append(details);
-  }
+  });
   if (files.length === 0) {
     const empty = document.createElement("p");
     empty.className = "empty";
@@ -199,7 +222,10 @@ async function openEditor(card, approval) {
   try {
     const full = await api(`/hitl/pending/${encodeURIComponent(approval.id)}`);
     const text = $(".edit-text", card);
-    text.value = full.proposed_content ?? "";
+    const proposed = full.proposed_content ?? "";
+    text.dataset.crlf = proposed.includes("\r\n") ? "1" : "0";
+    text.value = proposed;
+    // What the textarea holds (line ends normalised), to tell an edit.
     text.dataset.proposed = text.value;
     $(".editor", card).hidden = false;
     $(".edit", card).hidden = true;
@@ -226,7 +252,10 @@ async function decide(card, approval, decision) {
     }
     const editor = $(".editor", card);
     const text = $(".edit-text", card);
-    if (!editor.hidden && text.value !== text.dataset.proposed) body.content = text.value;
+    if (!editor.hidden && text.value !== text.dataset.proposed) {
+      // A textarea turns CRLF into LF: give a CRLF file its line ends back.
+      body.content = text.dataset.crlf === "1" ? text.value.replace(/\r?\n/g, "\r\n") : text.value;
+    }
     if ($(".always", card).checked && !$(".always-row", card).hidden) {
       body.always = { scope: $(".scope", card).value };
     }
