@@ -488,7 +488,7 @@ async fn result(
     let status = approval.status.as_str();
     match approval.result_json.as_deref() {
         // Pending, approved, or being applied: the outcome is still to come.
-        None if !approval.status.is_settled() => (
+        None if !approval.status.is_final() => (
             StatusCode::ACCEPTED,
             axum::Json(json!({"approval_id": approval.id, "status": status})),
         )

@@ -87,7 +87,7 @@ impl Events {
                             let since = *settling
                                 .entry(approval.id.clone())
                                 .or_insert_with(std::time::Instant::now);
-                            if !approval.status.is_settled() && since.elapsed() < SETTLE_WAIT {
+                            if !approval.status.is_final() && since.elapsed() < SETTLE_WAIT {
                                 continue;
                             }
                             settling.remove(&approval.id);

@@ -85,18 +85,6 @@ impl ApprovalStatus {
         }
     }
 
-    /// No further change will come: the outcome is final.
-    pub const fn is_settled(self) -> bool {
-        matches!(
-            self,
-            ApprovalStatus::Applied
-                | ApprovalStatus::Failed
-                | ApprovalStatus::Denied
-                | ApprovalStatus::Expired
-                | ApprovalStatus::Cancelled
-        )
-    }
-
     fn parse(text: &str) -> Result<ApprovalStatus, StoreError> {
         [
             ApprovalStatus::Pending,
