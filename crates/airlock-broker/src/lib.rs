@@ -201,6 +201,54 @@ pub struct Broker {
 /// The longest an always-allow with an expiry may last (10 years).
 const MAX_GRANT_MS: u64 = 10 * 365 * 24 * 60 * 60 * 1000;
 
+/// What an always-allow grants: the session it is limited to (`None`: every
+/// session) and how long it lasts (`None`: no expiry).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct NewGrant {
+    session: Option<String>,
+    for_ms: Option<u64>,
+}
+
+/// The grant `always` asks for on `approval`, or why it is refused: only with
+/// an approval, where the risk allows skipping, for at most
+/// [`MAX_GRANT_MS`], and session-scoped only for a call made in a session.
+fn grant_scope(
+    approval: &Approval,
+    always: AlwaysAllow,
+    approve: bool,
+    allow_skip: bool,
+) -> Result<NewGrant, BrokerError> {
+    let refuse = |message: String| Err(BrokerError::refused(ErrorCode::InvalidInput, message));
+    if !allow_skip {
+        return refuse(format!(
+            "always-allow is not permitted for {} risk",
+            approval.risk
+        ));
+    }
+    if always.for_ms.is_some_and(|for_ms| for_ms > MAX_GRANT_MS) {
+        return refuse(
+            "an always-allow lasts at most 10 years (leave the duration out for one that never expires)"
+                .to_owned(),
+        );
+    }
+    let session = match (always.persistent, &approval.session) {
+        (true, _) => None,
+        (false, Some(session)) => Some(session.clone()),
+        (false, None) => {
+            return refuse(
+                "a session grant needs a call made in a session; use --scope persistent".to_owned(),
+            );
+        }
+    };
+    if !approve {
+        return refuse("always-allow applies to approvals".to_owned());
+    }
+    Ok(NewGrant {
+        session,
+        for_ms: always.for_ms,
+    })
+}
+
 /// Milliseconds since the Unix epoch, now.
 pub fn now_ms() -> u64 {
     SystemTime::now()
@@ -1445,37 +1493,17 @@ impl Broker {
                 format!("approving a {} risk call requires a reason", approval.risk),
             ));
         }
-        if request.always.is_some() && !flag("allow_skip") {
-            return Err(BrokerError::refused(
-                ErrorCode::InvalidInput,
-                format!("always-allow is not permitted for {} risk", approval.risk),
-            ));
-        }
-        if request
-            .always
-            .and_then(|always| always.for_ms)
-            .is_some_and(|for_ms| for_ms > MAX_GRANT_MS)
-        {
-            return Err(BrokerError::refused(
-                ErrorCode::InvalidInput,
-                "an always-allow lasts at most 10 years (leave the duration out for one that never expires)",
-            ));
-        }
-        if request
-            .always
-            .is_some_and(|always| !always.persistent && approval.session.is_none())
-        {
-            return Err(BrokerError::refused(
-                ErrorCode::InvalidInput,
-                "a session grant needs a call made in a session; use --scope persistent",
-            ));
-        }
-        if request.always.is_some() && !request.approve {
-            return Err(BrokerError::refused(
-                ErrorCode::InvalidInput,
-                "always-allow applies to approvals",
-            ));
-        }
+        // Every check of the always-allow before anything is decided: a
+        // refused grant must not leave an approval approved and unapplied.
+        let grant = match request.always {
+            Some(always) => Some(grant_scope(
+                &approval,
+                always,
+                request.approve,
+                flag("allow_skip"),
+            )?),
+            None => None,
+        };
         if request.content.is_some() && approval.status != ApprovalStatus::Pending {
             return Err(BrokerError::Store(StoreError::AlreadyDecided {
                 id: id.to_owned(),
@@ -1560,8 +1588,8 @@ impl Broker {
                 "the decision is stored but the audit log could not be written; nothing was applied",
             ));
         }
-        if let Some(always) = request.always {
-            self.grant(&decided, always, &request.user, now)?;
+        if let Some(scope) = grant {
+            self.grant(&decided, scope, &request.user, now)?;
         }
         if !request.approve {
             let mut envelope = Envelope::failure(
@@ -1611,26 +1639,17 @@ impl Broker {
     fn grant(
         &self,
         approval: &Approval,
-        always: AlwaysAllow,
+        scope: NewGrant,
         user: &str,
         now: u64,
     ) -> Result<(), BrokerError> {
-        let session = if always.persistent {
-            None
-        } else {
-            Some(approval.session.clone().ok_or_else(|| {
-                BrokerError::refused(
-                    ErrorCode::InvalidInput,
-                    "a session grant needs a call made in a session; use --scope persistent",
-                )
-            })?)
-        };
+        let persistent = scope.session.is_none();
         let row = GrantRow {
             id: format!("grant-{}", uuid::Uuid::new_v4()),
             tool: approval.tool.clone(),
             path_glob: approval.path.as_deref().map(globset_escape),
-            session,
-            expires_ms: always.for_ms.map(|ms| now.saturating_add(ms)),
+            session: scope.session,
+            expires_ms: scope.for_ms.map(|ms| now.saturating_add(ms)),
             created_ms: now,
             created_by: Some(user.to_owned()),
             approval_id: Some(approval.id.clone()),
@@ -1641,14 +1660,7 @@ impl Broker {
                 .event("grant_created")
                 .text("grant_id", &row.id)
                 .value("path_glob", row.path_glob.clone().map(Value::String))
-                .text(
-                    "scope",
-                    if always.persistent {
-                        "persistent"
-                    } else {
-                        "session"
-                    },
-                )
+                .text("scope", if persistent { "persistent" } else { "session" })
                 .value("expires_ms", row.expires_ms.map(Value::from))
                 .text("user", user),
         );

@@ -28,7 +28,8 @@ pub fn approval_view(approval: &Approval) -> Value {
         "expires_ms": approval.expires_ms,
         "decision": parse(&approval.decision_json),
         "diff": approval.diff,
-        "editable": proposed_content(approval).is_some(),
+        "editable": editable_content(approval, |content| std::str::from_utf8(content).is_ok())
+            == Some(true),
         "decided_by": approval.decided_by,
         "decided_user": approval.decided_user,
         "channel": approval.channel,
@@ -41,14 +42,17 @@ pub fn approval_view(approval: &Approval) -> Value {
 /// it before approving: a write of one file (not a removal, a move or an
 /// upstream call) whose content is UTF-8.
 pub fn proposed_content(approval: &Approval) -> Option<String> {
+    editable_content(approval, |content| String::from_utf8(content.to_vec()).ok()).flatten()
+}
+
+/// `look` at the content of an editable approval's one write.
+fn editable_content<T>(approval: &Approval, look: impl FnOnce(&[u8]) -> T) -> Option<T> {
     if crate::forward::is_forward(approval) {
         return None;
     }
     let plan: airlock_fs::ChangePlan = serde_json::from_str(&approval.plan_json).ok()?;
-    match plan.changes.as_slice() {
-        [change] if change.moved_from.is_none() => String::from_utf8(change.after.clone()?).ok(),
-        _ => None,
-    }
+    let change = plan.editable_change().ok()?;
+    change.after.as_deref().map(look)
 }
 
 /// The outcome of verifying a workspace's audit log.

@@ -132,6 +132,25 @@ impl ChangePlan {
         }
     }
 
+    /// The one change an approver may edit: the plan writes exactly one file
+    /// (no removal, no move). Its new content is `after`.
+    pub fn editable_change(&self) -> Result<&FileChange, FsError> {
+        let [change] = self.changes.as_slice() else {
+            return Err(FsError::InvalidInput {
+                message: format!(
+                    "only a change to one file can be edited; this one changes {} files",
+                    self.changes.len()
+                ),
+            });
+        };
+        if change.after.is_none() || change.moved_from.is_some() {
+            return Err(FsError::InvalidInput {
+                message: "only a write can be edited, not a removal or a move".to_owned(),
+            });
+        }
+        Ok(change)
+    }
+
     /// The path shown first (the approval's `path`).
     pub fn primary_path(&self) -> Option<&str> {
         self.changes
@@ -261,19 +280,7 @@ pub fn edited(
     plan: &ChangePlan,
     content: Vec<u8>,
 ) -> Result<ChangePlan, FsError> {
-    let [change] = plan.changes.as_slice() else {
-        return Err(FsError::InvalidInput {
-            message: format!(
-                "only a change to one file can be edited; this one changes {} files",
-                plan.changes.len()
-            ),
-        });
-    };
-    if change.after.is_none() || change.moved_from.is_some() {
-        return Err(FsError::InvalidInput {
-            message: "only a write can be edited, not a removal or a move".to_owned(),
-        });
-    }
+    let change = plan.editable_change()?;
     crate::write::check_size(sandbox, content.len() as u64)?;
     let before = snapshot(sandbox, plan)?;
     let old = before

@@ -368,11 +368,7 @@ fn may_decide(
         return Err("a bearer token is required".to_owned());
     };
     let decision: Value = serde_json::from_str(&approval.decision_json).unwrap_or(Value::Null);
-    let approvers: Vec<&str> = decision
-        .get("approvers")
-        .and_then(Value::as_array)
-        .map(|list| list.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
+    let approvers = named_approvers(&decision);
     if !approvers.is_empty() {
         let named = approvers.iter().any(|approver| {
             caller
@@ -389,13 +385,30 @@ fn may_decide(
             ));
         }
     }
-    if broker.config().security.write_tool_allowlist.is_some()
-        && approval.user.is_some()
-        && caller.user != approval.user
+    if only_the_requester(broker.config(), approval.user.as_deref()) && caller.user != approval.user
     {
         return Err("only the user who made the call may decide it".to_owned());
     }
     Ok(())
+}
+
+/// The approvers a policy decision names for its risk (roles or user ids);
+/// none: any approver.
+pub(crate) fn named_approvers(decision: &Value) -> Vec<&str> {
+    decision
+        .get("approvers")
+        .and_then(Value::as_array)
+        .map(|list| list.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
+/// Whether only the user who made a call may decide it (spec 001: writes
+/// limited to listed users).
+pub(crate) fn only_the_requester(
+    config: &airlock_core::config::Config,
+    requester: Option<&str>,
+) -> bool {
+    config.security.write_tool_allowlist.is_some() && requester.is_some()
 }
 
 /// `POST /hitl/decide/{id}`.

@@ -84,11 +84,13 @@ impl Events {
                         .await
                         .unwrap_or_default();
                         for approval in settled {
-                            let since = *settling
-                                .entry(approval.id.clone())
-                                .or_insert_with(std::time::Instant::now);
-                            if !approval.status.is_final() && since.elapsed() < SETTLE_WAIT {
-                                continue;
+                            if !approval.status.is_final() {
+                                let since = settling
+                                    .entry(approval.id.clone())
+                                    .or_insert_with(std::time::Instant::now);
+                                if since.elapsed() < SETTLE_WAIT {
+                                    continue;
+                                }
                             }
                             settling.remove(&approval.id);
                             let kind = if approval.status.as_str() == "expired" {

@@ -119,14 +119,10 @@ impl Links {
 
 /// Whether links may decide an approval: no approvers named for its risk,
 /// and not a setup where only the requesting user may decide.
+/// The same rules `/hitl/decide` applies, read from an approval's view.
 fn offered(decision: Option<&Value>, user: Option<&Value>, config: &Config) -> bool {
-    let names_approvers = decision
-        .and_then(|decision| decision.get("approvers"))
-        .and_then(Value::as_array)
-        .is_some_and(|approvers| !approvers.is_empty());
-    let same_user =
-        config.security.write_tool_allowlist.is_some() && user.is_some_and(|user| !user.is_null());
-    !names_approvers && !same_user
+    decision.is_none_or(|decision| crate::api::named_approvers(decision).is_empty())
+        && !crate::api::only_the_requester(config, user.and_then(Value::as_str))
 }
 
 #[derive(Clone)]
