@@ -40,8 +40,11 @@ pub enum ErrorCode {
     PolicyDenied,
     /// HTTP: no bearer token, or not a known one.
     Unauthorized,
-    /// HTTP: the token's roles (or user) may not do this.
+    /// HTTP: the token's roles (or user) may not do this, or the request
+    /// came from a host name or browser origin the listener does not answer.
     Forbidden,
+    /// HTTP: a JSON endpoint was sent something other than `application/json`.
+    UnsupportedMediaType,
 }
 
 impl ErrorCode {
@@ -78,6 +81,7 @@ impl ErrorCode {
             ErrorCode::PolicyDenied => "policy_denied",
             ErrorCode::Unauthorized => "unauthorized",
             ErrorCode::Forbidden => "forbidden",
+            ErrorCode::UnsupportedMediaType => "unsupported_media_type",
         }
     }
 }

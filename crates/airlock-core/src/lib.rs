@@ -28,6 +28,7 @@ pub mod config;
 pub mod edit;
 pub mod envelope;
 pub mod error_code;
+pub mod origin;
 pub mod patch;
 pub mod policy;
 pub mod redact;

@@ -30,7 +30,8 @@ fn design_defaults() -> Value {
             "deny_path_globs": ["**/.env", "**/*.pem", "**/*id_rsa*", "**/secrets/**"],
             "max_grep_results": 100,
             "max_glob_results": 1000,
-            "audit_log_enabled": true
+            "audit_log_enabled": true,
+            "allow_hardlinks": false
         },
         "security": {
             "write_tool_allowlist": null,
@@ -56,7 +57,9 @@ fn design_defaults() -> Value {
         "upstreams": [],
         "auth": {"tokens": []},
         "audit": {"path": ".airlock/audit.jsonl", "hmac_key_env": "AIRLOCK_AUDIT_KEY"},
-        "notify": {"webhooks": []}
+        "notify": {"webhooks": []},
+        "http": {"allowed_hosts": [], "allowed_origins": []},
+        "mcp": {"max_message_bytes": 16777216}
     })
 }
 

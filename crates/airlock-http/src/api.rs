@@ -44,6 +44,7 @@ pub(crate) fn routes(gateway: Arc<Gateway>, events: Events) -> Router {
         .route("/hitl/result/{id}", get(result))
         .route("/audit", get(audit_query))
         .route("/audit/verify", get(audit_verify))
+        .route_layer(axum::middleware::from_fn(crate::guard::require_json))
         .with_state(Api { gateway, events })
 }
 

@@ -14,6 +14,7 @@
 
 mod api;
 mod events;
+mod guard;
 mod links;
 mod notify;
 mod openapi;
@@ -48,6 +49,8 @@ pub enum HttpError {
     AdminToken(std::io::Error),
     #[error("cannot make the key for signed links: {0}")]
     LinkKey(String),
+    #[error("--public-url `{0}` is not an http:// or https:// url")]
+    PublicUrl(String),
     #[error("{0}")]
     Serve(std::io::Error),
 }
@@ -204,11 +207,45 @@ async fn require_profile(gateway: Arc<Gateway>, request: Request, next: Next) ->
         .into_response()
 }
 
+/// Where the router is served: the address the listener is bound to, and the
+/// URL people reach it at (`--public-url`; default `http://<bound>`). Links
+/// and webhooks point at the URL; `Host` and `Origin` must name one or the
+/// other (or `http.allowed_hosts` / `http.allowed_origins`).
+#[derive(Debug, Clone)]
+pub struct Listening {
+    pub bound: SocketAddr,
+    pub public_url: Option<String>,
+}
+
+impl Listening {
+    /// What links and the UI address start with.
+    fn base(&self) -> String {
+        match &self.public_url {
+            Some(url) => url.trim_end_matches('/').to_owned(),
+            None => format!("http://{}", self.bound),
+        }
+    }
+}
+
 /// The router: `/mcp`, `/mcp/{profile}`, the approval API, the web UI and
-/// signed links; `base` (`http://host:port`) is what links and webhooks
-/// point at. Must be made inside the tokio runtime (it starts the watcher
-/// behind `/hitl/events` and the webhook deliveries).
-pub fn router(gateway: Arc<Gateway>, auth: Auth, base: String) -> Result<Router, HttpError> {
+/// signed links. Must be made inside the tokio runtime (it starts the
+/// watcher behind `/hitl/events` and the webhook deliveries).
+pub fn router(
+    gateway: Arc<Gateway>,
+    auth: Auth,
+    listening: Listening,
+) -> Result<Router, HttpError> {
+    let base = listening.base();
+    if let Some(url) = &listening.public_url
+        && airlock_core::origin::origin_of_url(url).is_none()
+    {
+        return Err(HttpError::PublicUrl(url.clone()));
+    }
+    let site = guard::Site {
+        gateway: gateway.clone(),
+        bound: listening.bound,
+        public_url: listening.public_url.clone(),
+    };
     let mcp = airlock_mcp::streamable_http_service(gateway.clone());
     let profile_gateway = gateway.clone();
     let profiled = Router::new()
@@ -239,7 +276,12 @@ pub fn router(gateway: Arc<Gateway>, auth: Auth, base: String) -> Result<Router,
         .route("/openapi.json", axum::routing::get(api::openapi_json));
     Ok(guarded
         .merge(open)
-        .layer(axum::extract::DefaultBodyLimit::max(api::MAX_BODY)))
+        .layer(axum::extract::DefaultBodyLimit::max(api::MAX_BODY))
+        // Outermost of all: a request under a name or from an origin that is
+        // not the listener's is refused before anything else is looked at.
+        .layer(axum::middleware::from_fn(move |request, next| {
+            guard::check_host_and_origin(site.clone(), request, next)
+        })))
 }
 
 /// Without configured tokens: a new admin token, its SHA-256 kept in
@@ -298,20 +340,17 @@ pub async fn serve(
     } else {
         (Auth::new(tokens, None), None)
     };
-    let base = match public_url {
-        Some(url) => url.trim_end_matches('/').to_owned(),
-        None => {
-            if bound.ip().is_unspecified() && !gateway.broker().config().notify.webhooks.is_empty()
-            {
-                eprintln!(
-                    "airlock: webhook links will point at http://{bound}, which no other machine can open; \
-                     give --public-url"
-                );
-            }
-            format!("http://{bound}")
-        }
-    };
-    let app = router(gateway, auth, base)?;
+    if public_url.is_none()
+        && bound.ip().is_unspecified()
+        && !gateway.broker().config().notify.webhooks.is_empty()
+    {
+        eprintln!(
+            "airlock: webhook links will point at http://{bound}, which no other machine can open; \
+             give --public-url"
+        );
+    }
+    let listening = Listening { bound, public_url };
+    let app = router(gateway, auth, listening)?;
     ready(bound, login);
     axum::serve(listener, app).await.map_err(HttpError::Serve)
 }

@@ -337,10 +337,11 @@ fn answers(route: &Route) -> Value {
             202 => "Accepted: a human must decide",
             400 => "Malformed input",
             401 => "No or unknown bearer token",
-            403 => "Not allowed for this token",
+            403 => "Not allowed for this token, or the request came under a host name or from a browser origin the listener does not answer",
             404 => "Unknown id",
             409 => "Already decided, expired, or a link already used",
             413 => "Body too large",
+            415 => "The body is not sent as application/json",
             429 => "Too many pending approvals",
             _ => "",
         };
@@ -356,6 +357,28 @@ fn answers(route: &Route) -> Value {
             }});
         }
         out.insert(status.to_string(), answer);
+    }
+    // Every route: no Host is 400, a Host or Origin that is not the
+    // listener's is 403, both as JSON errors (on a page route too).
+    let error = json!({"schema": {"$ref": "#/components/schemas/Error"}});
+    for status in ["400", "403"] {
+        let answer = out.entry(status.to_owned()).or_insert_with(|| {
+            json!({"description": if status == "400" { "Malformed input, or no Host header" } else { "" }})
+        });
+        if answer["description"] == "" {
+            answer["description"] = json!(
+                "The request came under a host name or from a browser origin the listener does not answer"
+            );
+        }
+        answer["content"]["application/json"] = error.clone();
+    }
+    // A JSON body must be sent as application/json.
+    if route.body.is_some_and(|body| body != "LinkForm") {
+        out.insert(
+            "415".to_owned(),
+            json!({"description": "The body is not sent as application/json",
+                   "content": {"application/json": error}}),
+        );
     }
     Value::Object(out)
 }

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use airlock_http::{Auth, router};
+use airlock_http::{Auth, Listening, router};
 use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
@@ -53,7 +53,10 @@ async fn app(extra: &str) -> App {
     let router = router(
         gateway.clone(),
         Auth::new(tokens, None),
-        "http://airlock.test".to_owned(),
+        Listening {
+            bound: "127.0.0.1:7420".parse().unwrap(),
+            public_url: Some("http://airlock.test".to_owned()),
+        },
     )
     .unwrap();
     App {
@@ -72,10 +75,34 @@ impl App {
         auth: Option<&str>,
         body: impl Into<Body>,
     ) -> (StatusCode, Value) {
-        let mut request = Request::builder()
-            .method(method)
-            .uri(path)
-            .header("content-type", "application/json");
+        self.send_with(method, path, auth, body, &[]).await
+    }
+
+    /// [`App::send`] with headers: each replaces the default `host`
+    /// (`127.0.0.1:7420`) or `content-type` (`application/json`), or is
+    /// added; `None` leaves the header out.
+    async fn send_with(
+        &self,
+        method: &str,
+        path: &str,
+        auth: Option<&str>,
+        body: impl Into<Body>,
+        headers: &[(&str, Option<&str>)],
+    ) -> (StatusCode, Value) {
+        let mut all: Vec<(&str, Option<&str>)> = vec![
+            ("host", Some("127.0.0.1:7420")),
+            ("content-type", Some("application/json")),
+        ];
+        for (name, value) in headers {
+            all.retain(|(known, _)| known != name);
+            all.push((name, *value));
+        }
+        let mut request = Request::builder().method(method).uri(path);
+        for (name, value) in all {
+            if let Some(value) = value {
+                request = request.header(name, value);
+            }
+        }
         if let Some(auth) = auth {
             request = request.header("authorization", auth);
         }
@@ -123,6 +150,8 @@ struct Case {
     path: String,
     auth: Option<String>,
     body: Vec<u8>,
+    /// Headers beside the defaults (see [`App::send_with`]).
+    headers: Vec<(&'static str, Option<&'static str>)>,
     status: u16,
     code: &'static str,
 }
@@ -142,8 +171,16 @@ fn case(
         path: path.to_owned(),
         auth: token.map(|token| format!("Bearer {token}")),
         body: body.to_vec(),
+        headers: Vec::new(),
         status,
         code,
+    }
+}
+
+impl Case {
+    fn with(mut self, name: &'static str, value: Option<&'static str>) -> Case {
+        self.headers.push((name, value));
+        self
     }
 }
 
@@ -367,6 +404,39 @@ async fn every_refusal_has_its_status_and_code_and_changes_nothing() {
             "too_large",
         ),
     ];
+    // What a web page could send: a body without a preflight, a rebound
+    // name, another origin.
+    let call = br#"{"tool": "write_file", "arguments": {"path": "d.txt", "content": "x"}}"#;
+    cases.extend([
+        case("a call as text/plain", "POST", "/v1/tools/call", Some(AGENT), call, 415, "unsupported_media_type")
+            .with("content-type", Some("text/plain")),
+        case("a call as a form", "POST", "/v1/tools/call", Some(AGENT), call, 415, "unsupported_media_type")
+            .with("content-type", Some("application/x-www-form-urlencoded")),
+        case("a call without a content type", "POST", "/v1/tools/call", Some(AGENT), call, 415, "unsupported_media_type")
+            .with("content-type", None),
+        case("a decision as text/plain", "POST", &decide_pending, Some(APPROVER), approve, 415, "unsupported_media_type")
+            .with("content-type", Some("text/plain;charset=UTF-8")),
+        case("a rebound host name", "POST", "/v1/tools/call", Some(AGENT), call, 403, "forbidden")
+            .with("host", Some("attacker.example:7420")),
+        case("a rebound host name, reading", "GET", "/hitl/pending", Some(APPROVER), b"", 403, "forbidden")
+            .with("host", Some("attacker.example")),
+        case("a rebound host name on the UI", "GET", "/", None, b"", 403, "forbidden")
+            .with("host", Some("attacker.example")),
+        case("a rebound host name on MCP", "POST", "/mcp", Some(AGENT), b"{}", 403, "forbidden")
+            .with("host", Some("attacker.example")),
+        case("no host", "GET", "/hitl/pending", Some(APPROVER), b"", 400, "invalid_input")
+            .with("host", None),
+        case("another origin calls", "POST", "/v1/tools/call", Some(AGENT), call, 403, "forbidden")
+            .with("origin", Some("https://attacker.example")),
+        case("another origin decides", "POST", &decide_pending, Some(APPROVER), approve, 403, "forbidden")
+            .with("origin", Some("http://127.0.0.1:7421")),
+        case("an opaque origin decides", "POST", &decide_pending, Some(APPROVER), approve, 403, "forbidden")
+            .with("origin", Some("null")),
+        case("another origin on MCP", "POST", "/mcp", Some(AGENT), b"{}", 403, "forbidden")
+            .with("origin", Some("https://attacker.example")),
+        case("another origin on a link", "POST", &format!("/hitl/link/{pending}/approve?exp=1&sig=00"), None, b"", 403, "forbidden")
+            .with("origin", Some("https://attacker.example")),
+    ]);
     cases.push(Case {
         auth: Some(format!("Basic {ADMIN}")),
         ..case(
@@ -392,11 +462,12 @@ async fn every_refusal_has_its_status_and_code_and_changes_nothing() {
     let mut failures = Vec::new();
     for case in &cases {
         let (status, body) = app
-            .send(
+            .send_with(
                 case.method,
                 &case.path,
                 case.auth.as_deref(),
                 case.body.clone(),
+                &case.headers,
             )
             .await;
         let code = body["error"]["code"].as_str().unwrap_or("?");
@@ -422,6 +493,59 @@ async fn every_refusal_has_its_status_and_code_and_changes_nothing() {
     assert_eq!(shown["status"], "pending");
     assert!(!app.dir.path().join("b.txt").exists());
     assert!(!app.dir.path().join("c.txt").exists());
+    // The refused calls proposed nothing.
+    let (_, listed) = app
+        .send("GET", "/hitl/pending", Some(&format!("Bearer {ADMIN}")), "")
+        .await;
+    assert!(!listed.to_string().contains("d.txt"), "{listed}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_listener_answers_its_own_names_and_origins_and_the_configured_ones() {
+    let app = app("http:\n  allowed_hosts: [ci.internal, \"box.lan:9000\"]\n  allowed_origins: [\"https://app.example\"]\n").await;
+    let approver = format!("Bearer {APPROVER}");
+    let accepted: [&[(&str, Option<&str>)]; 9] = [
+        &[("host", Some("localhost:7420"))],
+        &[("host", Some("[::1]:7420"))],
+        &[("host", Some("airlock.test"))],
+        &[("host", Some("ci.internal"))],
+        &[("host", Some("box.lan:9000"))],
+        &[("origin", Some("http://127.0.0.1:7420"))],
+        &[("host", Some("localhost:7420")), ("origin", Some("http://localhost:7420"))],
+        &[("origin", Some("http://airlock.test"))],
+        &[("origin", Some("https://app.example"))],
+    ];
+    for headers in accepted {
+        let (status, body) = app
+            .send_with("GET", "/hitl/pending", Some(&approver), "", headers)
+            .await;
+        assert_eq!(status, StatusCode::OK, "{headers:?}: {body}");
+    }
+    let refused: [&[(&str, Option<&str>)]; 3] = [
+        &[("host", Some("box.lan:9001"))],
+        &[("host", Some("ci.internal.attacker.example"))],
+        &[("origin", Some("https://app.example:8443"))],
+    ];
+    for headers in refused {
+        let (status, body) = app
+            .send_with("GET", "/hitl/pending", Some(&approver), "", headers)
+            .await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{headers:?}: {body}");
+    }
+    // A same-origin call with a JSON body goes through.
+    let (status, body) = app
+        .send_with(
+            "POST",
+            "/v1/tools/call",
+            Some(&format!("Bearer {AGENT}")),
+            json!({"tool": "read_file", "arguments": {"path": "a.txt"}}).to_string(),
+            &[
+                ("origin", Some("http://127.0.0.1:7420")),
+                ("content-type", Some("Application/JSON; charset=utf-8")),
+            ],
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

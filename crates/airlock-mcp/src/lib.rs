@@ -90,7 +90,8 @@ where
 
 /// The streamable-HTTP MCP endpoint as a tower service: one session per MCP
 /// session (the profile and user of each come from the request, see
-/// [`HttpPrincipal`]).
+/// [`HttpPrincipal`]). It checks neither `Host` nor `Origin`: whatever
+/// mounts it must (airlock-http does, for every route).
 pub fn streamable_http_service(
     gateway: Arc<Gateway>,
 ) -> rmcp::transport::StreamableHttpService<
@@ -109,6 +110,11 @@ pub fn streamable_http_service(
             ))
         },
         Arc::default(),
-        rmcp::transport::streamable_http_server::StreamableHttpServerConfig::default(),
+        // Host and Origin are checked once, for every route, by the HTTP face
+        // that mounts this service (its own list of the listener's names,
+        // `--public-url` and `http.allowed_hosts` included).
+        rmcp::transport::streamable_http_server::StreamableHttpServerConfig::default()
+            .disable_allowed_hosts()
+            .disable_allowed_origins(),
     )
 }

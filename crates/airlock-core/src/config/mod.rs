@@ -454,6 +454,23 @@ fn validate(config: &Config) -> Vec<ConfigIssue> {
             "must name at least one event",
         );
     }
+    for (i, host) in config.http.allowed_hosts.iter().enumerate() {
+        if let Err(message) = crate::origin::parse_allowed_host(host) {
+            check(false, &format!("http.allowed_hosts[{i}]"), &message);
+        }
+    }
+    for (i, origin) in config.http.allowed_origins.iter().enumerate() {
+        if origin != "null"
+            && let Err(message) = crate::origin::parse_allowed_origin(origin)
+        {
+            check(false, &format!("http.allowed_origins[{i}]"), &message);
+        }
+    }
+    check(
+        (1024..=1 << 30).contains(&config.mcp.max_message_bytes),
+        "mcp.max_message_bytes",
+        "must be between 1024 and 1073741824",
+    );
     issues
 }
 

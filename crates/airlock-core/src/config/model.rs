@@ -31,6 +31,8 @@ pub struct Config {
     pub auth: AuthConfig,
     pub audit: AuditConfig,
     pub notify: NotifyConfig,
+    pub http: HttpConfig,
+    pub mcp: McpConfig,
 }
 
 /// Where the sandbox is and where airlock keeps its own state.
@@ -69,6 +71,10 @@ pub struct FileBrokerConfig {
     pub max_grep_results: u64,
     pub max_glob_results: u64,
     pub audit_log_enabled: bool,
+    /// `false` refuses to read or write a regular file with more than one
+    /// hard link (it may be another name of a file outside the workspace or
+    /// of a protected one). Protected paths are refused either way.
+    pub allow_hardlinks: bool,
 }
 
 /// What to do with an absolute path argument.
@@ -337,6 +343,35 @@ pub enum WebhookEvent {
     Expired,
 }
 
+/// Who may reach the HTTP listener from a browser (DNS rebinding, CSRF).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpConfig {
+    /// `Host` values accepted beyond loopback names and addresses, the bound
+    /// address and the `--public-url` host: `name` (any port) or `name:port`.
+    pub allowed_hosts: Vec<String>,
+    /// Browser origins (`scheme://host[:port]`) allowed to call the API beyond
+    /// the listener's own; every other cross-origin request is refused (403).
+    pub allowed_origins: Vec<String>,
+}
+
+/// The MCP face.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct McpConfig {
+    /// The longest JSON-RPC message (one stdio line) airlock reads, in bytes;
+    /// a longer one is refused without being held in memory.
+    pub max_message_bytes: u64,
+}
+
+impl Default for McpConfig {
+    fn default() -> McpConfig {
+        McpConfig {
+            max_message_bytes: 16 * 1024 * 1024,
+        }
+    }
+}
+
 fn default_webhook_events() -> Vec<WebhookEvent> {
     vec![WebhookEvent::Created]
 }
@@ -370,6 +405,7 @@ impl Default for FileBrokerConfig {
             max_grep_results: 100,
             max_glob_results: 1_000,
             audit_log_enabled: true,
+            allow_hardlinks: false,
         }
     }
 }

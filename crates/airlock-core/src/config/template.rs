@@ -26,6 +26,7 @@ file_broker:                 # limits of the file tools
   max_grep_results: 100
   max_glob_results: 1000
   audit_log_enabled: true
+  allow_hardlinks: false     # refuse regular files with more than one hard link (never for protected paths)
 
 security:
   write_tool_allowlist: null # null = no user restriction; [] = write tools disabled; [ids] = only these users
@@ -87,4 +88,11 @@ notify:
   webhooks: []               # POST each new approval, with signed approve/deny links; for example:
   # webhooks:
   #   - {url: "http://127.0.0.1:9000/hook", events: [created]}
+
+http:                        # who may reach `airlock serve --http` from a browser
+  allowed_hosts: []          # Host values beyond loopback, the bound address and the --public-url host
+  allowed_origins: []        # cross-origin callers allowed (scheme://host[:port]); none by default
+
+mcp:
+  max_message_bytes: 16777216   # longest JSON-RPC message; longer ones are refused unread
 "#;
