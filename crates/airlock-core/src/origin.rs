@@ -164,9 +164,8 @@ impl Listener {
 /// An `http.allowed_hosts` entry: `name`, `name:port`, an address, or
 /// `[v6]:port`.
 pub fn parse_allowed_host(entry: &str) -> Result<Authority, String> {
-    parse_authority(entry).ok_or_else(|| {
-        format!("`{entry}` is not a host name or address, optionally with :port")
-    })
+    parse_authority(entry)
+        .ok_or_else(|| format!("`{entry}` is not a host name or address, optionally with :port"))
 }
 
 /// An `http.allowed_origins` entry: `scheme://host[:port]`, http or https,
@@ -346,8 +345,13 @@ mod tests {
                 "{origin:?} to {host:?}"
             );
         }
-        let with_null =
-            Listener::new("127.0.0.1:1".parse().unwrap(), None, &[], &["null".to_owned()]).unwrap();
+        let with_null = Listener::new(
+            "127.0.0.1:1".parse().unwrap(),
+            None,
+            &[],
+            &["null".to_owned()],
+        )
+        .unwrap();
         assert!(with_null.origin_allowed("null", "localhost:1"));
     }
 }

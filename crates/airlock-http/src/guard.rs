@@ -58,7 +58,10 @@ pub(crate) async fn check_host_and_origin(site: Site, request: Request, next: Ne
     // HTTP/1.1 carries the Host header; HTTP/2 the request's authority.
     let host = match request.headers().get(header::HOST) {
         Some(value) => value.to_str().ok().map(str::to_owned),
-        None => request.uri().authority().map(|authority| authority.to_string()),
+        None => request
+            .uri()
+            .authority()
+            .map(|authority| authority.to_string()),
     };
     let Some(host) = host else {
         return failure(
@@ -120,6 +123,12 @@ fn printable(value: &str) -> String {
     value
         .chars()
         .take(200)
-        .map(|c| if c.is_ascii_graphic() || c == ' ' { c } else { '?' })
+        .map(|c| {
+            if c.is_ascii_graphic() || c == ' ' {
+                c
+            } else {
+                '?'
+            }
+        })
         .collect()
 }

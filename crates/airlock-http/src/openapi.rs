@@ -337,7 +337,9 @@ fn answers(route: &Route) -> Value {
             202 => "Accepted: a human must decide",
             400 => "Malformed input",
             401 => "No or unknown bearer token",
-            403 => "Not allowed for this token, or the request came under a host name or from a browser origin the listener does not answer",
+            403 => {
+                "Not allowed for this token, or the request came under a host name or from a browser origin the listener does not answer"
+            }
             404 => "Unknown id",
             409 => "Already decided, expired, or a link already used",
             413 => "Body too large",

@@ -408,34 +408,146 @@ async fn every_refusal_has_its_status_and_code_and_changes_nothing() {
     // name, another origin.
     let call = br#"{"tool": "write_file", "arguments": {"path": "d.txt", "content": "x"}}"#;
     cases.extend([
-        case("a call as text/plain", "POST", "/v1/tools/call", Some(AGENT), call, 415, "unsupported_media_type")
-            .with("content-type", Some("text/plain")),
-        case("a call as a form", "POST", "/v1/tools/call", Some(AGENT), call, 415, "unsupported_media_type")
-            .with("content-type", Some("application/x-www-form-urlencoded")),
-        case("a call without a content type", "POST", "/v1/tools/call", Some(AGENT), call, 415, "unsupported_media_type")
-            .with("content-type", None),
-        case("a decision as text/plain", "POST", &decide_pending, Some(APPROVER), approve, 415, "unsupported_media_type")
-            .with("content-type", Some("text/plain;charset=UTF-8")),
-        case("a rebound host name", "POST", "/v1/tools/call", Some(AGENT), call, 403, "forbidden")
-            .with("host", Some("attacker.example:7420")),
-        case("a rebound host name, reading", "GET", "/hitl/pending", Some(APPROVER), b"", 403, "forbidden")
-            .with("host", Some("attacker.example")),
-        case("a rebound host name on the UI", "GET", "/", None, b"", 403, "forbidden")
-            .with("host", Some("attacker.example")),
-        case("a rebound host name on MCP", "POST", "/mcp", Some(AGENT), b"{}", 403, "forbidden")
-            .with("host", Some("attacker.example")),
-        case("no host", "GET", "/hitl/pending", Some(APPROVER), b"", 400, "invalid_input")
-            .with("host", None),
-        case("another origin calls", "POST", "/v1/tools/call", Some(AGENT), call, 403, "forbidden")
-            .with("origin", Some("https://attacker.example")),
-        case("another origin decides", "POST", &decide_pending, Some(APPROVER), approve, 403, "forbidden")
-            .with("origin", Some("http://127.0.0.1:7421")),
-        case("an opaque origin decides", "POST", &decide_pending, Some(APPROVER), approve, 403, "forbidden")
-            .with("origin", Some("null")),
-        case("another origin on MCP", "POST", "/mcp", Some(AGENT), b"{}", 403, "forbidden")
-            .with("origin", Some("https://attacker.example")),
-        case("another origin on a link", "POST", &format!("/hitl/link/{pending}/approve?exp=1&sig=00"), None, b"", 403, "forbidden")
-            .with("origin", Some("https://attacker.example")),
+        case(
+            "a call as text/plain",
+            "POST",
+            "/v1/tools/call",
+            Some(AGENT),
+            call,
+            415,
+            "unsupported_media_type",
+        )
+        .with("content-type", Some("text/plain")),
+        case(
+            "a call as a form",
+            "POST",
+            "/v1/tools/call",
+            Some(AGENT),
+            call,
+            415,
+            "unsupported_media_type",
+        )
+        .with("content-type", Some("application/x-www-form-urlencoded")),
+        case(
+            "a call without a content type",
+            "POST",
+            "/v1/tools/call",
+            Some(AGENT),
+            call,
+            415,
+            "unsupported_media_type",
+        )
+        .with("content-type", None),
+        case(
+            "a decision as text/plain",
+            "POST",
+            &decide_pending,
+            Some(APPROVER),
+            approve,
+            415,
+            "unsupported_media_type",
+        )
+        .with("content-type", Some("text/plain;charset=UTF-8")),
+        case(
+            "a rebound host name",
+            "POST",
+            "/v1/tools/call",
+            Some(AGENT),
+            call,
+            403,
+            "forbidden",
+        )
+        .with("host", Some("attacker.example:7420")),
+        case(
+            "a rebound host name, reading",
+            "GET",
+            "/hitl/pending",
+            Some(APPROVER),
+            b"",
+            403,
+            "forbidden",
+        )
+        .with("host", Some("attacker.example")),
+        case(
+            "a rebound host name on the UI",
+            "GET",
+            "/",
+            None,
+            b"",
+            403,
+            "forbidden",
+        )
+        .with("host", Some("attacker.example")),
+        case(
+            "a rebound host name on MCP",
+            "POST",
+            "/mcp",
+            Some(AGENT),
+            b"{}",
+            403,
+            "forbidden",
+        )
+        .with("host", Some("attacker.example")),
+        case(
+            "no host",
+            "GET",
+            "/hitl/pending",
+            Some(APPROVER),
+            b"",
+            400,
+            "invalid_input",
+        )
+        .with("host", None),
+        case(
+            "another origin calls",
+            "POST",
+            "/v1/tools/call",
+            Some(AGENT),
+            call,
+            403,
+            "forbidden",
+        )
+        .with("origin", Some("https://attacker.example")),
+        case(
+            "another origin decides",
+            "POST",
+            &decide_pending,
+            Some(APPROVER),
+            approve,
+            403,
+            "forbidden",
+        )
+        .with("origin", Some("http://127.0.0.1:7421")),
+        case(
+            "an opaque origin decides",
+            "POST",
+            &decide_pending,
+            Some(APPROVER),
+            approve,
+            403,
+            "forbidden",
+        )
+        .with("origin", Some("null")),
+        case(
+            "another origin on MCP",
+            "POST",
+            "/mcp",
+            Some(AGENT),
+            b"{}",
+            403,
+            "forbidden",
+        )
+        .with("origin", Some("https://attacker.example")),
+        case(
+            "another origin on a link",
+            "POST",
+            &format!("/hitl/link/{pending}/approve?exp=1&sig=00"),
+            None,
+            b"",
+            403,
+            "forbidden",
+        )
+        .with("origin", Some("https://attacker.example")),
     ]);
     cases.push(Case {
         auth: Some(format!("Basic {ADMIN}")),
@@ -511,7 +623,10 @@ async fn the_listener_answers_its_own_names_and_origins_and_the_configured_ones(
         &[("host", Some("ci.internal"))],
         &[("host", Some("box.lan:9000"))],
         &[("origin", Some("http://127.0.0.1:7420"))],
-        &[("host", Some("localhost:7420")), ("origin", Some("http://localhost:7420"))],
+        &[
+            ("host", Some("localhost:7420")),
+            ("origin", Some("http://localhost:7420")),
+        ],
         &[("origin", Some("http://airlock.test"))],
         &[("origin", Some("https://app.example"))],
     ];
