@@ -149,6 +149,7 @@ impl Broker {
             dedup_key: dedup_key(call),
             user: call.principal.user.clone(),
             agent: call.principal.agent.clone(),
+            owner: Some(call.principal.owner_key()),
             session: call.session.clone(),
             tool_call_id: call.tool_call_id.clone(),
             risk: decision.risk.as_str().to_owned(),

@@ -23,7 +23,9 @@ use airlock_audit::{AuditLog, Durability};
 use airlock_core::config::{ApprovalMode, Config, ElicitationFallback, LoadedConfig};
 use airlock_core::envelope::{DecidedBy, DecisionInfo, Envelope, HitlInfo, Status};
 use airlock_core::policy::Reason;
-use airlock_core::{Decision, Disposition, ErrorCode, Grant, GrantScope, Policy, ToolCall, policy};
+use airlock_core::{
+    Decision, Disposition, ErrorCode, Grant, GrantHolder, GrantScope, Policy, ToolCall, policy,
+};
 use airlock_fs::{ChangePlan, CommitOptions, FsError, ReadParams, Sandbox, UndoFile, WriteParams};
 use airlock_store::{
     ApprovalStatus, Created, EditedPlan, GrantRow, Limits, NewApproval, Snapshot, SnapshotFile,
@@ -689,6 +691,10 @@ impl Broker {
                     row.path_glob.as_deref(),
                     scope,
                     row.expires_ms,
+                    GrantHolder {
+                        user: row.user,
+                        owner: row.owner,
+                    },
                 )
                 .ok()
             })
@@ -798,8 +804,9 @@ impl Broker {
     }
 
     /// `proposal_status {hitl_id}`: where an approval stands, and its final
-    /// envelope once settled. A call made in a session sees only that
-    /// session's approvals (others are `not_found`, like unknown ids).
+    /// envelope once settled. A principal sees only the approvals it made
+    /// (an admin's credential sees all), and a call made in a session only
+    /// that session's; the rest are `not_found`, like unknown ids.
     fn proposal_status(&self, call: &ToolCall) -> Result<Value, FsError> {
         #[derive(serde::Deserialize)]
         #[serde(deny_unknown_fields)]
@@ -825,7 +832,10 @@ impl Broker {
                 });
             }
         };
-        if call.session.is_some() && approval.session != call.session {
+        let visible = call.principal.admin
+            || (call.principal.owns(approval.owner.as_deref())
+                && (call.session.is_none() || approval.session == call.session));
+        if !visible {
             return Err(not_found());
         }
         if approval.status == ApprovalStatus::Pending && now_ms() >= approval.expires_ms {
@@ -988,6 +998,7 @@ impl Broker {
             dedup_key: dedup_key(call),
             user: call.principal.user.clone(),
             agent: call.principal.agent.clone(),
+            owner: Some(call.principal.owner_key()),
             session: call.session.clone(),
             tool_call_id: call.tool_call_id.clone(),
             risk: decision.risk.as_str().to_owned(),
@@ -1648,6 +1659,14 @@ impl Broker {
             id: format!("grant-{}", uuid::Uuid::new_v4()),
             tool: approval.tool.clone(),
             path_glob: approval.path.as_deref().map(globset_escape),
+            // For the user who asked; a session grant only for the very
+            // principal whose session it is.
+            user: approval.user.clone(),
+            owner: if persistent {
+                None
+            } else {
+                approval.owner.clone()
+            },
             session: scope.session,
             expires_ms: scope.for_ms.map(|ms| now.saturating_add(ms)),
             created_ms: now,
@@ -2234,14 +2253,17 @@ fn method_of(tool: &str) -> &'static str {
     }
 }
 
-/// Identical calls share a key: tool, session, canonical arguments.
+/// Identical calls share a key: tool, session, who makes it (another
+/// principal's identical call is its own approval, never a view of this
+/// one), canonical arguments.
 fn dedup_key(call: &ToolCall) -> String {
     let args = airlock_core::canonical::to_canonical_string(&call.args)
         .unwrap_or_else(|_| call.args.to_string());
     let text = format!(
-        "{}\u{0}{}\u{0}{}",
+        "{}\u{0}{}\u{0}{}\u{0}{}",
         call.tool,
         call.session.as_deref().unwrap_or(""),
+        call.principal.owner_key(),
         args
     );
     airlock_core::canonical::sha256_hex(text.as_bytes())

@@ -71,6 +71,7 @@ impl CallSpec {
         call.principal = Principal {
             user: self.user.clone(),
             agent: self.agent.clone(),
+            ..Principal::default()
         };
         call.session = self.session.clone();
         call.profile = self.profile.clone();

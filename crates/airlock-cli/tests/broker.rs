@@ -1278,9 +1278,28 @@ fn proposal_status_follows_an_approval_within_its_session() {
         applied.json["data"]["result"]["data"]["after_hash"],
         sha("new\n")
     );
-    // Another session's approvals are as unknown as made-up ids.
+    // Another session's approvals are as unknown as made-up ids, and so are
+    // another principal's in the same session.
     let other = status("s2", &json!({"hitl_id": id}));
     assert_eq!(other.json["error"]["code"], "not_found");
+    for who in [["--user", "mallory"], ["--agent", "mallory"]] {
+        let args = json!({"hitl_id": id}).to_string();
+        let theirs = ws.run(&[
+            "call",
+            "proposal_status",
+            "--args",
+            &args,
+            "--session",
+            "s1",
+            who[0],
+            who[1],
+        ]);
+        assert_eq!(
+            theirs.json["error"]["code"], "not_found",
+            "{}",
+            theirs.stdout
+        );
+    }
     let unknown = status("s1", &json!({"hitl_id": "hitl-nope"}));
     assert_eq!(unknown.json["error"]["code"], "not_found");
     let bad = status("s1", &json!({"id": id}));

@@ -712,9 +712,9 @@ fn events_tell_approvers_of_created_decided_and_expired_approvals() {
     let server = Server::start(&config(
         "file_broker:\n  hitl_ttl_seconds: 2\nsecurity:\n  hitl:\n    approval_mode: defer\n",
     ));
-    // Only approvers listen.
-    assert_eq!(server.get("/hitl/events", Some(AGENT)).0, 403);
+    // Approvers hear of every approval, an agent only of its own.
     let events = subscribe(&server, APPROVER);
+    let other_agents = subscribe(&server, OTHER_AGENT);
     // Let the subscription settle before anything happens.
     std::thread::sleep(Duration::from_millis(300));
 
@@ -753,6 +753,82 @@ fn events_tell_approvers_of_created_decided_and_expired_approvals() {
         "{data}"
     );
     assert_eq!(read(&server.path("e2.txt")), None);
+    // The other agent heard nothing of those; of its own, it hears.
+    let (_, pending) = server.post("/v1/tools/call", Some(OTHER_AGENT), &write_call("e3.txt"));
+    let third = pending["approval_id"].as_str().unwrap().to_owned();
+    let (kind, data) = next_event(&other_agents);
+    assert_eq!(
+        (kind.as_str(), data["approval"]["id"].as_str()),
+        ("created", Some(third.as_str())),
+        "{data}"
+    );
+}
+
+fn proposal_status(server: &Server, token: &str, id: &str, session: Option<&str>) -> Value {
+    let mut call = json!({"tool": "proposal_status", "arguments": {"hitl_id": id}});
+    if let Some(session) = session {
+        call["session"] = json!(session);
+    }
+    server.post("/v1/tools/call", Some(token), &call).1
+}
+
+#[test]
+fn agents_see_only_their_own_approvals_and_session_grants_stay_with_their_principal() {
+    let server = Server::start(&config(DEFER));
+    let in_session = |path: &str, content: &str| json!({"tool": "write_file", "arguments": {"path": path, "content": content}, "session": "shared"});
+    let (status, pending) =
+        server.post("/v1/tools/call", Some(AGENT), &in_session("b.txt", "one\n"));
+    assert_eq!(status, 202, "{pending}");
+    let id = pending["approval_id"].as_str().unwrap().to_owned();
+
+    // Another agent naming the same session sees nothing of it.
+    assert_eq!(
+        server
+            .get(&format!("/hitl/result/{id}"), Some(OTHER_AGENT))
+            .0,
+        404
+    );
+    for session in [Some("shared"), None] {
+        let status = proposal_status(&server, OTHER_AGENT, &id, session);
+        assert_eq!(error_code(&status), "not_found", "{status}");
+    }
+    // Its identical call is its own approval, not a view of the first.
+    let (status, theirs) = server.post(
+        "/v1/tools/call",
+        Some(OTHER_AGENT),
+        &in_session("b.txt", "one\n"),
+    );
+    assert_eq!(status, 202, "{theirs}");
+    assert_ne!(theirs["approval_id"], pending["approval_id"]);
+    // The agent that asked, and an admin, see it.
+    let own = proposal_status(&server, AGENT, &id, Some("shared"));
+    assert_eq!(own["data"]["status"], "pending", "{own}");
+    let admin = proposal_status(&server, ADMIN, &id, None);
+    assert_eq!(admin["data"]["status"], "pending", "{admin}");
+
+    // Always allowed in that session: for the agent that asked only.
+    let (status, decided) = server.post(
+        &format!("/hitl/decide/{id}"),
+        Some(APPROVER),
+        &json!({"decision": "approve", "always": {"scope": "session"}}),
+    );
+    assert_eq!(status, 200, "{decided}");
+    assert_eq!(read(&server.path("b.txt")).as_deref(), Some("one\n"));
+    let (status, again) = server.post("/v1/tools/call", Some(AGENT), &in_session("b.txt", "two\n"));
+    assert_eq!(
+        (status, &again["status"]),
+        (200, &json!("allowed")),
+        "{again}"
+    );
+    assert_eq!(again["decision"]["by"], "grant", "{again}");
+    assert_eq!(read(&server.path("b.txt")).as_deref(), Some("two\n"));
+    let (status, intruder) = server.post(
+        "/v1/tools/call",
+        Some(OTHER_AGENT),
+        &in_session("b.txt", "pwned\n"),
+    );
+    assert_eq!(status, 202, "the other agent used the grant: {intruder}");
+    assert_eq!(read(&server.path("b.txt")).as_deref(), Some("two\n"));
 }
 
 #[test]

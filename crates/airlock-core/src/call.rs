@@ -18,6 +18,31 @@ pub struct Principal {
     pub user: Option<String>,
     /// The agent's name (for example the MCP client's name).
     pub agent: Option<String>,
+    /// The credential the face authenticated the call with (an HTTP bearer
+    /// token's name), `None` where there is none (stdio, the CLI). Unlike the
+    /// agent's name, the caller cannot choose it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+    /// The credential holds the admin role: it sees every approval, not only
+    /// its own.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub admin: bool,
+}
+
+impl Principal {
+    /// Who owns what this principal creates (approvals, session grants): the
+    /// user, the agent and the credential, as one string. Another principal
+    /// naming the same session has another key, so it neither sees these
+    /// approvals nor uses these grants.
+    pub fn owner_key(&self) -> String {
+        serde_json::to_string(&(&self.user, &self.agent, &self.token)).unwrap_or_default()
+    }
+
+    /// Whether this principal may see an approval whose owner key is
+    /// `owner` (`None`: made before owners were recorded, nobody's).
+    pub fn owns(&self, owner: Option<&str>) -> bool {
+        self.admin || owner == Some(self.owner_key().as_str())
+    }
 }
 
 /// MCP tool annotations that bear on risk, as an upstream server declares them.

@@ -37,4 +37,6 @@ pub mod yaml;
 
 pub use call::{Principal, ToolAnnotations, ToolCall, ToolOrigin, UnixMillis};
 pub use error_code::ErrorCode;
-pub use policy::{Decision, Disposition, Grant, GrantScope, Justification, Layer, Policy, Risk};
+pub use policy::{
+    Decision, Disposition, Grant, GrantHolder, GrantScope, Justification, Layer, Policy, Risk,
+};

@@ -6,7 +6,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use airlock_core::config::{Config, ProfileConfig, RuleConfig, UpstreamConfig};
-use airlock_core::{Grant, GrantScope, Policy, Principal, Risk, ToolAnnotations, ToolCall, policy};
+use airlock_core::{
+    Grant, GrantHolder, GrantScope, Policy, Principal, Risk, ToolAnnotations, ToolCall, policy,
+};
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -175,13 +177,19 @@ fn decide(config: &Config, case: &Case) -> airlock_core::Decision {
     );
     call.principal = Principal {
         user: case.user.map(str::to_owned),
-        agent: None,
+        ..Principal::default()
     };
     call.session = Some("s".to_owned());
     call.profile = Some("p".to_owned());
     let grants: Vec<Grant> = case
         .grant
-        .map(|tool| Grant::new("g", tool, None, GrantScope::Persistent, None).unwrap())
+        .map(|tool| {
+            let holder = GrantHolder {
+                user: case.user.map(str::to_owned),
+                owner: None,
+            };
+            Grant::new("g", tool, None, GrantScope::Persistent, None, holder).unwrap()
+        })
         .into_iter()
         .collect();
     policy::evaluate(&policy, &call, &grants)

@@ -9,7 +9,9 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use airlock_core::policy::Reason;
-use airlock_core::{Grant, GrantScope, Principal, ToolAnnotations, ToolCall, config, policy};
+use airlock_core::{
+    Grant, GrantHolder, GrantScope, Principal, ToolAnnotations, ToolCall, config, policy,
+};
 use serde_json::{Value, json};
 
 #[test]
@@ -93,13 +95,22 @@ fn call(policy: &airlock_core::Policy, spec: &Value) -> ToolCall {
         policy.origin_of(tool, annotations),
         spec.get("at").and_then(Value::as_u64).unwrap_or(1000),
     );
-    call.principal = Principal {
-        user: text("user"),
-        agent: None,
-    };
+    call.principal = principal(spec);
     call.session = text("session");
     call.profile = text("profile");
     call
+}
+
+/// The principal of a call (`user`, `agent`, `token` keys), or of a grant's
+/// holder (`for`).
+fn principal(spec: &Value) -> Principal {
+    let text = |key: &str| spec.get(key).and_then(Value::as_str).map(str::to_owned);
+    Principal {
+        user: text("user"),
+        agent: text("agent"),
+        token: text("token"),
+        admin: false,
+    }
 }
 
 fn grants(spec: &Value) -> Vec<Grant> {
@@ -111,12 +122,20 @@ fn grants(spec: &Value) -> Vec<Grant> {
                 Some(session) => GrantScope::Session(session.to_owned()),
                 None => GrantScope::Persistent,
             };
+            // Made for the principal under `for` (default: no user, agent
+            // or token, like the calls that name none).
+            let holder = principal(grant.get("for").unwrap_or(&Value::Null));
+            let owner = matches!(scope, GrantScope::Session(_)).then(|| holder.owner_key());
             Grant::new(
                 grant["id"].as_str().unwrap(),
                 grant["tool"].as_str().unwrap(),
                 grant.get("path_glob").and_then(Value::as_str),
                 scope,
                 grant.get("expires_at").and_then(Value::as_u64),
+                GrantHolder {
+                    user: holder.user,
+                    owner,
+                },
             )
             .unwrap()
         })

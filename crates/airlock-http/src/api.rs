@@ -48,15 +48,22 @@ pub(crate) fn routes(gateway: Arc<Gateway>, events: Events) -> Router {
         .with_state(Api { gateway, events })
 }
 
-/// `GET /hitl/events`: server-sent events (`created`, `decided`, `expired`).
+/// `GET /hitl/events`: server-sent events (`created`, `decided`, `expired`):
+/// all of them for an approver, an agent's own for an agent (and for a
+/// local caller without a token, which is an agent).
 async fn events_stream(
     State(api): State<Api>,
     caller: Option<axum::Extension<Caller>>,
 ) -> Response {
-    if let Err(refused) = admit(caller, Role::Approver) {
+    let caller = caller.map(|axum::Extension(caller)| caller);
+    let sees_all = caller
+        .as_ref()
+        .is_some_and(|caller| caller.has(Role::Approver));
+    if !sees_all && let Err(refused) = require(caller.as_ref(), Role::Agent) {
         return refused;
     }
-    api.events.subscribe().into_response()
+    let only = (!sees_all).then(|| principal_of(caller.as_ref()));
+    api.events.subscribe(only).into_response()
 }
 
 /// An error answer.
@@ -184,9 +191,22 @@ struct CallBody {
     tool_call_id: Option<String>,
 }
 
-/// The name a result belongs to: the token's, or `local`.
-fn agent_name(caller: Option<&Caller>) -> String {
-    caller.map_or_else(|| "local".to_owned(), |caller| caller.name.clone())
+/// Who a request's calls are made by: the token's user, name (as the agent
+/// and as the credential) and admin role; without a token (loopback, no
+/// tokens configured), the local agent.
+fn principal_of(caller: Option<&Caller>) -> Principal {
+    match caller {
+        Some(caller) => Principal {
+            user: caller.user.clone(),
+            agent: Some(caller.name.clone()),
+            token: Some(caller.name.clone()),
+            admin: caller.roles.contains(&Role::Admin),
+        },
+        None => Principal {
+            agent: Some("local".to_owned()),
+            ..Principal::default()
+        },
+    }
 }
 
 /// `POST /v1/tools/call`: 200 with the envelope, or 202 when a human must
@@ -210,10 +230,7 @@ async fn tools_call(
         tool,
         args: Value::Object(body.arguments.unwrap_or_default()),
         origin,
-        principal: Principal {
-            user: caller.as_ref().and_then(|caller| caller.user.clone()),
-            agent: Some(agent_name(caller.as_ref())),
-        },
+        principal: principal_of(caller.as_ref()),
         session: body.session,
         profile: None,
         tool_call_id: body.tool_call_id,
@@ -488,10 +505,12 @@ async fn result(
         Ok(approval) => approval,
         Err(refused) => return refused,
     };
+    // An approver sees every approval (they decide them); an agent only its
+    // own: the same user, token and agent that made the call.
     let sees_all = caller
         .as_ref()
         .is_some_and(|caller| caller.has(Role::Approver));
-    if !sees_all && approval.agent.as_deref() != Some(agent_name(caller.as_ref()).as_str()) {
+    if !sees_all && !principal_of(caller.as_ref()).owns(approval.owner.as_deref()) {
         // Someone else's call is as good as unknown.
         return failure(
             StatusCode::NOT_FOUND,

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use airlock_broker::approval_view;
+use airlock_core::Principal;
 use airlock_mcp::Gateway;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use serde_json::{Value, json};
@@ -27,6 +28,9 @@ const SETTLE_WAIT: Duration = Duration::from_secs(10);
 pub(crate) struct Change {
     pub kind: &'static str,
     pub approval: Value,
+    /// Who made the call (`Principal::owner_key`): an agent's stream shows
+    /// only its own approvals.
+    pub owner: Option<String>,
 }
 
 /// The subscribers' channel.
@@ -67,6 +71,7 @@ impl Events {
                         let _ = watcher.send(Change {
                             kind: "created",
                             approval: approval_view(approval),
+                            owner: approval.owner.clone(),
                         });
                     }
                     let mut gone: Vec<String> = known
@@ -101,6 +106,7 @@ impl Events {
                             let _ = watcher.send(Change {
                                 kind,
                                 approval: approval_view(&approval),
+                                owner: approval.owner.clone(),
                             });
                         }
                     }
@@ -118,24 +124,37 @@ impl Events {
         self.sender.subscribe()
     }
 
-    /// The stream one subscriber reads.
+    /// The stream one subscriber reads: every change, or (`only`: an agent's
+    /// principal) the changes of that principal's own approvals.
     pub(crate) fn subscribe(
         &self,
+        only: Option<Principal>,
     ) -> Sse<impl futures_util::Stream<Item = Result<Event, Infallible>> + use<>> {
         let receiver = self.sender.subscribe();
-        let stream = futures_util::stream::unfold(receiver, |mut receiver| async move {
-            let event = match receiver.recv().await {
-                Ok(change) => {
-                    let data = json!({"type": change.kind, "approval": change.approval});
-                    Event::default().event(change.kind).data(data.to_string())
-                }
-                // A slow subscriber missed some: it is told to reload.
-                Err(broadcast::error::RecvError::Lagged(_)) => {
-                    Event::default().event("resync").data("{}")
-                }
-                Err(broadcast::error::RecvError::Closed) => return None,
-            };
-            Some((Ok(event), receiver))
+        let stream = futures_util::stream::unfold(receiver, move |mut receiver| {
+            let only = only.clone();
+            async move {
+                let event = loop {
+                    match receiver.recv().await {
+                        Ok(change) => {
+                            if only
+                                .as_ref()
+                                .is_some_and(|principal| !principal.owns(change.owner.as_deref()))
+                            {
+                                continue;
+                            }
+                            let data = json!({"type": change.kind, "approval": change.approval});
+                            break Event::default().event(change.kind).data(data.to_string());
+                        }
+                        // A slow subscriber missed some: it is told to reload.
+                        Err(broadcast::error::RecvError::Lagged(_)) => {
+                            break Event::default().event("resync").data("{}");
+                        }
+                        Err(broadcast::error::RecvError::Closed) => return None,
+                    }
+                };
+                Some((Ok(event), receiver))
+            }
         });
         Sse::new(stream).keep_alive(KeepAlive::default())
     }

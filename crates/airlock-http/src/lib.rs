@@ -182,6 +182,7 @@ async fn require_mcp(mut request: Request, next: Next) -> Response {
             );
         }
         request.extensions_mut().insert(HttpPrincipal {
+            admin: caller.roles.contains(&Role::Admin),
             user: caller.user,
             token_name: caller.name,
         });

@@ -88,8 +88,8 @@ const ROUTES: &[Route] = &[
     Route {
         method: "get",
         path: "/hitl/events",
-        role: "approver",
-        summary: "Server-sent events: created, decided and expired approvals",
+        role: "approver (all) or agent (its own)",
+        summary: "Server-sent events: created, decided and expired approvals (an agent's stream has only its own)",
         body: None,
         answers: &[(200, "EventStream"), (401, "Error"), (403, "Error")],
     },

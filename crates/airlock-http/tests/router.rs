@@ -269,15 +269,6 @@ async fn every_refusal_has_its_status_and_code_and_changes_nothing() {
             "forbidden",
         ),
         case(
-            "an agent watches events",
-            "GET",
-            "/hitl/events",
-            Some(AGENT),
-            b"",
-            403,
-            "forbidden",
-        ),
-        case(
             "malformed JSON",
             "POST",
             "/v1/tools/call",

@@ -40,6 +40,8 @@ const REASON_ATTEMPTS: u32 = 3;
 pub struct HttpPrincipal {
     pub user: Option<String>,
     pub token_name: String,
+    /// The token holds the admin role.
+    pub admin: bool,
 }
 
 /// How a session is bound.
@@ -54,8 +56,15 @@ pub struct SessionOptions {
     pub http: bool,
 }
 
-/// The profile and the user of a request.
-type Binding = (Option<String>, Option<String>);
+/// What a session's requests are bound to: the profile, and who makes them
+/// (the user; over HTTP also the token, which the calls' principal carries).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Binding {
+    profile: Option<String>,
+    user: Option<String>,
+    token: Option<String>,
+    admin: bool,
+}
 
 /// One MCP session (an rmcp `ServerHandler`).
 #[derive(Clone)]
@@ -63,7 +72,7 @@ pub struct Session {
     gateway: Arc<Gateway>,
     options: SessionOptions,
     id: String,
-    /// HTTP: the (profile, user) the session started with; later requests
+    /// HTTP: the profile and token the session started with; later requests
     /// must come the same way.
     bound: Arc<Mutex<Option<Binding>>>,
     /// The least severe log message the client wants.
@@ -85,7 +94,12 @@ impl Session {
     /// path and the token, and must not change within a session.
     fn binding(&self, extensions: &rmcp::model::Extensions) -> Result<Binding, ErrorData> {
         if !self.options.http {
-            return Ok((self.options.profile.clone(), self.options.user.clone()));
+            return Ok(Binding {
+                profile: self.options.profile.clone(),
+                user: self.options.user.clone(),
+                token: None,
+                admin: false,
+            });
         }
         let parts = extensions.get::<http::request::Parts>();
         let profile = parts.and_then(|parts| {
@@ -96,10 +110,13 @@ impl Session {
                 .map(|rest| rest.trim_end_matches('/').to_owned())
                 .filter(|rest| !rest.is_empty())
         });
-        let user = parts
-            .and_then(|parts| parts.extensions.get::<HttpPrincipal>())
-            .and_then(|principal| principal.user.clone());
-        let now = (profile, user);
+        let principal = parts.and_then(|parts| parts.extensions.get::<HttpPrincipal>());
+        let now = Binding {
+            profile,
+            user: principal.and_then(|principal| principal.user.clone()),
+            token: principal.map(|principal| principal.token_name.clone()),
+            admin: principal.is_some_and(|principal| principal.admin),
+        };
         let mut bound = self
             .bound
             .lock()
@@ -161,7 +178,12 @@ impl Session {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let (profile, user) = self.binding(&context.extensions)?;
+        let Binding {
+            profile,
+            user,
+            token,
+            admin,
+        } = self.binding(&context.extensions)?;
         let args = Value::Object(request.arguments.clone().unwrap_or_default());
         let (tool, origin) = self.gateway.resolve(&request.name);
         let agent = context.client_info().map(|info| info.name);
@@ -182,6 +204,8 @@ impl Session {
             principal: Principal {
                 user: user.clone(),
                 agent,
+                token,
+                admin,
             },
             session: Some(self.id.clone()),
             profile,
@@ -509,9 +533,9 @@ impl ServerHandler for Session {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let (profile, _) = self.binding(&context.extensions)?;
+        let binding = self.binding(&context.extensions)?;
         Ok(ListToolsResult::with_all_items(
-            self.visible_tools(profile.as_deref()),
+            self.visible_tools(binding.profile.as_deref()),
         ))
     }
 

@@ -129,10 +129,14 @@ pub struct NewApproval {
     pub args_json: String,
     /// Redacted arguments (JSON), for display.
     pub args_display: String,
-    /// Identical pending calls share this key (tool, args, session).
+    /// Identical pending calls share this key (tool, args, session, owner).
     pub dedup_key: String,
     pub user: Option<String>,
     pub agent: Option<String>,
+    /// Who made the call, as the face authenticated it
+    /// (`Principal::owner_key`): only they (and an admin) see the approval
+    /// from an agent's side. `None` for rows older than the column: nobody's.
+    pub owner: Option<String>,
     pub session: Option<String>,
     pub tool_call_id: Option<String>,
     pub risk: String,
@@ -220,6 +224,11 @@ pub struct GrantRow {
     pub path_glob: Option<String>,
     /// `None` for a persistent grant.
     pub session: Option<String>,
+    /// The user the grant was made for: it covers that user's calls only.
+    pub user: Option<String>,
+    /// A session grant covers only this principal's calls in the session
+    /// (`Principal::owner_key`); `None` for a persistent one.
+    pub owner: Option<String>,
     pub expires_ms: Option<Millis>,
     pub created_ms: Millis,
     pub created_by: Option<String>,
@@ -314,10 +323,20 @@ CREATE TABLE IF NOT EXISTS spent_tokens (
 );
 ";
 
+/// The schema's changes since [`SCHEMA`], in order: step `n` takes a database
+/// at `user_version` `n` to `n + 1`. Never edit a step; add one.
+const MIGRATIONS: &[&str] = &[
+    // 1: who an approval belongs to, and who a grant covers (a session
+    // string chosen by one principal never carries another's rights).
+    "ALTER TABLE approvals ADD COLUMN owner TEXT;
+     ALTER TABLE grants ADD COLUMN user TEXT;
+     ALTER TABLE grants ADD COLUMN owner TEXT;",
+];
+
 const APPROVAL_COLUMNS: &str = "seq, id, tool, args_json, args_display, dedup_key, user, agent, \
      session, tool_call_id, risk, decision_json, path, summary, diff, plan_json, created_ms, \
      expires_ms, status, decided_by, decided_user, channel, reason, decided_ms, result_json, \
-     waiter_pid, owner_pid";
+     waiter_pid, owner_pid, owner";
 
 impl Store {
     /// Opens (creating if needed) the database at `path`, in WAL mode.
@@ -338,7 +357,7 @@ impl Store {
             let setup = conn
                 .pragma_update(None, "journal_mode", "WAL")
                 .and_then(|()| conn.pragma_update(None, "synchronous", "FULL"))
-                .and_then(|()| conn.execute_batch(SCHEMA));
+                .and_then(|()| migrate(&conn));
             match setup {
                 Ok(()) => break,
                 Err(error) if is_busy(&error) && std::time::Instant::now() < deadline => {
@@ -358,6 +377,15 @@ impl Store {
         Ok(Store {
             conn: Mutex::new(conn),
             head_conn: Mutex::new(head_conn),
+        })
+    }
+
+    /// The schema version of the database (`PRAGMA user_version`): the
+    /// number of [`MIGRATIONS`] applied.
+    pub fn schema_version(&self) -> Result<usize, StoreError> {
+        self.with(|conn| {
+            let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+            Ok(usize::try_from(version).unwrap_or(0))
         })
     }
 
@@ -408,9 +436,11 @@ impl Store {
             }
             if let Some(session) = &new.session {
                 let in_session: i64 = tx.query_row(
+                    // One principal's session: another naming the same
+                    // string does not eat into its allowance.
                     "SELECT COUNT(*) FROM approvals \
-                     WHERE status = 'pending' AND expires_ms > ?1 AND session = ?2",
-                    params![now, session],
+                     WHERE status = 'pending' AND expires_ms > ?1 AND session = ?2 AND owner IS ?3",
+                    params![now, session, new.owner],
                     |row| row.get(0),
                 )?;
                 let in_session = in_session.max(0) as u64;
@@ -425,8 +455,8 @@ impl Store {
             tx.execute(
                 "INSERT INTO approvals (id, tool, args_json, args_display, dedup_key, user, agent, \
                  session, tool_call_id, risk, decision_json, path, summary, diff, plan_json, \
-                 created_ms, expires_ms, status, waiter_pid) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, 'pending', ?18)",
+                 created_ms, expires_ms, status, waiter_pid, owner) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, 'pending', ?18, ?19)",
                 params![
                     new.id,
                     new.tool,
@@ -446,6 +476,7 @@ impl Store {
                     new.created_ms as i64,
                     new.expires_ms as i64,
                     new.waiter_pid,
+                    new.owner,
                 ],
             )?;
             let created = get_in(&tx, &new.id)?;
@@ -740,8 +771,8 @@ impl Store {
     pub fn insert_grant(&self, grant: &GrantRow) -> Result<(), StoreError> {
         self.with(|conn| {
             conn.execute(
-                "INSERT INTO grants (id, tool, path_glob, session, expires_ms, created_ms, created_by, approval_id) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                "INSERT INTO grants (id, tool, path_glob, session, expires_ms, created_ms, created_by, approval_id, user, owner) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
                 params![
                     grant.id,
                     grant.tool,
@@ -750,7 +781,9 @@ impl Store {
                     grant.expires_ms.map(|ms| ms as i64),
                     grant.created_ms as i64,
                     grant.created_by,
-                    grant.approval_id
+                    grant.approval_id,
+                    grant.user,
+                    grant.owner,
                 ],
             )?;
             Ok(())
@@ -761,8 +794,8 @@ impl Store {
     pub fn grants(&self, now: Millis) -> Result<Vec<GrantRow>, StoreError> {
         self.with(|conn| {
             let mut statement = conn.prepare_cached(
-                "SELECT id, tool, path_glob, session, expires_ms, created_ms, created_by, approval_id \
-                 FROM grants WHERE expires_ms IS NULL OR expires_ms > ?1 ORDER BY created_ms, id",
+                "SELECT id, tool, path_glob, session, expires_ms, created_ms, created_by, approval_id, \
+                 user, owner FROM grants WHERE expires_ms IS NULL OR expires_ms > ?1 ORDER BY created_ms, id",
             )?;
             let rows = statement.query_map(params![now as i64], |row| {
                 Ok(GrantRow {
@@ -774,6 +807,8 @@ impl Store {
                     created_ms: row.get::<_, i64>(5)?.max(0) as u64,
                     created_by: row.get(6)?,
                     approval_id: row.get(7)?,
+                    user: row.get(8)?,
+                    owner: row.get(9)?,
                 })
             })?;
             Ok(rows.collect::<Result<Vec<_>, _>>()?)
@@ -991,6 +1026,38 @@ fn get_in(conn: &Connection, id: &str) -> Result<Approval, StoreError> {
     .ok_or_else(|| StoreError::NotFound(id.to_owned()))?
 }
 
+/// Creates the tables of a new database and brings any database up to the
+/// newest schema, in one immediate transaction (so two processes opening it
+/// together migrate it once). A database newer than this build is refused.
+fn migrate(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let result = (|| {
+        conn.execute_batch(SCHEMA)?;
+        let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+        let version = usize::try_from(version).unwrap_or(0);
+        if version > MIGRATIONS.len() {
+            return Err(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_MISMATCH),
+                Some(format!(
+                    "the database is at schema version {version}, newer than this airlock ({})",
+                    MIGRATIONS.len()
+                )),
+            ));
+        }
+        for step in &MIGRATIONS[version..] {
+            conn.execute_batch(step)?;
+        }
+        conn.pragma_update(None, "user_version", MIGRATIONS.len() as i64)
+    })();
+    match result {
+        Ok(()) => conn.execute_batch("COMMIT"),
+        Err(error) => {
+            let _ = conn.execute_batch("ROLLBACK");
+            Err(error)
+        }
+    }
+}
+
 fn approval_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Approval, StoreError>> {
     let millis = |value: i64| value.max(0) as u64;
     let status: String = row.get(18)?;
@@ -1021,6 +1088,7 @@ fn approval_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Approval, StoreEr
             waiter_pid: row
                 .get::<_, Option<i64>>(25)?
                 .and_then(|pid| u32::try_from(pid).ok()),
+            owner: row.get(27)?,
         },
         status,
         decided_by: row.get(19)?,

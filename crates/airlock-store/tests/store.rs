@@ -403,3 +403,46 @@ fn undo_snapshots_of_earlier_versions_are_still_found() {
     assert!(store.snapshot("hitl-old").unwrap().undone);
     assert!(store.snapshot("hitl-none").is_err());
 }
+
+#[test]
+fn a_version_0_database_is_migrated_and_its_old_rows_belong_to_nobody() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("airlock.db");
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(include_str!("fixtures/schema_v0.sql"))
+            .unwrap();
+    }
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.schema_version().unwrap(), 1);
+    let old = store.get("hitl-old").unwrap();
+    assert_eq!(old.status, ApprovalStatus::Pending);
+    assert_eq!(
+        (old.user.as_deref(), old.owner.as_deref()),
+        (Some("u1"), None)
+    );
+    let grants = store.grants(0).unwrap();
+    assert_eq!(grants.len(), 1);
+    assert_eq!(
+        (grants[0].user.as_deref(), grants[0].owner.as_deref()),
+        (None, None)
+    );
+    drop(store);
+    // Opening it again changes nothing.
+    let again = Store::open(&path).unwrap();
+    assert_eq!(again.schema_version().unwrap(), 1);
+    assert_eq!(again.get("hitl-old").unwrap(), old);
+}
+
+#[test]
+fn a_database_from_a_newer_airlock_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("airlock.db");
+    drop(Store::open(&path).unwrap());
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .pragma_update(None, "user_version", 99)
+        .unwrap();
+    let error = Store::open(&path).err().expect("opened a newer database");
+    assert!(error.to_string().contains("schema version 99"), "{error}");
+}

@@ -27,6 +27,21 @@ pub struct Grant {
     pub scope: GrantScope,
     /// The grant no longer applies to calls received at or after this time.
     pub expires_at: Option<UnixMillis>,
+    /// Whose calls it covers: see [`GrantHolder`].
+    pub holder: GrantHolder,
+}
+
+/// Whose calls a grant covers. An approver's "always allow" answers one
+/// principal's request: a session grant covers that principal's calls in
+/// that session only (another principal naming the same session string gets
+/// nothing), a persistent one that user's calls in every session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrantHolder {
+    /// The user the grant was made for (`None`: calls made for no user).
+    pub user: Option<String>,
+    /// For a session grant, the owner key ([`crate::Principal::owner_key`])
+    /// of the principal whose session it is.
+    pub owner: Option<String>,
 }
 
 impl Grant {
@@ -37,6 +52,7 @@ impl Grant {
         path_glob: Option<&str>,
         scope: GrantScope,
         expires_at: Option<UnixMillis>,
+        holder: GrantHolder,
     ) -> Result<Grant, globset::Error> {
         let path_glob = match path_glob {
             Some(pattern) => Some((
@@ -51,6 +67,7 @@ impl Grant {
             path_glob,
             scope,
             expires_at,
+            holder,
         })
     }
 
@@ -71,8 +88,12 @@ impl Grant {
         {
             return false;
         }
+        if self.holder.user != call.principal.user {
+            return false;
+        }
         if let GrantScope::Session(session) = &self.scope
-            && call.session.as_deref() != Some(session.as_str())
+            && (call.session.as_deref() != Some(session.as_str())
+                || self.holder.owner.as_deref() != Some(call.principal.owner_key().as_str()))
         {
             return false;
         }

@@ -27,7 +27,7 @@ pub use compile::{PathRefusal, Policy};
 pub use decision::{
     Decision, Disposition, Justification, Layer, Protected, Reason, Risk, ToolClass,
 };
-pub use grant::{Grant, GrantScope};
+pub use grant::{Grant, GrantHolder, GrantScope};
 pub use paths::normalize_relative;
 
 use crate::call::ToolCall;
