@@ -270,12 +270,15 @@ try {
   step("what an agent proposes is shown as text, never run as markup");
   const hostile = await propose("write_file", {
     path: "evil.html",
-    content: '<img src=x onerror="document.body.dataset.pwned=1"><script>document.body.dataset.pwned=1</script>\n',
+    content: '<img src=x onerror="document.body.dataset.pwned=1"><script>document.body.dataset.pwned=1</script>\n' +
+      "\u202Egnp.exe\u001b[2K\u0085\n",
   });
   const evil = page.locator(`li.card[data-id="${hostile}"]`);
   await evil.waitFor({ timeout: 10000 });
   assert.equal(await evil.locator("img, script").count(), 0);
   assert.match(await evil.locator(".diff .add").first().textContent(), /<img src=x onerror=/);
+  // A bidi override and control characters are shown, not obeyed.
+  assert.equal(await evil.locator(".diff .add").nth(1).textContent(), "+<U+202E>gnp.exe\\x1b[2K\\u{85}");
   assert.equal(await page.evaluate(() => document.body.dataset.pwned ?? null), null);
   await page.screenshot({ path: join(shots, "04-patch-and-hostile-content.png"), fullPage: true });
 

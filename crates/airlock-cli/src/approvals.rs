@@ -7,13 +7,14 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use airlock_broker::{AlwaysAllow, Broker, DecideRequest, Mode, now_ms};
+use airlock_core::display::{safe_line, safe_text};
 use airlock_core::envelope::Envelope;
 use airlock_store::Approval;
 use anyhow::anyhow;
 use clap::{Args, ValueEnum};
 use serde_json::Value;
 
-use crate::{Failure, print};
+use crate::{Failure, Painted, print, print_json, print_painted};
 
 #[derive(Debug, Args)]
 pub(crate) struct CallArgs {
@@ -151,8 +152,8 @@ pub(crate) fn call(broker: Broker, args: &CallArgs) -> Result<u8, Failure> {
         eprintln!(
             "waiting up to {seconds}s for a decision on {id} ({risk} risk, {summary}):\n  airlock approve {id}   or   airlock deny {id}   or   airlock watch",
             id = approval.id,
-            risk = approval.risk,
-            summary = approval.summary,
+            risk = safe_line(&approval.risk),
+            summary = safe_line(&approval.summary),
         );
     });
     // The interrupt handler keeps the broker alive to the end: its audit
@@ -179,7 +180,7 @@ const CANCELLED: u8 = 2;
 
 pub(crate) fn print_envelope(envelope: &Envelope) -> Result<u8, Failure> {
     let text = serde_json::to_string_pretty(envelope).map_err(Failure::internal)?;
-    print(&text);
+    print_json(&text);
     Ok(envelope.status.exit_code())
 }
 
@@ -193,7 +194,7 @@ pub(crate) fn pending(broker: &Broker, args: &PendingArgs) -> Result<u8, Failure
             .map(airlock_broker::approval_view)
             .collect();
         let text = serde_json::to_string_pretty(&list).map_err(Failure::internal)?;
-        print(&text);
+        print_json(&text);
         return Ok(0);
     }
     if approvals.is_empty() {
@@ -209,12 +210,12 @@ pub(crate) fn pending(broker: &Broker, args: &PendingArgs) -> Result<u8, Failure
         let _ = writeln!(
             out,
             "{:<41} {:<8} {:<11} {:>6}s {:<12} {}",
-            approval.id,
-            approval.risk,
-            approval.tool,
+            safe_line(&approval.id),
+            safe_line(&approval.risk),
+            safe_line(&approval.tool),
             approval.expires_ms.saturating_sub(now).div_ceil(1000),
-            approval.session.as_deref().unwrap_or("-"),
-            approval.summary
+            safe_line(approval.session.as_deref().unwrap_or("-")),
+            safe_line(&approval.summary)
         );
     }
     print(out.trim_end());
@@ -230,34 +231,37 @@ pub(crate) fn show(broker: &Broker, args: &ShowArgs) -> Result<u8, Failure> {
     if args.json {
         let text = serde_json::to_string_pretty(&airlock_broker::approval_view(&approval))
             .map_err(Failure::internal)?;
-        print(&text);
+        print_json(&text);
         return Ok(0);
     }
     let colour = std::io::stdout().is_terminal();
-    print(&describe(&approval, colour, usize::MAX));
+    print_painted(&describe(&approval, colour, usize::MAX));
     Ok(0)
 }
 
 /// A human description of an approval with its diff (coloured when `colour`),
-/// cut to `max_diff_lines`.
-pub(crate) fn describe(approval: &Approval, colour: bool, max_diff_lines: usize) -> String {
+/// cut to `max_diff_lines`. Everything in it that an agent, a file or an
+/// upstream wrote is made safe first (each field one line, control
+/// characters and bidi overrides visible), then painted.
+pub(crate) fn describe(approval: &Approval, colour: bool, max_diff_lines: usize) -> Painted {
     let now = now_ms();
+    let field = |text: &str| safe_line(text).into_owned();
     let mut out = String::new();
-    let _ = writeln!(out, "{}  {}", approval.id, approval.status);
-    let _ = writeln!(out, "  tool      {}", approval.tool);
-    let _ = writeln!(out, "  risk      {}", approval.risk);
-    let _ = writeln!(out, "  summary   {}", approval.summary);
+    let _ = writeln!(out, "{}  {}", field(&approval.id), approval.status);
+    let _ = writeln!(out, "  tool      {}", field(&approval.tool));
+    let _ = writeln!(out, "  risk      {}", field(&approval.risk));
+    let _ = writeln!(out, "  summary   {}", field(&approval.summary));
     let requester = match (&approval.user, &approval.agent) {
-        (Some(user), Some(agent)) => format!("{user} via {agent}"),
-        (Some(user), None) => user.clone(),
-        (None, Some(agent)) => agent.clone(),
+        (Some(user), Some(agent)) => format!("{} via {}", field(user), field(agent)),
+        (Some(user), None) => field(user),
+        (None, Some(agent)) => field(agent),
         (None, None) => "-".to_owned(),
     };
     let _ = writeln!(out, "  requester {requester}");
     let _ = writeln!(
         out,
         "  session   {}",
-        approval.session.as_deref().unwrap_or("-")
+        field(approval.session.as_deref().unwrap_or("-"))
     );
     if approval.status == airlock_store::ApprovalStatus::Pending {
         let left = approval.expires_ms.saturating_sub(now).div_ceil(1000);
@@ -266,28 +270,29 @@ pub(crate) fn describe(approval: &Approval, colour: bool, max_diff_lines: usize)
     if let Some(by) = &approval.decided_by {
         let _ = writeln!(
             out,
-            "  decided   by {by}{}{}{}",
+            "  decided   by {}{}{}{}",
+            field(by),
             approval
                 .decided_user
                 .as_deref()
-                .map(|u| format!(" ({u})"))
+                .map(|u| format!(" ({})", field(u)))
                 .unwrap_or_default(),
             approval
                 .channel
                 .as_deref()
-                .map(|c| format!(" via {c}"))
+                .map(|c| format!(" via {}", field(c)))
                 .unwrap_or_default(),
             approval
                 .reason
                 .as_deref()
-                .map(|r| format!(": {r}"))
+                .map(|r| format!(": {}", field(r)))
                 .unwrap_or_default(),
         );
     }
     out.push('\n');
     let lines: Vec<&str> = approval.diff.lines().collect();
     for line in lines.iter().take(max_diff_lines) {
-        out.push_str(&paint(line, colour));
+        out.push_str(&paint(&safe_text(line), colour));
         out.push('\n');
     }
     if lines.len() > max_diff_lines {
@@ -297,7 +302,7 @@ pub(crate) fn describe(approval: &Approval, colour: bool, max_diff_lines: usize)
             lines.len() - max_diff_lines
         );
     }
-    out.trim_end().to_owned()
+    Painted(out.trim_end().to_owned())
 }
 
 fn paint(line: &str, colour: bool) -> String {

@@ -9,7 +9,7 @@ use clap::Subcommand;
 use serde_json::Value;
 
 use crate::workspace::Workspace;
-use crate::{Failure, print};
+use crate::{Failure, print, print_json};
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum AuditCommand {
@@ -74,7 +74,7 @@ pub(crate) fn run(workspace: &Workspace, command: &AuditCommand) -> Result<u8, F
                 ),
             };
             if *json {
-                print(&check.to_json().to_string());
+                print_json(&check.to_json().to_string());
             } else {
                 print(&text);
             }
@@ -105,10 +105,10 @@ pub(crate) fn run(workspace: &Workspace, command: &AuditCommand) -> Result<u8, F
             };
             if *json {
                 let list: Vec<Value> = records.into_iter().map(Value::Object).collect();
-                print(&serde_json::to_string_pretty(&list).map_err(Failure::internal)?);
+                print_json(&serde_json::to_string_pretty(&list).map_err(Failure::internal)?);
             } else {
                 for record in records {
-                    print(&Value::Object(record).to_string());
+                    print_json(&Value::Object(record).to_string());
                 }
             }
             Ok(0)
@@ -122,8 +122,10 @@ pub(crate) fn run(workspace: &Workspace, command: &AuditCommand) -> Result<u8, F
             } else {
                 (Vec::new(), 0)
             };
+            // Lines as the file holds them: a tampered one may carry raw
+            // control characters, shown escaped.
             for line in last {
-                print(&line);
+                print_json(&line);
             }
             if !follow {
                 return Ok(0);
@@ -131,7 +133,7 @@ pub(crate) fn run(workspace: &Workspace, command: &AuditCommand) -> Result<u8, F
             let mut follower = Follower::open(&path, offset).map_err(Failure::internal)?;
             loop {
                 for line in follower.poll().map_err(Failure::internal)? {
-                    print(&line);
+                    print_json(&line);
                 }
                 std::thread::sleep(Duration::from_millis(200));
             }

@@ -10,7 +10,7 @@ use clap::Args;
 use serde_json::Value;
 
 use crate::workspace::Workspace;
-use crate::{Failure, print};
+use crate::{Failure, print, print_json};
 
 /// The call a command describes: the same flags for `check` and `call`.
 #[derive(Debug, Args)]
@@ -115,7 +115,7 @@ pub(crate) fn run(workspace: &Workspace, args: &CheckArgs) -> Result<(), Failure
         }
         let text =
             serde_json::to_string_pretty(&Value::Object(object)).map_err(Failure::internal)?;
-        print(&text);
+        print_json(&text);
     } else {
         print(&explain(&args.call.tool, &decision));
     }

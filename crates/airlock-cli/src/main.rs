@@ -119,7 +119,13 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(failure) => {
-            let _ = writeln!(std::io::stderr(), "error: {:#}", failure.error);
+            // An error may quote a path or a message from an agent.
+            let message = format!("{:#}", failure.error);
+            let _ = writeln!(
+                std::io::stderr(),
+                "error: {}",
+                airlock_core::display::safe_text(&message)
+            );
             ExitCode::from(failure.code)
         }
     }
@@ -138,7 +144,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Config(ConfigCommand::Schema) => {
             let schema = airlock_core::config::json_schema();
             let text = serde_json::to_string_pretty(&schema).map_err(Failure::internal)?;
-            print(&text);
+            print_json(&text);
             Ok(0)
         }
         Command::Check(args) => check::run(&workspace, &args).map(|()| 0),
@@ -155,9 +161,36 @@ fn run(cli: Cli) -> Result<u8, Failure> {
     }
 }
 
-/// Prints `text` and a newline on stdout; a closed stdout is not an error worth a
-/// panic.
+/// Prints human text and a newline on stdout, every character that could
+/// act on the terminal (escape sequences, carriage returns, bidi overrides)
+/// shown as a visible escape; a closed stdout is not an error worth a panic.
+/// Text built from an agent's strings must also escape each one-line field
+/// with `safe_line`, so a newline in it cannot pose as a line of ours.
 pub(crate) fn print(text: &str) {
     let mut stdout = std::io::stdout().lock();
-    let _ = writeln!(stdout, "{text}");
+    let _ = writeln!(stdout, "{}", airlock_core::display::safe_text(text));
+}
+
+/// Prints serialized JSON: the same value, with the characters JSON leaves
+/// raw in strings (DEL, C1 controls, bidi overrides) as `\u` escapes.
+pub(crate) fn print_json(text: &str) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{}", airlock_core::display::safe_json(text));
+}
+
+/// Prints text that carries airlock's own colour codes, whose every
+/// untrusted part was made safe when it was built (see [`Painted`]).
+pub(crate) fn print_painted(text: &Painted) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{}", text.as_str());
+}
+
+/// Text with airlock's own colour codes around strings already made safe;
+/// only [`approvals::describe`] makes one.
+pub(crate) struct Painted(String);
+
+impl Painted {
+    pub(crate) fn as_str(&self) -> &str {
+        &self.0
+    }
 }

@@ -16,7 +16,9 @@ use airlock_store::{Approval, ApprovalStatus};
 use serde_json::Value;
 
 use crate::Failure;
+use crate::Painted;
 use crate::approvals::{describe, terminal_user};
+use airlock_core::display::{safe_line, safe_text};
 
 /// How often the queue is looked at, and the countdown refreshed.
 const TICK: Duration = Duration::from_millis(100);
@@ -63,9 +65,9 @@ fn present(
         .unwrap_or(false);
     say(&format!(
         "\n[!] APPROVAL REQUIRED ({} risk)",
-        approval.risk.to_uppercase()
+        safe_line(&approval.risk.to_uppercase())
     ));
-    say(&describe(approval, colour, 40));
+    say_painted(&describe(approval, colour, 40));
     let choices = if allow_skip {
         "[y]es  [n]o  [v]iew  [a]lways"
     } else {
@@ -90,7 +92,7 @@ fn present(
         let (approve, always) = match word.as_str() {
             "yes" | "y" | "confirm" | "ok" | "approve" => (true, false),
             "v" | "view" => {
-                say(&describe(approval, colour, usize::MAX));
+                say_painted(&describe(approval, colour, usize::MAX));
                 continue;
             }
             "a" | "always" if allow_skip => (true, true),
@@ -135,12 +137,20 @@ fn present(
                 if approve { "approved" } else { "denied" },
                 match (&envelope.error, envelope.status) {
                     (Some(error), airlock_core::envelope::Status::Error) => {
-                        format!(", but applying failed: {}: {}", error.code, error.message)
+                        format!(
+                            ", but applying failed: {}: {}",
+                            error.code,
+                            safe_line(&error.message)
+                        )
                     }
                     _ => String::new(),
                 }
             )),
-            Err(error) => say(&format!("{}: not decided: {error}", approval.id)),
+            Err(error) => say(&format!(
+                "{}: not decided: {}",
+                approval.id,
+                safe_line(&error.to_string())
+            )),
         }
         return Ok(true);
     }
@@ -183,7 +193,7 @@ fn next_answer(
                 current
                     .channel
                     .as_deref()
-                    .map(|channel| format!(" (via {channel})"))
+                    .map(|channel| format!(" (via {})", safe_line(channel)))
                     .unwrap_or_default()
             ))));
         }
@@ -221,9 +231,18 @@ fn stdin_lines() -> Receiver<Option<String>> {
     receiver
 }
 
+/// A line of ours, which may quote an agent's strings: shown with every
+/// character that could act on the terminal made visible.
 fn say(text: &str) {
     let mut stdout = std::io::stdout().lock();
-    let _ = writeln!(stdout, "{text}");
+    let _ = writeln!(stdout, "{}", safe_text(text));
+    let _ = stdout.flush();
+}
+
+/// An approval as [`describe`] paints it (its strings already safe).
+fn say_painted(text: &Painted) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{}", text.as_str());
     let _ = stdout.flush();
 }
 

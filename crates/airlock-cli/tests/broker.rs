@@ -1305,3 +1305,82 @@ fn proposal_status_follows_an_approval_within_its_session() {
     let bad = status("s1", &json!({"id": id}));
     assert_eq!(bad.json["error"]["code"], "invalid_input");
 }
+
+/// What an agent may put in a name, a diff, a session or a reason to act on
+/// the approver's terminal: erase a line, move up, overwrite from the start
+/// of the line, an 8-bit CSI, an OSC title, a bidi override.
+const HOSTILE_NAME: &str = "e\u{1b}[2K\u{1b}[1Avil\r\u{9b}31m\u{202e}hs.txt";
+const HOSTILE_CONTENT: &str = "fine\n\u{1b}[1A\u{1b}[2K+ nothing to see\rapproved\u{2066}\n";
+const HOSTILE_SESSION: &str = "s\u{1b}]0;owned\u{7}\u{7f}";
+
+/// Whether `text` holds a character that acts on a terminal, besides the
+/// newlines (and tabs) of the text itself.
+fn acts_on_a_terminal(text: &str) -> Option<char> {
+    text.chars()
+        .find(|&c| c != '\n' && c != '\t' && airlock_core::display::is_unsafe(c))
+}
+
+#[test]
+fn hostile_names_diffs_sessions_and_reasons_reach_the_terminal_as_visible_escapes() {
+    let ws = Ws::new("");
+    let args = json!({"path": HOSTILE_NAME, "content": HOSTILE_CONTENT}).to_string();
+    let call = ws.run(&[
+        "call",
+        "write_file",
+        "--args",
+        &args,
+        "--defer",
+        "--session",
+        HOSTILE_SESSION,
+    ]);
+    assert_eq!(call.code, 3, "{}{}", call.stdout, call.stderr);
+    let pending_id = call.json["hitl"]["hitl_id"].as_str().unwrap().to_owned();
+    let second = json!({"path": "b.txt", "content": "b\n"}).to_string();
+    let denied = ws.run(&["call", "write_file", "--args", &second, "--defer"]);
+    let denied_id = denied.json["hitl"]["hitl_id"].as_str().unwrap().to_owned();
+    let deny = ws.run(&["deny", &denied_id, "--reason", "no\u{1b}[2J\u{202e}"]);
+    assert_eq!(deny.code, 4, "{}", deny.stderr);
+
+    let outputs = [
+        ("call", call.stdout.clone()),
+        ("pending", ws.run(&["pending"]).stdout),
+        ("pending --json", ws.run(&["pending", "--json"]).stdout),
+        ("show", ws.run(&["show", &pending_id]).stdout),
+        (
+            "show --json",
+            ws.run(&["show", &pending_id, "--json"]).stdout,
+        ),
+        ("show (denied)", ws.run(&["show", &denied_id]).stdout),
+        ("audit query", ws.run(&["audit", "query"]).stdout),
+        (
+            "audit query --json",
+            ws.run(&["audit", "query", "--json"]).stdout,
+        ),
+        ("audit tail", ws.run(&["audit", "tail", "-n", "50"]).stdout),
+    ];
+    for (what, text) in &outputs {
+        assert_eq!(acts_on_a_terminal(text), None, "{what} printed:\n{text}");
+    }
+    // Shown, not hidden: the escapes are visible.
+    let show = &outputs[3].1;
+    assert!(show.contains(r"\x1b[2K"), "{show}");
+    assert!(show.contains("<U+202E>"), "{show}");
+    assert!(show.contains(r"\rapproved"), "{show}");
+    assert!(
+        outputs[5].1.contains(r"no\x1b[2J<U+202E>"),
+        "{}",
+        outputs[5].1
+    );
+    // One line per approval: a name cannot pose as a line of its own.
+    let pending = &outputs[1].1;
+    assert_eq!(pending.lines().count(), 2, "{pending}");
+    // JSON stays the same JSON: the exact name and session come back.
+    let listed: Value = serde_json::from_str(&outputs[2].1).unwrap();
+    assert_eq!(listed[0]["path"], HOSTILE_NAME);
+    assert_eq!(listed[0]["session"], HOSTILE_SESSION);
+    let envelope: Value = serde_json::from_str(&call.stdout).unwrap();
+    assert_eq!(envelope["op"]["path"], HOSTILE_NAME);
+    for line in outputs[8].1.lines() {
+        serde_json::from_str::<Value>(line).unwrap();
+    }
+}

@@ -209,3 +209,41 @@ fn the_countdown_runs_out_and_denies() {
     terminal.send("\x04");
     assert!(child.wait().unwrap().success());
 }
+
+#[test]
+fn watch_shows_hostile_strings_as_visible_escapes_and_keeps_its_own_colours() {
+    let dir = tempfile::tempdir().unwrap();
+    let name = "e\u{1b}[2K\u{1b}[1Avil\u{9b}31m\u{202e}hs.txt";
+    let content = "fine\n\u{1b}[1A\u{1b}[2K+ nothing to see\u{7}approved\u{2066}\n";
+    let (mut child, mut terminal) = start_watch(dir.path());
+    terminal.expect("watching for approvals");
+    let id = propose(dir.path(), name, content);
+    let shown = terminal.expect("[y]es  [n]o  [v]iew");
+    terminal.send("n\n");
+    terminal.expect("denied");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(shown.contains(&id), "{shown}");
+    assert!(
+        shown.contains(r"\x1b[2K\x1b[1Avil\u{9b}31m<U+202E>hs.txt"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains(r"\x1b[1A\x1b[2K+ nothing to see\x07approved<U+2066>"),
+        "{shown}"
+    );
+    // What reaches the terminal: airlock's own colours (SGR), the line ends
+    // the terminal adds, and nothing else that acts on it.
+    let mut rest = shown.as_str();
+    while let Some(at) = rest.find(['\u{1b}', '\u{9b}', '\u{7}', '\u{202e}', '\u{2066}']) {
+        let tail = &rest[at..];
+        let sgr = tail.strip_prefix("\u{1b}[").and_then(|after| {
+            let end = after.find(|c: char| !(c.is_ascii_digit() || c == ';'))?;
+            (after[end..].starts_with('m')).then_some(2 + end + 1)
+        });
+        let Some(length) = sgr else {
+            panic!("a raw control reached the terminal at {tail:?}");
+        };
+        rest = &tail[length..];
+    }
+}

@@ -25,6 +25,7 @@
 pub mod call;
 pub mod canonical;
 pub mod config;
+pub mod display;
 pub mod edit;
 pub mod envelope;
 pub mod error_code;

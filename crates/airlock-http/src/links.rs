@@ -484,8 +484,10 @@ fn html(status: StatusCode, title: &str, body: &str) -> Response {
     response
 }
 
-/// Text for HTML: the characters that could open markup are escaped.
+/// Text for an HTML page: control characters and bidi overrides as visible
+/// escapes (`airlock_core::display`), then the HTML metacharacters escaped.
 pub(crate) fn escape(text: &str) -> String {
+    let text = airlock_core::display::safe_text(text);
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {

@@ -13,6 +13,30 @@ const state = {
 
 const $ = (selector, root = document) => root.querySelector(selector);
 
+// What an agent, a file or an upstream wrote may hold characters that
+// change what a person reads: control characters, and bidi overrides that
+// reorder the text around them (`evil\u202Etxt.sh`). They are shown as
+// visible escapes, as the terminal shows them (airlock_core::display).
+const UNSAFE = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]/g;
+function safeText(value) {
+  return String(value).replace(UNSAFE, (c) => {
+    const code = c.charCodeAt(0);
+    if (c === "\r") return "\\r";
+    if (code < 0x80) return "\\x" + code.toString(16).padStart(2, "0");
+    if (code < 0xa0) return "\\u{" + code.toString(16) + "}";
+    return "<U+" + code.toString(16).toUpperCase().padStart(4, "0") + ">";
+  });
+}
+
+// The same, less the carriage return of CRLF line ends: what an editable
+// content must not hold.
+const UNSAFE_IN_CONTENT = /[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]/;
+
+// Every text the page shows goes through here.
+function setText(element, value) {
+  element.textContent = safeText(value);
+}
+
 function takeTokenFromUrl() {
   const fragment = new URLSearchParams(location.hash.slice(1));
   const token = fragment.get("token");
@@ -56,7 +80,7 @@ function signOut(message) {
   state.token = null;
   if (state.streamAbort) state.streamAbort.abort();
   show("login");
-  $("#login-error").textContent = message || "";
+  setText($("#login-error"), message || "");
 }
 
 function show(view) {
@@ -100,7 +124,7 @@ function removeApproval(id) {
 
 function updateCount() {
   const count = state.approvals.size;
-  $("#pending-count").textContent = String(count);
+  setText($("#pending-count"), String(count));
   $("#pending-empty").hidden = count > 0;
   document.title = count > 0 ? `(${count}) airlock approvals` : "airlock approvals";
 }
@@ -110,14 +134,14 @@ function renderCard(approval) {
   card.dataset.id = approval.id;
   const decision = approval.decision || {};
   const risk = $(".risk", card);
-  risk.textContent = approval.risk;
+  setText(risk, approval.risk);
   risk.classList.add(approval.risk);
-  $(".tool", card).textContent = approval.tool;
-  $(".summary", card).textContent = approval.summary || approval.path || "";
+  setText($(".tool", card), approval.tool);
+  setText($(".summary", card), approval.summary || approval.path || "");
   const requester = [approval.agent, approval.user].filter(Boolean).join(" for ");
-  $(".requester", card).textContent = requester || "unknown";
-  $(".session", card).textContent = approval.session || "none";
-  $(".id", card).textContent = approval.id;
+  setText($(".requester", card), requester || "unknown");
+  setText($(".session", card), approval.session || "none");
+  setText($(".id", card), approval.id);
   const countdown = $(".countdown", card);
   countdown.dataset.expires = String(approval.expires_ms);
   tick(countdown);
@@ -196,13 +220,13 @@ function renderDiff(container, diff) {
     const summary = document.createElement("summary");
     const added = file.lines.filter((l) => l.kind === "add").length;
     const removed = file.lines.filter((l) => l.kind === "del").length;
-    summary.textContent = `${file.name}  +${added} −${removed}`;
+    setText(summary, `${file.name}  +${added} −${removed}`);
     details.append(summary);
     const pre = document.createElement("pre");
     for (const line of file.lines) {
       const span = document.createElement("span");
       span.className = "line " + line.kind;
-      span.textContent = line.text;
+      setText(span, line.text);
       pre.append(span);
     }
     details.append(pre);
@@ -211,42 +235,48 @@ function renderDiff(container, diff) {
   if (files.length === 0) {
     const empty = document.createElement("p");
     empty.className = "empty";
-    empty.textContent = "No diff (an upstream call: see the parameters).";
+    setText(empty, "No diff (an upstream call: see the parameters).");
     container.append(empty);
   }
 }
 
 async function openEditor(card, approval) {
   const error = $(".error", card);
-  error.textContent = "";
+  setText(error, "");
   try {
     const full = await api(`/hitl/pending/${encodeURIComponent(approval.id)}`);
     const text = $(".edit-text", card);
     const proposed = full.proposed_content ?? "";
+    // Such characters cannot be shown in a textarea as what they are;
+    // editing them blind is left to the terminal (airlock approve --edit).
+    if (UNSAFE_IN_CONTENT.test(proposed)) {
+      setText(error, "This content holds control or bidi characters; edit it with airlock approve --edit.");
+      return;
+    }
     text.dataset.crlf = proposed.includes("\r\n") ? "1" : "0";
     text.value = proposed;
     // What the textarea holds (line ends normalised), to tell an edit.
     text.dataset.proposed = text.value;
     $(".editor", card).hidden = false;
     $(".edit", card).hidden = true;
-    $(".approve", card).textContent = "Approve edited";
+    setText($(".approve", card), "Approve edited");
     // An edited version is never made an always-allow.
     $(".always-row", card).hidden = true;
     text.focus();
   } catch (e) {
-    error.textContent = e.message;
+    setText(error, e.message);
   }
 }
 
 async function decide(card, approval, decision) {
   const error = $(".error", card);
-  error.textContent = "";
+  setText(error, "");
   const body = { decision };
   const reason = $(".reason", card).value.trim();
   if (reason) body.reason = reason;
   if (decision === "approve") {
     if ((approval.decision || {}).require_reason && !reason) {
-      error.textContent = `A reason is required to approve ${approval.risk} risk.`;
+      setText(error, `A reason is required to approve ${approval.risk} risk.`);
       $(".reason", card).focus();
       return;
     }
@@ -269,7 +299,7 @@ async function decide(card, approval, decision) {
     if (e.status === 409 || e.status === 404) {
       removeApproval(approval.id);
     } else {
-      error.textContent = e.message;
+      setText(error, e.message);
       buttons.forEach((b) => { b.disabled = false; });
     }
   }
@@ -278,7 +308,7 @@ async function decide(card, approval, decision) {
 function tick(element) {
   const left = Number(element.dataset.expires) - (Date.now() + state.skewMs);
   if (left <= 0) {
-    element.textContent = "expired";
+    setText(element, "expired");
     element.classList.add("soon");
     return;
   }
@@ -286,7 +316,7 @@ function tick(element) {
   const h = Math.floor(seconds / 3600);
   const m = Math.floor((seconds % 3600) / 60);
   const s = seconds % 60;
-  element.textContent = h > 0 ? `${h}h ${m}m` : m > 0 ? `${m}m ${String(s).padStart(2, "0")}s` : `${s}s`;
+  setText(element, h > 0 ? `${h}h ${m}m` : m > 0 ? `${m}m ${String(s).padStart(2, "0")}s` : `${s}s`);
   element.classList.toggle("soon", seconds < 30);
 }
 
@@ -355,14 +385,14 @@ function setLive(on) {
   const live = $("#live");
   live.classList.toggle("on", on);
   live.classList.toggle("off", !on);
-  live.textContent = on ? "live" : "offline";
+  setText(live, on ? "live" : "offline");
 }
 
 // ---------------------------------------------------------------- audit
 
 async function loadAudit() {
   const error = $("#audit-error");
-  error.textContent = "";
+  setText(error, "");
   const params = new URLSearchParams({ limit: "500" });
   const event = $("#audit-event").value.trim();
   const filter = $("#audit-filter").value.trim();
@@ -375,7 +405,7 @@ async function loadAudit() {
     renderChain(verify);
     renderAudit(audit.records || []);
   } catch (e) {
-    error.textContent = e.status === 403 ? "The audit log needs an admin token." : e.message;
+    setText(error, e.status === 403 ? "The audit log needs an admin token." : e.message);
   }
 }
 
@@ -384,13 +414,13 @@ function renderChain(verify) {
   chain.classList.toggle("ok", !!verify.ok);
   chain.classList.toggle("broken", !verify.ok);
   if (verify.ok && verify.records === 0) {
-    chain.textContent = "No audit records yet.";
+    setText(chain, "No audit records yet.");
   } else if (verify.ok) {
-    chain.textContent = `Chain verified: ${verify.records} records, last seq ${verify.last_seq}.`;
+    setText(chain, `Chain verified: ${verify.records} records, last seq ${verify.last_seq}.`);
   } else if (verify.problem) {
-    chain.textContent = `Chain BROKEN at seq ${verify.first_bad_seq} (line ${verify.line}): ${verify.problem}`;
+    setText(chain, `Chain BROKEN at seq ${verify.first_bad_seq} (line ${verify.line}): ${verify.problem}`);
   } else {
-    chain.textContent = "Chain verifies, but records were lost: " + (verify.repairs || []).join("; ");
+    setText(chain, "Chain verifies, but records were lost: " + (verify.repairs || []).join("; "));
   }
 }
 
@@ -412,7 +442,7 @@ function renderAudit(records) {
     ];
     for (const value of cells) {
       const cell = document.createElement("td");
-      cell.textContent = value === undefined || value === null ? "" : String(value);
+      setText(cell, value === undefined || value === null ? "" : String(value));
       row.append(cell);
     }
     body.append(row);
@@ -429,7 +459,7 @@ async function start() {
     if (e.status === 403) {
       signOut("This token cannot decide approvals (it needs the approver role).");
     } else if (state.token) {
-      $("#pending-empty").textContent = e.message;
+      setText($("#pending-empty"), e.message);
     }
     return;
   }
