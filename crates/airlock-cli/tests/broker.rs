@@ -1384,3 +1384,182 @@ fn hostile_names_diffs_sessions_and_reasons_reach_the_terminal_as_visible_escape
         serde_json::from_str::<Value>(line).unwrap();
     }
 }
+
+impl Ws {
+    /// Runs a command that must finish within `seconds` (a hang is a failure,
+    /// not a stuck test run).
+    fn run_within(&self, args: &[&str], seconds: u64) -> Run {
+        let mut child = self.spawn(args);
+        let deadline = Instant::now() + Duration::from_secs(seconds);
+        while child.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                child.kill().unwrap();
+                child.wait().unwrap();
+                panic!("airlock {args:?} hung for {seconds}s");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        finish(child.wait_with_output().unwrap())
+    }
+
+    fn mkfifo(&self, rel: &str) {
+        let status = Command::new("mkfifo").arg(self.path(rel)).status().unwrap();
+        assert!(status.success(), "mkfifo {rel}");
+    }
+}
+
+#[test]
+fn fifos_named_like_ignore_files_or_matched_by_a_search_hang_nothing() {
+    let ws = Ws::new("");
+    ws.write("a.txt", "needle\n");
+    std::fs::create_dir_all(ws.path("sub")).unwrap();
+    std::fs::create_dir_all(ws.path(".git/info")).unwrap();
+    ws.write("sub/b.txt", "needle too\n");
+    for fifo in [
+        ".gitignore",
+        ".ignore",
+        "sub/.gitignore",
+        ".git/info/exclude",
+        "data.txt",
+        "sub/pipe.txt",
+    ] {
+        ws.mkfifo(fifo);
+    }
+    let call = |tool: &str, args: Value| {
+        let args = args.to_string();
+        ws.run_within(&["call", tool, "--args", &args, "--defer"], 20)
+    };
+    let grep = call("grep", json!({"pattern": "needle"}));
+    assert_eq!(grep.json["status"], "allowed", "{}", grep.stdout);
+    assert_eq!(
+        grep.json["data"]["matches"], "a.txt:1:needle\nsub/b.txt:1:needle too",
+        "{}",
+        grep.stdout
+    );
+    let glob = call("glob", json!({"pattern": "**/*.txt"}));
+    assert_eq!(glob.json["status"], "allowed", "{}", glob.stdout);
+    let mut found: Vec<&str> = glob.json["data"]["paths"]
+        .as_str()
+        .unwrap()
+        .lines()
+        .collect();
+    found.sort_unstable();
+    assert_eq!(found, ["a.txt", "sub/b.txt"], "FIFOs are not files");
+    assert_eq!(call("list_dir", json!({})).json["status"], "allowed");
+    // Named directly, a FIFO is refused, never opened to wait for a writer.
+    for (tool, args) in [
+        ("read_file", json!({"path": "data.txt"})),
+        ("read_file", json!({"path": ".gitignore"})),
+        ("grep", json!({"pattern": "x", "path": "data.txt"})),
+        (
+            "edit_file",
+            json!({"path": "data.txt", "old_string": "a", "new_string": "b"}),
+        ),
+        ("write_file", json!({"path": "data.txt", "content": "x"})),
+        ("delete_file", json!({"path": "sub/pipe.txt"})),
+        (
+            "apply_patch",
+            json!({"patch": "*** Begin Patch\n*** Update File: data.txt\n@@\n-a\n+b\n*** End Patch\n"}),
+        ),
+    ] {
+        let run = call(tool, args);
+        assert_eq!(run.json["status"], "error", "{tool}: {}", run.stdout);
+        let message = run.json["error"]["message"].as_str().unwrap_or("");
+        assert!(
+            message.contains("is not a regular file"),
+            "{tool}: {}",
+            run.stdout
+        );
+    }
+    assert_eq!(ws.run(&["pending", "--json"]).json, json!([]));
+}
+
+/// Whether any file under the workspace (outside the state dir) is a
+/// staging file.
+fn staging_files(ws: &Ws) -> Vec<String> {
+    fn walk(dir: &std::path::Path, found: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).unwrap().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name == ".airlock" {
+                continue;
+            }
+            if entry.file_type().unwrap().is_dir() {
+                walk(&entry.path(), found);
+            } else if name.starts_with(".airlock-tmp-") {
+                found.push(entry.path().display().to_string());
+            }
+        }
+    }
+    let mut found = Vec::new();
+    walk(ws.dir.path(), &mut found);
+    found
+}
+
+#[test]
+fn a_write_killed_while_staging_leaves_no_staging_file_once_airlock_runs_again() {
+    let ws = Ws::new("");
+    // Many files: each is staged (and synced) before the journal is written.
+    let mut patch = String::from("*** Begin Patch\n");
+    for i in 0..150 {
+        patch.push_str(&format!("*** Add File: src/f{i}.txt\n+file {i}\n"));
+    }
+    patch.push_str("*** End Patch\n");
+    let args = json!({"patch": patch}).to_string();
+    let mut caught = false;
+    for _ in 0..60 {
+        let mut child = ws
+            .command(&["call", "apply_patch", "--args", &args, "--yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        // SIGKILL the moment a staging file exists: no handler runs.
+        while child.try_wait().unwrap().is_none() {
+            if std::fs::read_dir(ws.path("src"))
+                .unwrap()
+                .flatten()
+                .any(|entry| {
+                    entry
+                        .file_name()
+                        .to_string_lossy()
+                        .starts_with(".airlock-tmp-")
+                })
+            {
+                child.kill().unwrap();
+                break;
+            }
+        }
+        child.wait().unwrap();
+        if !staging_files(&ws).is_empty() {
+            caught = true;
+            break;
+        }
+        for i in 0..150 {
+            let _ = std::fs::remove_file(ws.path(&format!("src/f{i}.txt")));
+        }
+    }
+    assert!(
+        caught,
+        "no run was killed while staging; the test proves nothing"
+    );
+    // The next command, whatever it is, clears airlock's own debris.
+    let pending = ws.run(&["pending", "--json"]);
+    assert_eq!(pending.code, 0, "{}", pending.stderr);
+    assert_eq!(staging_files(&ws), Vec::<String>::new());
+    // A name that only looks like a staging file is not airlock's to remove,
+    // but no search or listing ever shows such names.
+    let lookalike = ".airlock-tmp-0123456789abcdef0123456789abcdef";
+    ws.write(&format!("src/{lookalike}"), "needle\n");
+    ws.write("src/real.txt", "needle\n");
+    let grep = ws.run(&["call", "grep", "--args", r#"{"pattern": "needle"}"#]);
+    assert_eq!(
+        grep.json["data"]["matches"], "src/real.txt:1:needle",
+        "{}",
+        grep.stdout
+    );
+    let glob = ws.run(&["call", "glob", "--args", r#"{"pattern": "**/*"}"#]);
+    assert!(!glob.stdout.contains(lookalike), "{}", glob.stdout);
+    let list = ws.run(&["call", "list_dir", "--args", r#"{"path": "src"}"#]);
+    assert!(!list.stdout.contains(lookalike), "{}", list.stdout);
+    assert!(ws.path(&format!("src/{lookalike}")).exists());
+}

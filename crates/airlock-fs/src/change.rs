@@ -444,6 +444,7 @@ fn recover_locked(sandbox: &Sandbox, journal_dir: &Path) -> Result<Vec<Recovered
             skipped,
         });
     }
+    clean_staging(sandbox, journal_dir)?;
     Ok(recovered)
 }
 
@@ -660,23 +661,42 @@ fn apply_steps(
         });
     }
 
+    // Every staging file is named before it exists, in a ledger a crash
+    // leaves behind for recovery to clean up.
+    for (step, one) in steps.iter().zip(ready.iter_mut()) {
+        if step.after.is_some() {
+            one.temp = Some(crate::write::staging_name());
+        }
+    }
+    let mut ledger = match options.journal_dir {
+        Some(journal_dir) => Some(StagingLedger::begin(sandbox, journal_dir, &ready)?),
+        None => None,
+    };
     if ready.len() == 1 {
         let (step, one) = (&steps[0], &ready[0]);
-        match step.after {
-            Some(after) => crate::write::write_atomically(
+        match (step.after, &one.temp) {
+            (Some(after), Some(temp)) => crate::write::write_atomically(
                 &one.dir,
                 &one.name,
+                temp,
                 after,
                 one.placement,
                 &one.path,
             )?,
-            None => remove(&one.dir, &one.name, &one.path)?,
+            _ => remove(&one.dir, &one.name, &one.path)?,
         }
     } else if !ready.is_empty() {
         let journal_dir = options.journal_dir.ok_or_else(|| FsError::InvalidInput {
             message: "a change to several files needs a journal directory".to_owned(),
         })?;
-        commit_journaled(sandbox, steps, &mut ready, journal_dir, options)?;
+        commit_journaled(
+            sandbox,
+            steps,
+            &mut ready,
+            journal_dir,
+            options,
+            ledger.as_mut(),
+        )?;
     }
 
     Ok(ready
@@ -695,6 +715,7 @@ fn commit_journaled(
     ready: &mut [Ready],
     journal_dir: &Path,
     options: CommitOptions<'_>,
+    ledger: Option<&mut StagingLedger>,
 ) -> Result<(), FsError> {
     // Stage every new content next to its target.
     let staged = stage_all(steps, ready);
@@ -721,6 +742,9 @@ fn commit_journaled(
     if let Err(error) = write_journal(&journal_path, &journal) {
         discard_temps(ready);
         return Err(error);
+    }
+    if let Some(ledger) = ledger {
+        ledger.journal = Some(journal_path.clone());
     }
     // Past the commit point the commit only goes forward: if a step fails,
     // the journal stays and recovery (at the next commit or start) finishes
@@ -755,11 +779,143 @@ fn commit_journaled(
 
 fn stage_all(steps: &[Step<'_>], ready: &mut [Ready]) -> Result<(), FsError> {
     for (step, one) in steps.iter().zip(ready.iter_mut()) {
-        if let Some(after) = step.after {
-            one.temp = Some(stage(&one.dir, after, one.placement, &one.path)?);
+        if let (Some(after), Some(temp)) = (step.after, &one.temp) {
+            stage(&one.dir, temp, after, one.placement, &one.path)?;
         }
     }
     Ok(())
+}
+
+/// The staging files one commit is about to create, written down (in the
+/// journal directory, as `<id>.staging`) before any of them exists. When
+/// the commit is over, whatever it left is removed with the ledger; a
+/// process killed meanwhile leaves the ledger, and recovery (after the
+/// journals, which may still need their staged files) removes what it
+/// names. Staging happens under the workspace lock, so at recovery no
+/// ledger belongs to a live commit. Not synced: a `kill -9` keeps the page
+/// cache; only a power loss can leave debris behind, never a lost change.
+struct StagingLedger {
+    path: PathBuf,
+    /// The journal of a commit past its commit point: while it exists, its
+    /// staged files belong to it (recovery places them), not to the ledger.
+    journal: Option<PathBuf>,
+    entries: Vec<StagedEntry>,
+    /// The directories of the entries, as the commit holds them.
+    dirs: Vec<Option<OwnedFd>>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct StagedEntry {
+    /// Canonical, root-relative.
+    dir: String,
+    temp: String,
+}
+
+const LEDGER_EXTENSION: &str = "staging";
+
+impl StagingLedger {
+    fn begin(
+        sandbox: &Sandbox,
+        journal_dir: &Path,
+        ready: &[Ready],
+    ) -> Result<StagingLedger, FsError> {
+        let mut entries = Vec::new();
+        let mut dirs = Vec::new();
+        for one in ready {
+            if let Some(temp) = &one.temp {
+                entries.push(StagedEntry {
+                    dir: relative_dir(sandbox, &one.dir)?,
+                    temp: temp.clone(),
+                });
+                dirs.push(one.dir.try_clone().ok());
+            }
+        }
+        let path = journal_dir.join(format!("{}.{LEDGER_EXTENSION}", Uuid::new_v4().simple()));
+        if !entries.is_empty() {
+            let text = serde_json::to_vec(&entries).map_err(|error| FsError::Io {
+                context: "cannot encode the staging ledger".to_owned(),
+                error: std::io::Error::other(error.to_string()),
+            })?;
+            std::fs::write(&path, text)
+                .map_err(|error| FsError::io(format!("cannot write {}", path.display()), error))?;
+        }
+        Ok(StagingLedger {
+            path,
+            journal: None,
+            entries,
+            dirs,
+        })
+    }
+}
+
+impl Drop for StagingLedger {
+    fn drop(&mut self) {
+        if self.entries.is_empty() || self.journal.as_deref().is_some_and(Path::exists) {
+            return;
+        }
+        // A staging file still there was never placed (an error, or a step
+        // recovery finishes from the journal, which stays): only the
+        // ledger's own names, which nothing else uses, are removed.
+        let mut all_gone = true;
+        for (entry, dir) in self.entries.iter().zip(&self.dirs) {
+            let Some(dir) = dir else {
+                all_gone = false;
+                continue;
+            };
+            match rustix::fs::unlinkat(dir, entry.temp.as_str(), AtFlags::empty()) {
+                Ok(()) | Err(Errno::NOENT) => {}
+                Err(_) => all_gone = false,
+            }
+        }
+        if all_gone {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Removes what the staging ledgers in `journal_dir` name (after the
+/// journals were finished), then the ledgers; returns how many files were
+/// removed.
+fn clean_staging(sandbox: &Sandbox, journal_dir: &Path) -> Result<usize, FsError> {
+    let entries = match std::fs::read_dir(journal_dir) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(error) => {
+            return Err(FsError::io(
+                format!("cannot list {}", journal_dir.display()),
+                error,
+            ));
+        }
+    };
+    let mut removed = 0;
+    for ledger in entries.filter_map(Result::ok).map(|entry| entry.path()) {
+        if ledger.extension().is_none_or(|ext| ext != LEDGER_EXTENSION) {
+            continue;
+        }
+        // A ledger is data from disk: only airlock's own staging names, in
+        // directories resolved beneath the root, are ever removed. One that
+        // cannot be read was cut short by the crash before any staging file
+        // existed.
+        let staged: Vec<StagedEntry> = std::fs::read(&ledger)
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+            .unwrap_or_default();
+        for entry in staged {
+            if !crate::write::is_staging_name(&entry.temp) {
+                continue;
+            }
+            let Ok(dir) = sandbox.open_directory(&entry.dir) else {
+                continue;
+            };
+            if rustix::fs::unlinkat(&dir, entry.temp.as_str(), AtFlags::empty()).is_ok() {
+                removed += 1;
+                let _ = sync_directory(&dir);
+            }
+        }
+        std::fs::remove_file(&ledger)
+            .map_err(|error| FsError::io(format!("cannot remove {}", ledger.display()), error))?;
+    }
+    Ok(removed)
 }
 
 fn discard_temps(ready: &[Ready]) {

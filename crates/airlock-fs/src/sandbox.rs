@@ -716,6 +716,49 @@ fn normalize_absolute(path: &str) -> String {
 
 // What the search tools (grep, glob, list_dir, stat) need beyond resolution.
 
+/// A descriptor of the root, for work that outlives a borrow of the sandbox
+/// (a walk's filter): it reads small files beneath the root safely.
+#[derive(Debug)]
+pub(crate) struct BeneathRoot {
+    fd: OwnedFd,
+}
+
+impl BeneathRoot {
+    /// Up to `limit` bytes of the regular file at `rel`, opened beneath the
+    /// root through no symlink and without blocking; `None` for anything
+    /// else (missing, a FIFO, a device, a directory, unreadable).
+    pub(crate) fn read_regular(&self, rel: &str, limit: usize) -> Option<Vec<u8>> {
+        use std::io::Read as _;
+        let fd = openat2_retrying(
+            &self.fd,
+            rel,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY,
+            ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
+        )
+        .ok()?;
+        if kind_of(&rustix::fs::fstat(&fd).ok()?) != FileKind::File {
+            return None;
+        }
+        let mut bytes = Vec::new();
+        File::from(fd)
+            .take(u64::try_from(limit).unwrap_or(u64::MAX))
+            .read_to_end(&mut bytes)
+            .ok()?;
+        Some(bytes)
+    }
+
+    /// Whether anything is at `rel` (not following a final symlink).
+    pub(crate) fn exists(&self, rel: &str) -> bool {
+        rustix::fs::statat(&self.fd, rel, AtFlags::SYMLINK_NOFOLLOW).is_ok()
+    }
+
+    /// Whether `rel` is a directory (not following a final symlink).
+    pub(crate) fn is_directory(&self, rel: &str) -> bool {
+        rustix::fs::statat(&self.fd, rel, AtFlags::SYMLINK_NOFOLLOW)
+            .is_ok_and(|stat| kind_of(&stat) == FileKind::Directory)
+    }
+}
+
 /// One entry of a directory read through its descriptor.
 #[derive(Debug)]
 pub(crate) struct ListedEntry {
@@ -729,6 +772,15 @@ impl Sandbox {
     /// filter of a directory walk must be `'static`).
     pub(crate) fn shared_policy(&self) -> Arc<Policy> {
         Arc::clone(&self.policy)
+    }
+
+    /// A descriptor of the root that a walk's filter may keep.
+    pub(crate) fn beneath_root(&self) -> Result<BeneathRoot, FsError> {
+        let fd = self
+            .root_fd
+            .try_clone()
+            .map_err(|error| FsError::io("cannot duplicate the root descriptor", error))?;
+        Ok(BeneathRoot { fd })
     }
 
     /// Opens a regular file that a directory walk found, by its canonical

@@ -263,7 +263,7 @@ pub fn grep(sandbox: &Sandbox, params: &GrepParams) -> Result<GrepData, FsError>
         }
         Base::Directory(base) => {
             let results = Mutex::new(Found::default());
-            walker(sandbox, &base, file_filter)
+            walker(sandbox, &base, file_filter)?
                 .build_parallel()
                 .visit(&mut GrepVisitors {
                     sandbox,
@@ -325,7 +325,7 @@ pub fn glob(sandbox: &Sandbox, params: &GlobParams) -> Result<GlobData, FsError>
         }
     };
     let results = Mutex::new(Vec::new());
-    walker(sandbox, &base, None)
+    walker(sandbox, &base, None)?
         .build_parallel()
         .visit(&mut GlobVisitors {
             sandbox,
@@ -373,7 +373,9 @@ pub fn list_dir(sandbox: &Sandbox, params: &ListDirParams) -> Result<ListDirData
         } else {
             format!("{}/{name}", path.resolved())
         };
-        if policy.check_workspace_path("path", &rel, false).is_some() {
+        if policy.check_workspace_path("path", &rel, false).is_some()
+            || crate::write::is_staging_name(name)
+        {
             continue;
         }
         let mut shown = name.to_owned();
@@ -468,7 +470,11 @@ fn resolve_base(sandbox: &Sandbox, path: Option<&str>) -> Result<Base, FsError> 
 
 /// A walk of the directory `base` (root-relative) with the rules of the module
 /// documentation; `file_filter` restricts which files are yielded.
-fn walker(sandbox: &Sandbox, base: &str, file_filter: Option<FileFilter>) -> WalkBuilder {
+fn walker(
+    sandbox: &Sandbox,
+    base: &str,
+    file_filter: Option<FileFilter>,
+) -> Result<WalkBuilder, FsError> {
     let root = sandbox.root();
     let start = if base.is_empty() {
         root.to_path_buf()
@@ -476,11 +482,12 @@ fn walker(sandbox: &Sandbox, base: &str, file_filter: Option<FileFilter>) -> Wal
         root.join(base)
     };
     let mut builder = WalkBuilder::new(&start);
+    // The walker reads no ignore file itself: `IgnoreRules` does, safely.
     builder
         .hidden(true)
-        .ignore(true)
-        .git_ignore(true)
-        .git_exclude(true)
+        .ignore(false)
+        .git_ignore(false)
+        .git_exclude(false)
         .require_git(false)
         .git_global(false)
         .parents(false)
@@ -488,11 +495,11 @@ fn walker(sandbox: &Sandbox, base: &str, file_filter: Option<FileFilter>) -> Wal
     let entry_filter = EntryFilter {
         policy: sandbox.shared_policy(),
         root_prefix: root_prefix_len(root),
-        ancestors: AncestorIgnores::new(root, base),
+        ignores: IgnoreRules::new(sandbox)?,
         file_filter,
     };
     builder.filter_entry(move |entry| entry_filter.admits(entry));
-    builder
+    Ok(builder)
 }
 
 /// Decides, for each entry below the start of a walk, whether it is yielded
@@ -500,7 +507,7 @@ fn walker(sandbox: &Sandbox, base: &str, file_filter: Option<FileFilter>) -> Wal
 struct EntryFilter {
     policy: Arc<Policy>,
     root_prefix: usize,
-    ancestors: AncestorIgnores,
+    ignores: IgnoreRules,
     file_filter: Option<FileFilter>,
 }
 
@@ -521,7 +528,15 @@ impl EntryFilter {
         {
             return false;
         }
-        if self.ancestors.ignores(entry.path(), is_dir) {
+        // Files a crashed apply may have left behind are airlock's own.
+        if rel
+            .rsplit('/')
+            .next()
+            .is_some_and(crate::write::is_staging_name)
+        {
+            return false;
+        }
+        if self.ignores.ignores(rel, entry.path(), is_dir) {
             return false;
         }
         match &self.file_filter {
@@ -531,81 +546,160 @@ impl EntryFilter {
     }
 }
 
-/// The ignore rules of the directories from the root down to the parent of
-/// the walk's start, which a walk that starts below the root does not read
-/// itself. Each list is deepest directory first; `.ignore` rules take
-/// precedence over `.gitignore` rules, which take precedence over
-/// `.git/info/exclude`, as in the walk.
-struct AncestorIgnores {
-    ignore: Vec<Gitignore>,
-    gitignore: Vec<Gitignore>,
-    exclude: Vec<Gitignore>,
+/// The ignore files of the walk, read by airlock itself rather than by the
+/// walker (which opens them with a blocking `open` through any symlink: a
+/// FIFO named `.gitignore` would hang it, a link to `/dev/zero` exhaust
+/// memory). Each is opened beneath the root through no symlink,
+/// non-blocking, and used only when it is a regular file, at most
+/// [`MAX_IGNORE_FILE_BYTES`] of it.
+///
+/// The rules are ripgrep's: for an entry, each kind (`.ignore`, then
+/// `.gitignore`, then `.git/info/exclude`) is looked up from the entry's
+/// directory upwards to the workspace root, the deepest file that says
+/// anything wins for its kind, and the first kind that says anything
+/// decides; `.gitignore` and `exclude` files above the root of a nested
+/// repository (a directory holding `.git`) do not apply inside it. A
+/// directory's rules are read once per walk.
+struct IgnoreRules {
+    root: Arc<crate::sandbox::BeneathRoot>,
+    root_path: std::path::PathBuf,
+    directories: Mutex<std::collections::HashMap<String, Arc<DirectoryRules>>>,
 }
 
-impl AncestorIgnores {
-    fn new(root: &Path, base: &str) -> AncestorIgnores {
-        let mut ancestors = AncestorIgnores {
-            ignore: Vec::new(),
-            gitignore: Vec::new(),
-            exclude: Vec::new(),
-        };
-        if base.is_empty() {
-            return ancestors;
-        }
-        let mut directory = root.to_path_buf();
-        let mut components = base.split('/').peekable();
+/// The ignore files of one directory.
+#[derive(Default)]
+struct DirectoryRules {
+    dot_ignore: Option<Gitignore>,
+    gitignore: Option<Gitignore>,
+    exclude: Option<Gitignore>,
+    /// The directory holds `.git`: the root of a repository.
+    has_git: bool,
+}
+
+/// The most of an ignore file that is read; the rest is left out.
+const MAX_IGNORE_FILE_BYTES: usize = 4 << 20;
+
+impl IgnoreRules {
+    fn new(sandbox: &Sandbox) -> Result<IgnoreRules, FsError> {
+        Ok(IgnoreRules {
+            root: Arc::new(sandbox.beneath_root()?),
+            root_path: sandbox.root().to_path_buf(),
+            directories: Mutex::new(std::collections::HashMap::new()),
+        })
+    }
+
+    /// Whether the entry at `rel` (root-relative, not the root) is ignored.
+    fn ignores(&self, rel: &str, path: &Path, is_dir: bool) -> bool {
+        let mut found = [Match::None, Match::None, Match::None];
+        let mut saw_git = false;
+        let mut directory = rel;
         loop {
-            ancestors
-                .ignore
-                .extend(ignore_file(&directory, &directory.join(".ignore")));
-            ancestors
-                .gitignore
-                .extend(ignore_file(&directory, &directory.join(".gitignore")));
-            let Some(component) = components.next() else {
-                break;
+            directory = match directory.rsplit_once('/') {
+                Some((parent, _)) => parent,
+                None if directory.is_empty() => break,
+                None => "",
             };
-            if components.peek().is_none() {
+            let rules = self.rules(directory);
+            let kinds = [
+                (&rules.dot_ignore, true),
+                (&rules.gitignore, !saw_git),
+                (&rules.exclude, !saw_git),
+            ];
+            for ((matcher, applies), slot) in kinds.into_iter().zip(found.iter_mut()) {
+                if let (Some(matcher), true, true) = (matcher, applies, slot.is_none()) {
+                    *slot = matcher.matched(path, is_dir).map(|_| ());
+                }
+            }
+            saw_git |= rules.has_git;
+            if directory.is_empty() {
                 break;
             }
-            directory.push(component);
         }
-        let git_dir = root.join(".git");
-        if git_dir.is_dir() {
-            ancestors
-                .exclude
-                .extend(ignore_file(root, &git_dir.join("info/exclude")));
-        }
-        ancestors.ignore.reverse();
-        ancestors.gitignore.reverse();
-        ancestors
+        found
+            .into_iter()
+            .find(|found| !found.is_none())
+            .is_some_and(|found| found.is_ignore())
     }
 
-    fn ignores(&self, path: &Path, is_dir: bool) -> bool {
-        for matcher in self
-            .ignore
-            .iter()
-            .chain(&self.gitignore)
-            .chain(&self.exclude)
-        {
-            match matcher.matched(path, is_dir) {
-                Match::None => {}
-                Match::Ignore(_) => return true,
-                Match::Whitelist(_) => return false,
-            }
+    fn rules(&self, directory: &str) -> Arc<DirectoryRules> {
+        let cached = self
+            .directories
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(directory)
+            .cloned();
+        if let Some(rules) = cached {
+            return rules;
         }
-        false
+        let rules = Arc::new(self.read_rules(directory));
+        self.directories
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(directory.to_owned(), rules.clone());
+        rules
+    }
+
+    fn read_rules(&self, directory: &str) -> DirectoryRules {
+        let join = |name: &str| {
+            if directory.is_empty() {
+                name.to_owned()
+            } else {
+                format!("{directory}/{name}")
+            }
+        };
+        let absolute = if directory.is_empty() {
+            self.root_path.clone()
+        } else {
+            self.root_path.join(directory)
+        };
+        let parse = |name: &str| {
+            let rel = join(name);
+            let bytes = self.root.read_regular(&rel, MAX_IGNORE_FILE_BYTES)?;
+            gitignore_from(&absolute, &self.root_path.join(&rel), &bytes)
+        };
+        let git = join(".git");
+        let has_git = self.root.exists(&git);
+        DirectoryRules {
+            dot_ignore: parse(".ignore"),
+            gitignore: parse(".gitignore"),
+            exclude: if self.root.is_directory(&git) {
+                parse(".git/info/exclude")
+            } else {
+                None
+            },
+            has_git,
+        }
     }
 }
 
-/// The rules of one ignore file, rooted at `directory`; `None` when the file
-/// does not exist or holds no rule. Unreadable lines are left out, as the walk
-/// does.
-fn ignore_file(directory: &Path, file: &Path) -> Option<Gitignore> {
-    if !file.is_file() {
-        return None;
-    }
+/// The rules of one ignore file's `bytes`, rooted at `directory`, read as
+/// ripgrep reads them: line by line up to the first line that is not UTF-8,
+/// a byte order mark at the start dropped, unusable lines left out. `None`
+/// when it holds no rule.
+fn gitignore_from(directory: &Path, file: &Path, bytes: &[u8]) -> Option<Gitignore> {
     let mut builder = GitignoreBuilder::new(directory);
-    let _partial_error = builder.add(file);
+    let mut lines = bytes.split(|&b| b == b'\n').peekable();
+    let mut first = true;
+    while let Some(line) = lines.next() {
+        // A last empty piece after the final newline is no line.
+        if line.is_empty() && lines.peek().is_none() {
+            break;
+        }
+        let line = match lines.peek() {
+            Some(_) => line.strip_suffix(b"\r").unwrap_or(line),
+            None => line,
+        };
+        let Ok(line) = std::str::from_utf8(line) else {
+            break;
+        };
+        let line = if first {
+            line.trim_start_matches('\u{feff}')
+        } else {
+            line
+        };
+        first = false;
+        let _unusable_line = builder.add_line(Some(file.to_path_buf()), line);
+    }
     builder.build().ok().filter(|rules| !rules.is_empty())
 }
 

@@ -391,11 +391,12 @@ pub(crate) enum Placement {
 pub(crate) fn write_atomically(
     directory: &OwnedFd,
     name: &str,
+    temp: &str,
     bytes: &[u8],
     placement: Placement,
     path: &str,
 ) -> Result<(), FsError> {
-    let temp = stage(directory, bytes, placement, path)?;
+    let temp = stage(directory, temp, bytes, placement, path)?;
     if let Err(error) = place(directory, &temp, name, placement, path) {
         // Best effort: the temporary file is debris, and the error that
         // matters is the one above.
@@ -405,15 +406,32 @@ pub(crate) fn write_atomically(
     sync_directory(directory)
 }
 
-/// Writes `bytes` to a new temporary file in `directory` (with the
-/// placement's permission bits), fsynced; returns its name.
+/// The prefix of the temporary files a write stages next to its target.
+pub(crate) const STAGING_PREFIX: &str = ".airlock-tmp-";
+
+/// Whether a file name is one of airlock's staging files: never listed or
+/// searched, and removed by recovery when a crash left it behind.
+pub(crate) fn is_staging_name(name: &str) -> bool {
+    name.strip_prefix(STAGING_PREFIX)
+        .is_some_and(|rest| rest.len() == 32 && rest.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// A new staging file name.
+pub(crate) fn staging_name() -> String {
+    format!("{STAGING_PREFIX}{}", Uuid::new_v4().simple())
+}
+
+/// Writes `bytes` to a new temporary file `temp` (a [`staging_name`]) in
+/// `directory` (with the placement's permission bits), fsynced; returns its
+/// name.
 pub(crate) fn stage(
     directory: &OwnedFd,
+    temp: &str,
     bytes: &[u8],
     placement: Placement,
     path: &str,
 ) -> Result<String, FsError> {
-    let temp = format!(".airlock-tmp-{}", Uuid::new_v4().simple());
+    let temp = temp.to_owned();
     let create_mode = match placement {
         Placement::Replace { mode } => mode,
         Placement::CreateNew { mode } => mode.unwrap_or(Mode::from_raw_mode(0o666)),
