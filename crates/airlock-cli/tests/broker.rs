@@ -1563,3 +1563,90 @@ fn a_write_killed_while_staging_leaves_no_staging_file_once_airlock_runs_again()
     assert!(!list.stdout.contains(lookalike), "{}", list.stdout);
     assert!(ws.path(&format!("src/{lookalike}")).exists());
 }
+
+#[test]
+fn hard_links_are_neither_read_nor_written_unless_allowed_and_never_to_protected_files() {
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.txt"), "s3cret\n").unwrap();
+    let link = |ws: &Ws, from: &std::path::Path, to: &str| {
+        std::fs::hard_link(from, ws.path(to)).unwrap();
+    };
+    let call = |ws: &Ws, tool: &str, args: Value| {
+        let args = args.to_string();
+        ws.run(&["call", tool, "--args", &args, "--defer"])
+    };
+
+    // By default: no hard-linked file is read, searched, or written.
+    let ws = Ws::new("");
+    link(&ws, &outside.path().join("secret.txt"), "link.txt");
+    for (tool, args) in [
+        ("read_file", json!({"path": "link.txt"})),
+        ("grep", json!({"pattern": "s3cret", "path": "link.txt"})),
+        ("write_file", json!({"path": "link.txt", "content": "x\n"})),
+        (
+            "edit_file",
+            json!({"path": "link.txt", "old_string": "s3cret", "new_string": "x"}),
+        ),
+        ("delete_file", json!({"path": "link.txt"})),
+    ] {
+        let run = call(&ws, tool, args);
+        assert_eq!(
+            run.json["error"]["code"], "path_forbidden",
+            "{tool}: {}",
+            run.stdout
+        );
+        assert!(run.stdout.contains("hard links"), "{tool}: {}", run.stdout);
+    }
+    let grep = call(&ws, "grep", json!({"pattern": "s3cret"}));
+    assert_eq!(grep.json["data"]["match_count"], 0, "{}", grep.stdout);
+    assert_eq!(
+        std::fs::read_to_string(outside.path().join("secret.txt")).unwrap(),
+        "s3cret\n"
+    );
+
+    // A link made after the proposal is caught when the change is applied.
+    ws.write("plain.txt", "old\n");
+    let id = ws.propose("plain.txt", "new\n");
+    std::fs::hard_link(ws.path("plain.txt"), outside.path().join("alias.txt")).unwrap();
+    let approve = ws.run(&["approve", &id]);
+    assert_ne!(approve.code, 0, "{}", approve.stdout);
+    assert!(
+        approve.stdout.contains("hard links"),
+        "{}{}",
+        approve.stdout,
+        approve.stderr
+    );
+    assert_eq!(ws.read("plain.txt").as_deref(), Some("old\n"));
+
+    // Allowed: links to ordinary files work; links to protected files never.
+    let ws = Ws::new("file_broker:\n  allow_hardlinks: true\n");
+    link(&ws, &outside.path().join("secret.txt"), "link.txt");
+    let read = call(&ws, "read_file", json!({"path": "link.txt"}));
+    assert_eq!(read.json["data"]["content"], "s3cret\n", "{}", read.stdout);
+    assert_eq!(ws.run(&["audit", "verify"]).code, 0);
+    link(&ws, &ws.path(".airlock/audit.jsonl"), "log.txt");
+    link(&ws, &ws.path("airlock.yaml"), "config.txt");
+    let log = call(&ws, "read_file", json!({"path": "log.txt"}));
+    assert_eq!(
+        log.json["error"]["code"], "path_forbidden",
+        "{}",
+        log.stdout
+    );
+    assert!(log.stdout.contains("protected file"), "{}", log.stdout);
+    let grep = call(&ws, "grep", json!({"pattern": "event_hash"}));
+    assert_eq!(grep.json["data"]["match_count"], 0, "{}", grep.stdout);
+    // The configuration may be read, never written, under any name.
+    let config = call(&ws, "read_file", json!({"path": "config.txt"}));
+    assert_eq!(config.json["status"], "allowed", "{}", config.stdout);
+    let write = call(
+        &ws,
+        "write_file",
+        json!({"path": "config.txt", "content": "x: 1\n"}),
+    );
+    assert_eq!(
+        write.json["error"]["code"], "path_forbidden",
+        "{}",
+        write.stdout
+    );
+    assert!(write.stdout.contains("protected file"), "{}", write.stdout);
+}

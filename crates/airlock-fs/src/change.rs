@@ -620,6 +620,10 @@ fn apply_steps(
                 None
             }
         };
+        if let Some((_, stat)) = &current {
+            // A hard link made since the plan is refused like one the plan saw.
+            sandbox.link_guard().check(stat, step.path, true)?;
+        }
         let hash = current.as_ref().map(|(bytes, _)| sha256_hex(bytes));
         check_hash(step.path, step.expected, hash.as_deref(), mismatch)?;
         let (bytes, stat) = match current {

@@ -60,6 +60,12 @@ pub enum FsError {
 
     #[error("`{path}` is not a regular file")]
     NotRegularFile { path: String },
+    #[error(
+        "`{path}` has {links} hard links: it may be another name of a file outside the workspace or of a protected one (file_broker.allow_hardlinks allows them)"
+    )]
+    HardLinked { path: String, links: u64 },
+    #[error("`{path}` is another name (a hard link) of a protected file")]
+    HardLinkedToProtected { path: String },
 
     #[error("`{path}` already exists")]
     FileExists { path: String },
@@ -128,7 +134,9 @@ impl FsError {
             | FsError::SymlinkLoop { .. }
             | FsError::DanglingSymlink { .. }
             | FsError::NonUtf8Name { .. }
-            | FsError::Changed { .. } => ErrorCode::PathForbidden,
+            | FsError::Changed { .. }
+            | FsError::HardLinked { .. }
+            | FsError::HardLinkedToProtected { .. } => ErrorCode::PathForbidden,
             FsError::NameTooLong { .. }
             | FsError::NotRegularFile { .. }
             | FsError::InvalidInput { .. } => ErrorCode::InvalidInput,

@@ -29,9 +29,12 @@
 //! through `openat`/`renameat` on that directory with `O_NOFOLLOW`, never through
 //! a full path again. A later step (applying an approved plan) resolves afresh.
 //!
-//! Hard links cannot be told apart from ordinary files: a name inside the root
-//! that is a hard link to a file elsewhere reads that file. Writes replace the
-//! name with a new file (rename), so they never change the other name's content.
+//! A hard link is another name of a file that may live outside the root or be
+//! a protected one, and nothing in the path shows it. So a regular file with
+//! more than one link is neither read nor written (nor searched) unless
+//! `allow_hardlinks` says so, and even then never when it is the same file as
+//! a protected one ([`LinkGuard`]). Writes replace a name with a new file
+//! (rename), so they never change another name's content anyway.
 
 use std::fs::File;
 use std::io;
@@ -79,6 +82,7 @@ pub struct Sandbox {
     create_dirs: Vec<String>,
     /// Where large outputs are stored ([`Sandbox::with_blob_dir`]).
     blob_dir: Option<PathBuf>,
+    links: Arc<LinkGuard>,
 }
 
 /// A path that went through [`Sandbox::resolve`]: inside the root, allowed by
@@ -88,6 +92,93 @@ pub struct SandboxedPath {
     requested: String,
     resolved: String,
     target: Target,
+    access: Access,
+    links: Arc<LinkGuard>,
+}
+
+/// Whether a regular file with more than one name may be read or written
+/// (`file_broker.allow_hardlinks`), and never when it is a protected file
+/// under another name.
+#[derive(Debug)]
+pub(crate) struct LinkGuard {
+    allow: bool,
+    /// The protected locations, absolute (state dir, audit log, the
+    /// configuration files, the root's `.git`).
+    protected: Vec<(PathBuf, airlock_core::policy::Protected)>,
+}
+
+/// How many entries of the protected locations are looked at, at most, to
+/// find the files a hard link could be another name of.
+const MAX_PROTECTED_ENTRIES: usize = 100_000;
+
+impl LinkGuard {
+    fn new(config: &FileBrokerConfig, policy: &Policy) -> LinkGuard {
+        LinkGuard {
+            allow: config.allow_hardlinks,
+            protected: policy
+                .protected_locations()
+                .into_iter()
+                .map(|(path, what)| (PathBuf::from(path), what))
+                .collect(),
+        }
+    }
+
+    /// Refuses a regular file (`stat`) with several links, unless they are
+    /// allowed and it is none of the protected files (unreadable ones for a
+    /// read; any for a write).
+    pub(crate) fn check(&self, stat: &Stat, path: &str, write: bool) -> Result<(), FsError> {
+        if kind_of(stat) != FileKind::File || stat.st_nlink <= 1 {
+            return Ok(());
+        }
+        if !self.allow {
+            return Err(FsError::HardLinked {
+                path: path.to_owned(),
+                links: u64::from(stat.st_nlink),
+            });
+        }
+        if self.is_protected(stat.st_dev, stat.st_ino, write) {
+            return Err(FsError::HardLinkedToProtected {
+                path: path.to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether `(dev, ino)` is a file of a protected location: only those a
+    /// read must not reach (state dir, audit log), or (`write`) any.
+    fn is_protected(&self, dev: u64, ino: u64, write: bool) -> bool {
+        use airlock_core::policy::Protected;
+        let mut budget = MAX_PROTECTED_ENTRIES;
+        let mut pending: Vec<PathBuf> = self
+            .protected
+            .iter()
+            .filter(|(_, what)| write || matches!(what, Protected::StateDir | Protected::AuditLog))
+            .map(|(path, _)| path.clone())
+            .collect();
+        while let Some(path) = pending.pop() {
+            let Ok(stat) = rustix::fs::lstat(&path) else {
+                continue;
+            };
+            match kind_of(&stat) {
+                FileKind::File if stat.st_dev == dev && stat.st_ino == ino => return true,
+                FileKind::Directory => {
+                    let Ok(entries) = std::fs::read_dir(&path) else {
+                        continue;
+                    };
+                    for entry in entries.flatten() {
+                        if budget == 0 {
+                            // Too much to look through: assume the worst.
+                            return true;
+                        }
+                        budget -= 1;
+                        pending.push(entry.path());
+                    }
+                }
+                FileKind::File | FileKind::Other => {}
+            }
+        }
+        false
+    }
 }
 
 #[derive(Debug)]
@@ -144,6 +235,7 @@ impl Sandbox {
             root: canonical,
             root_fd,
             config: config.clone(),
+            links: Arc::new(LinkGuard::new(config, &policy)),
             policy,
             create_dirs,
             blob_dir: None,
@@ -229,6 +321,8 @@ impl Sandbox {
             requested,
             resolved,
             target,
+            access,
+            links: Arc::clone(&self.links),
         })
     }
 
@@ -543,8 +637,18 @@ impl SandboxedPath {
         }
     }
 
-    /// Opens the target for reading: a regular file, or an error.
+    /// Opens the target for reading: a regular file, or an error (a hard
+    /// link too, unless allowed).
     pub(crate) fn open_for_read(&self) -> Result<(File, Stat), FsError> {
+        let (file, stat) = self.open_regular()?;
+        self.links
+            .check(&stat, &self.requested, self.access == Access::Write)?;
+        Ok((file, stat))
+    }
+
+    /// Opens the target for airlock's own look at it (a hash after a crash),
+    /// never for an agent: a regular file, whatever its links.
+    pub(crate) fn open_regular(&self) -> Result<(File, Stat), FsError> {
         let (parent, name, kind) = match &self.target {
             Target::Existing { parent, name, kind } => (parent, name, *kind),
             Target::Missing { .. } => {
@@ -774,6 +878,11 @@ impl Sandbox {
         Arc::clone(&self.policy)
     }
 
+    /// The hard-link rule, for a commit that reads a target under its locks.
+    pub(crate) fn link_guard(&self) -> &LinkGuard {
+        &self.links
+    }
+
     /// A descriptor of the root that a walk's filter may keep.
     pub(crate) fn beneath_root(&self) -> Result<BeneathRoot, FsError> {
         let fd = self
@@ -794,8 +903,10 @@ impl Sandbox {
             OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY,
             ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS,
         )?;
-        // A FIFO or device swapped in is refused before it is read.
-        if kind_of(&rustix::fs::fstat(&fd)?) != FileKind::File {
+        // A FIFO or device swapped in is refused before it is read, and so is
+        // a hard link the configuration does not allow.
+        let stat = rustix::fs::fstat(&fd)?;
+        if kind_of(&stat) != FileKind::File || self.links.check(&stat, rel, false).is_err() {
             return Err(Errno::INVAL);
         }
         Ok(File::from(fd))

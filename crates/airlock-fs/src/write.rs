@@ -516,7 +516,7 @@ pub fn current_hash(sandbox: &Sandbox, path: &str) -> Result<Option<String>, FsE
     if !target.exists() {
         return Ok(None);
     }
-    let (file, _) = target.open_for_read()?;
+    let (file, _) = target.open_regular()?;
     let (hash, _) = crate::sha256_reader(file)
         .map_err(|error| FsError::io(format!("cannot read {path}"), error))?;
     Ok(Some(hash))

@@ -406,8 +406,9 @@ fn adversarial_corpus_under_each_symlink_policy() {
             "not_a_directory",
             "not_a_directory",
         ),
-        // A hard link to a file outside cannot be told from a file; see
-        // `a_write_through_a_hard_link_leaves_the_other_name_alone`.
+        // A hard link to a file outside resolves like any file: reading or
+        // writing it is what is refused (write_file.rs,
+        // `a_hard_linked_file_is_refused_unless_hard_links_are_allowed`).
         (R, "hl.txt", "ok hl.txt", "ok hl.txt", "ok hl.txt"),
     ];
 

@@ -440,9 +440,18 @@ fn a_directory_swapped_for_a_link_to_outside_is_never_written_through() {
 }
 
 #[test]
-fn a_write_through_a_hard_link_leaves_the_other_name_alone() {
+fn a_hard_linked_file_is_refused_unless_hard_links_are_allowed() {
     let fixture = Fixture::standard();
     let sandbox = fixture.sandbox("");
+    let refused = plan(&sandbox, json!({"path": "hl.txt", "content": "replaced\n"}));
+    assert_eq!(code(&refused), "path_forbidden");
+    assert_eq!(fixture.read("hl.txt"), OUTSIDE_SECRET);
+}
+
+#[test]
+fn a_write_through_an_allowed_hard_link_leaves_the_other_name_alone() {
+    let fixture = Fixture::standard();
+    let sandbox = fixture.sandbox("file_broker:\n  allow_hardlinks: true\n");
     let plan = plan(&sandbox, json!({"path": "hl.txt", "content": "replaced\n"})).unwrap();
     assert_eq!(plan.base_hash, Some(sha256_hex(OUTSIDE_SECRET)));
     commit_write(&sandbox, &plan).unwrap();

@@ -194,6 +194,13 @@ impl Policy {
         ToolOrigin::Unknown
     }
 
+    /// The protected locations (state dir, audit log, configuration files,
+    /// the root's `.git`) as absolute paths, for checks the text of a path
+    /// cannot make (a hard link is another name of the same file).
+    pub fn protected_locations(&self) -> Vec<(String, super::Protected)> {
+        self.paths.protected_absolute()
+    }
+
     /// Checks one workspace path as the sandbox layer checks a built-in tool's
     /// path argument: escapes, deny globs, protected locations (`write` for calls
     /// that can change things). The file tools call it again on the path they

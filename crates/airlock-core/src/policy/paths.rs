@@ -241,6 +241,39 @@ impl PathGuard {
         }
     }
 
+    /// The protected locations as absolute paths (the configured ones, the
+    /// default config file and the root's `.git`), once bound; empty before.
+    pub(crate) fn protected_absolute(&self) -> Vec<(String, Protected)> {
+        let Some(root) = &self.root else {
+            return Vec::new();
+        };
+        let join = |rel: &str| {
+            if rel.is_empty() {
+                root.clone()
+            } else if root == "/" {
+                format!("/{rel}")
+            } else {
+                format!("{root}/{rel}")
+            }
+        };
+        let default_config = "airlock.yaml".to_owned();
+        let git = ".git".to_owned();
+        [
+            (&self.state_dir, Protected::StateDir),
+            (&self.audit_log, Protected::AuditLog),
+            (&self.config_file, Protected::ConfigFile),
+            (&default_config, Protected::ConfigFile),
+            (&git, Protected::Git),
+        ]
+        .into_iter()
+        .filter_map(|(raw, what)| match self.locate(raw) {
+            Location::Inside(rel) => Some((join(&rel), what)),
+            Location::Outside(abs) | Location::Unplaced(abs) => Some((abs, what)),
+            Location::Escapes => None,
+        })
+        .collect()
+    }
+
     /// The workspace-relative form of `raw`, if it lies inside the root.
     pub(crate) fn workspace_relative(&self, raw: &str) -> Option<String> {
         match self.locate(raw) {
