@@ -133,7 +133,7 @@ impl LinkGuard {
         if !self.allow {
             return Err(FsError::HardLinked {
                 path: path.to_owned(),
-                links: u64::from(stat.st_nlink),
+                links: stat.st_nlink,
             });
         }
         if self.is_protected(stat.st_dev, stat.st_ino, write) {
