@@ -1650,3 +1650,111 @@ fn hard_links_are_neither_read_nor_written_unless_allowed_and_never_to_protected
     );
     assert!(write.stdout.contains("protected file"), "{}", write.stdout);
 }
+
+/// Runs `airlock ARGS` under a python3 parent that reports the child's peak
+/// resident memory: (the run, peak RSS in bytes).
+fn run_measured(ws: &Ws, args: &[&str]) -> (Run, u64) {
+    const REPORT: &str = "import resource, subprocess, sys\n\
+        done = subprocess.run(sys.argv[1:])\n\
+        sys.stderr.write('\\nmaxrss_kb=%d\\n' % resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n\
+        sys.exit(done.returncode)\n";
+    let output = Command::new("python3")
+        .arg("-c")
+        .arg(REPORT)
+        .arg(bin())
+        .args(args)
+        .current_dir(ws.dir.path())
+        .env("AIRLOCK_USER", "tester")
+        .env_remove("AIRLOCK_AUDIT_KEY")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let run = finish(output);
+    let kb: u64 = run
+        .stderr
+        .rsplit("maxrss_kb=")
+        .next()
+        .and_then(|rest| rest.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no memory report: {}", run.stderr));
+    (run, kb * 1024)
+}
+
+#[test]
+fn proposals_on_a_300_mb_file_are_too_large_before_it_is_read_and_every_call_stays_under_100_mb() {
+    let ws = Ws::new("");
+    let big = std::fs::File::create(ws.path("big.bin")).unwrap();
+    big.set_len(300 << 20).unwrap();
+    drop(big);
+    ws.write("small.txt", "needle\n");
+    let limit = 100u64 << 20;
+    for (tool, args) in [
+        ("write_file", json!({"path": "big.bin", "content": "x"})),
+        ("delete_file", json!({"path": "big.bin"})),
+        (
+            "edit_file",
+            json!({"path": "big.bin", "old_string": "a", "new_string": "b"}),
+        ),
+        ("move_file", json!({"from": "big.bin", "to": "moved.bin"})),
+        (
+            "apply_patch",
+            json!({"patch": "*** Begin Patch\n*** Update File: big.bin\n@@\n-a\n+b\n*** End Patch\n"}),
+        ),
+        (
+            "apply_patch",
+            json!({"patch": "*** Begin Patch\n*** Delete File: big.bin\n*** End Patch\n"}),
+        ),
+    ] {
+        let args = args.to_string();
+        let (run, peak) = run_measured(&ws, &["call", tool, "--args", &args, "--defer"]);
+        assert_eq!(
+            run.json["error"]["code"], "too_large",
+            "{tool}: {}",
+            run.stdout
+        );
+        assert!(peak < limit, "{tool} peaked at {} MB", peak >> 20);
+    }
+    // Reads and searches stream: the file is hashed and searched in pieces.
+    for (tool, args) in [
+        (
+            "read_file",
+            json!({"path": "big.bin", "encoding": "bytes", "max_bytes": 100}),
+        ),
+        ("grep", json!({"pattern": "needle"})),
+        ("stat", json!({"path": "big.bin"})),
+    ] {
+        let args = args.to_string();
+        let (run, peak) = run_measured(&ws, &["call", tool, "--args", &args]);
+        assert_eq!(run.json["status"], "allowed", "{tool}: {}", run.stdout);
+        assert!(peak < limit, "{tool} peaked at {} MB", peak >> 20);
+    }
+    // Nothing was proposed or kept.
+    assert_eq!(ws.run(&["pending", "--json"]).json, json!([]));
+    let stored = std::fs::metadata(ws.path(".airlock/airlock.db"))
+        .unwrap()
+        .len();
+    assert!(stored < 1 << 20, "the store grew to {stored} bytes");
+    assert_eq!(
+        std::fs::metadata(ws.path("big.bin")).unwrap().len(),
+        300 << 20
+    );
+}
+
+#[test]
+fn the_diff_of_a_large_text_file_names_both_sides_by_hash_and_size() {
+    let ws = Ws::new("file_broker:\n  max_write_bytes_hard: 4194304\n");
+    let text = "a line of text\n".repeat(140_000);
+    ws.write("large.txt", &text);
+    let args = json!({"path": "large.txt"}).to_string();
+    let run = ws.run(&["call", "delete_file", "--args", &args, "--defer"]);
+    assert_eq!(run.json["status"], "hitl_required", "{}", run.stdout);
+    let id = run.json["hitl"]["hitl_id"].as_str().unwrap();
+    let shown = ws.run(&["show", id, "--json"]);
+    assert_eq!(
+        shown.json["diff"],
+        format!(
+            "--- a/large.txt\n+++ /dev/null\nLarge content differs: {} ({} bytes) -> nothing\n",
+            sha(&text),
+            text.len()
+        )
+    );
+}

@@ -608,7 +608,12 @@ fn apply_steps(
     let mut stats = Vec::with_capacity(steps.len());
     for (step, target) in steps.iter().zip(&targets) {
         let current = match target.existing_entry() {
-            Some((parent, name)) => read_named(parent, name, step.path)?,
+            Some((parent, name)) => read_named(
+                parent,
+                name,
+                step.path,
+                sandbox.config().max_write_bytes_hard,
+            )?,
             None => {
                 if !target.still_missing()? {
                     return Err(mismatch_error(
@@ -961,7 +966,9 @@ fn roll_forward_steps(
             format!("{}/{}", step.dir, step.name)
         };
         let current = if check {
-            read_named(&dir, &step.name, &path)?.map(|(bytes, _)| sha256_hex(bytes))
+            // Hashed as it is read: whatever the file holds now, it is never
+            // held in memory whole.
+            crate::write::hash_named(&dir, &step.name, &path)?
         } else {
             step.before_hash.clone()
         };
@@ -1172,6 +1179,10 @@ pub(crate) fn render_diff(changes: &[FileChange], olds: &[Option<&[u8]>]) -> Str
 }
 
 /// The unified diff of one file, from `from` (`None`: /dev/null) to `to`.
+/// Text content larger than this (on either side) is not diffed line by
+/// line: the diff names both sides by hash and size.
+pub const LARGE_DIFF_BYTES: usize = 1 << 20;
+
 pub(crate) fn file_diff(
     from: Option<&str>,
     to: Option<&str>,
@@ -1180,12 +1191,19 @@ pub(crate) fn file_diff(
 ) -> String {
     let from = from.map_or_else(|| "/dev/null".to_owned(), |path| format!("a/{path}"));
     let to = to.map_or_else(|| "/dev/null".to_owned(), |path| format!("b/{path}"));
+    let large = |bytes: Option<&[u8]>| bytes.is_some_and(|bytes| bytes.len() > LARGE_DIFF_BYTES);
     let (old_text, new_text) = match (text_of(old), text_of(new)) {
-        (Some(old_text), Some(new_text)) => (old_text, new_text),
+        (Some(old_text), Some(new_text)) if !large(old) && !large(new) => (old_text, new_text),
         // Binary content has no text diff, and a lossy one would hide
-        // changes (two different invalid bytes both render as U+FFFD): the
-        // human sees the hashes and sizes of what is replaced.
-        _ => {
+        // changes (two different invalid bytes both render as U+FFFD); a
+        // large one no person reads: the human sees the hashes and sizes of
+        // what is replaced.
+        (old_text, new_text) => {
+            let what = if old_text.is_some() && new_text.is_some() {
+                "Large content"
+            } else {
+                "Binary content"
+            };
             let describe = |bytes: Option<&[u8]>| {
                 bytes.map_or_else(
                     || "nothing".to_owned(),
@@ -1196,7 +1214,7 @@ pub(crate) fn file_diff(
                 return format!("--- {from}\n+++ {to}\n");
             }
             return format!(
-                "--- {from}\n+++ {to}\nBinary content differs: {} -> {}\n",
+                "--- {from}\n+++ {to}\n{what} differs: {} -> {}\n",
                 describe(old),
                 describe(new)
             );

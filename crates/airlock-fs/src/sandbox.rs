@@ -94,6 +94,10 @@ pub struct SandboxedPath {
     target: Target,
     access: Access,
     links: Arc<LinkGuard>,
+    /// The most of an existing file's content a change may hold
+    /// (`max_write_bytes_hard`): its before-content is kept for the diff and
+    /// for undo, and undo writes it back.
+    content_limit: u64,
 }
 
 /// Whether a regular file with more than one name may be read or written
@@ -323,6 +327,7 @@ impl Sandbox {
             target,
             access,
             links: Arc::clone(&self.links),
+            content_limit: self.config.max_write_bytes_hard,
         })
     }
 
@@ -644,6 +649,11 @@ impl SandboxedPath {
         self.links
             .check(&stat, &self.requested, self.access == Access::Write)?;
         Ok((file, stat))
+    }
+
+    /// The most of this file's current content a change may read and keep.
+    pub(crate) fn content_limit(&self) -> u64 {
+        self.content_limit
     }
 
     /// Opens the target for airlock's own look at it (a hash after a crash),

@@ -311,7 +311,22 @@ pub(crate) fn read_named(
     directory: &OwnedFd,
     name: &str,
     path: &str,
+    limit: u64,
 ) -> Result<Option<(Vec<u8>, Stat)>, FsError> {
+    let Some((file, stat)) = open_named(directory, name, path)? else {
+        return Ok(None);
+    };
+    let bytes = read_bounded(file, &stat, limit, path)?;
+    Ok(Some((bytes, stat)))
+}
+
+/// Opens the regular file `name` in `directory` (no symlink, no blocking),
+/// or `None` when it does not exist.
+fn open_named(
+    directory: &OwnedFd,
+    name: &str,
+    path: &str,
+) -> Result<Option<(File, Stat)>, FsError> {
     let fd = match rustix::fs::openat(
         directory,
         name,
@@ -347,23 +362,61 @@ pub(crate) fn read_named(
             });
         }
     }
-    let mut bytes = Vec::new();
-    File::from(fd)
-        .read_to_end(&mut bytes)
-        .map_err(|error| FsError::io(format!("cannot read `{path}`"), error))?;
-    Ok(Some((bytes, stat)))
+    Ok(Some((File::from(fd), stat)))
 }
 
-/// The whole current content and its metadata, or `None` if absent.
+/// The hash of the regular file `name` in `directory`, read in pieces (never
+/// held in memory whole), or `None` when it does not exist.
+pub(crate) fn hash_named(
+    directory: &OwnedFd,
+    name: &str,
+    path: &str,
+) -> Result<Option<String>, FsError> {
+    let Some((file, _)) = open_named(directory, name, path)? else {
+        return Ok(None);
+    };
+    let (hash, _) = crate::sha256_reader(file)
+        .map_err(|error| FsError::io(format!("cannot read `{path}`"), error))?;
+    Ok(Some(hash))
+}
+
+/// The whole current content and its metadata, or `None` if absent. A
+/// change keeps what it replaces (for the diff and for undo), so a file over
+/// the content limit is `too_large` before a byte of it is read.
 pub(crate) fn read_current(target: &SandboxedPath) -> Result<Option<(Vec<u8>, Stat)>, FsError> {
     if !target.exists() {
         return Ok(None);
     }
-    let (mut file, stat) = target.open_for_read()?;
-    let mut bytes = Vec::with_capacity(usize::try_from(stat.st_size).unwrap_or(0) + 1);
-    file.read_to_end(&mut bytes)
-        .map_err(|error| FsError::io(format!("cannot read `{}`", target.requested()), error))?;
+    let (file, stat) = target.open_for_read()?;
+    let bytes = read_bounded(file, &stat, target.content_limit(), target.requested())?;
     Ok(Some((bytes, stat)))
+}
+
+/// All of an open regular file, refused as `too_large` when it holds more than
+/// `limit` bytes: by its size first, then by what is read (it may grow).
+pub(crate) fn read_bounded(
+    file: File,
+    stat: &Stat,
+    limit: u64,
+    path: &str,
+) -> Result<Vec<u8>, FsError> {
+    let too_large = |size: u64| FsError::TooLarge {
+        what: format!("`{path}`"),
+        size,
+        limit,
+    };
+    let size = u64::try_from(stat.st_size).unwrap_or(0);
+    if size > limit {
+        return Err(too_large(size));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0) + 1);
+    file.take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(|error| FsError::io(format!("cannot read `{path}`"), error))?;
+    if bytes.len() as u64 > limit {
+        return Err(too_large(bytes.len() as u64));
+    }
+    Ok(bytes)
 }
 
 pub(crate) fn unified_diff(path: &str, old: Option<&[u8]>, new: &[u8]) -> String {
