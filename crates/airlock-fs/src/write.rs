@@ -189,6 +189,12 @@ pub fn prepare_write(sandbox: &Sandbox, params: &WriteParams) -> Result<WritePla
     let content = params.bytes(sandbox)?;
     check_size(sandbox, content.len() as u64)?;
     let target = sandbox.resolve("path", &params.path, Access::Write)?;
+    // Nothing of a file that must not exist is read.
+    if target.kind() == Some(crate::FileKind::File) && params.mode == WriteMode::CreateNew {
+        return Err(FsError::FileExists {
+            path: target.requested().to_owned(),
+        });
+    }
     let current = read_current(&target)?;
     if current.is_some() && params.mode == WriteMode::CreateNew {
         return Err(FsError::FileExists {
