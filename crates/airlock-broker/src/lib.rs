@@ -608,40 +608,15 @@ impl Broker {
     pub fn submit(&self, call: &ToolCall, mode: &Mode, on_pending: &dyn Fn(&Approval)) -> Envelope {
         let now = now_ms();
         let grants = self.live_grants(now);
-        let decision = policy::evaluate(&self.policy, call, &grants);
-        let path = call.args.get("path").and_then(Value::as_str);
+        // Decided on the paths as written and as the file system resolves
+        // them; the strictest wins (a patch's files are resolved when it is
+        // planned, in `write`).
+        let resolved = self.resolved_paths(call);
+        let decision = policy::evaluate_resolved(&self.policy, call, &grants, &resolved);
         let base = Record::for_call(call, &decision);
 
         if decision.disposition == Disposition::Deny {
-            let message = first_denial(&decision);
-            let code = decision.deny_code.unwrap_or(ErrorCode::PolicyDenied);
-            let mut envelope = Envelope::failure(
-                Status::Denied,
-                method_of(&call.tool),
-                &call.tool,
-                path,
-                code,
-                message,
-            );
-            envelope.decision = Some(DecisionInfo {
-                by: DecidedBy::Policy,
-                user: None,
-                channel: None,
-                reason: None,
-            });
-            let event = if call.tool == "read_file" {
-                "read_file"
-            } else {
-                "tool_call"
-            };
-            return self.observed(
-                envelope,
-                base.event(event)
-                    .text("decision", "deny")
-                    .text("decided_by", "policy")
-                    .text("status", "denied")
-                    .text("code", code.as_str()),
-            );
+            return self.denied_by_policy(call, &decision, base);
         }
 
         match call.tool.as_str() {
@@ -661,7 +636,7 @@ impl Broker {
                     Status::Error,
                     method_of(other),
                     other,
-                    path,
+                    call.args.get("path").and_then(Value::as_str),
                     ErrorCode::UnknownTool,
                     format!("no tool named {other} is available"),
                 );
@@ -673,6 +648,66 @@ impl Broker {
                 )
             }
         }
+    }
+
+    /// The denied envelope of a call the policy refuses, audited.
+    fn denied_by_policy(&self, call: &ToolCall, decision: &Decision, base: Record) -> Envelope {
+        let path = call.args.get("path").and_then(Value::as_str);
+        let message = first_denial(decision);
+        let code = decision.deny_code.unwrap_or(ErrorCode::PolicyDenied);
+        let mut envelope = Envelope::failure(
+            Status::Denied,
+            method_of(&call.tool),
+            &call.tool,
+            path,
+            code,
+            message,
+        );
+        envelope.decision = Some(DecisionInfo {
+            by: DecidedBy::Policy,
+            user: None,
+            channel: None,
+            reason: None,
+        });
+        let event = if call.tool == "read_file" {
+            "read_file"
+        } else {
+            "tool_call"
+        };
+        self.observed(
+            envelope,
+            base.event(event)
+                .text("decision", "deny")
+                .text("decided_by", "policy")
+                .text("status", "denied")
+                .text("code", code.as_str()),
+        )
+    }
+
+    /// Where the call's path arguments really lead, for each that leads
+    /// elsewhere than it says: a built-in tool's as its sandbox resolves
+    /// them, another server's as far as they exist (relative ones from the
+    /// root). Nothing is opened.
+    fn resolved_paths(&self, call: &ToolCall) -> policy::ResolvedPaths {
+        let mut resolved = policy::ResolvedPaths::default();
+        let builtin = matches!(call.origin, airlock_core::ToolOrigin::Builtin(_));
+        for argument in policy::path_args::path_arguments(call) {
+            let (real, written) = if builtin {
+                (
+                    self.sandbox.resolved_for_policy(&argument.path),
+                    policy::normalize_relative(&argument.path),
+                )
+            } else {
+                (self.sandbox.resolved_foreign(&argument.path), None)
+            };
+            if let Some(real) = real
+                && Some(&real) != written.as_ref()
+                && real != argument.path
+            {
+                resolved.arguments.push((argument.pointer, real));
+            }
+        }
+        resolved
     }
 
     fn live_grants(&self, now: u64) -> Vec<Grant> {
@@ -959,6 +994,52 @@ impl Broker {
         base: Record,
         now: u64,
     ) -> Envelope {
+        let planned = self.plan(call);
+        // A patch names its files in its text; where they really are (through
+        // symlinks) is known once it is planned, and decided on too.
+        if let Ok(Planned::Plan(plan) | Planned::DryRun(plan)) = &planned
+            && call.tool == "apply_patch"
+            && plan
+                .changes
+                .iter()
+                .any(|change| change.resolved_path != change.path)
+        {
+            let resolved = policy::ResolvedPaths {
+                arguments: Vec::new(),
+                patch: Some(
+                    plan.changes
+                        .iter()
+                        .map(|change| change.resolved_path.clone())
+                        .collect(),
+                ),
+            };
+            let grants = self.live_grants(now);
+            let real = policy::evaluate_resolved(&self.policy, call, &grants, &resolved);
+            if (real.disposition, real.risk) > (decision.disposition, decision.risk) {
+                let base = Record::for_call(call, &real);
+                if real.disposition == Disposition::Deny {
+                    return self.denied_by_policy(call, &real, base);
+                }
+                return self.write_planned(call, &real, planned, mode, on_pending, base, now);
+            }
+        }
+        self.write_planned(call, decision, planned, mode, on_pending, base, now)
+    }
+
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the steps of one call, split where a patch is decided again"
+    )]
+    fn write_planned(
+        &self,
+        call: &ToolCall,
+        decision: &Decision,
+        planned: Result<Planned, FsError>,
+        mode: &Mode,
+        on_pending: &dyn Fn(&Approval),
+        base: Record,
+        now: u64,
+    ) -> Envelope {
         let path = call_path(call);
         let handling = self.handling(mode, decision);
         let asks = decision.disposition == Disposition::Ask;
@@ -972,7 +1053,7 @@ impl Broker {
         }
         let by_fallback = asks && handling == Handling::Allow;
         let asks = asks && !by_fallback;
-        let plan = match self.plan(call) {
+        let plan = match planned {
             Ok(Planned::Plan(plan)) => plan,
             Ok(Planned::DryRun(plan)) => return self.dry_run(call, decision, &plan, base),
             Err(FsError::InvalidInput { message }) => {

@@ -1758,3 +1758,109 @@ fn the_diff_of_a_large_text_file_names_both_sides_by_hash_and_size() {
         )
     );
 }
+
+#[test]
+fn every_rule_is_decided_on_the_resolved_path_too_and_the_diff_names_the_real_file() {
+    let ws = Ws::new(
+        "security:\n  hitl:\n    rules:\n      \
+         - {tools: [read_file, grep, glob, list_dir], conditions: [{param: path, glob: \"secret/**\"}], decision: deny}\n      \
+         - {tools: [read_file, grep, glob, list_dir], conditions: [{param: path, glob: secret}], decision: deny}\n      \
+         - {tools: [write_file, edit_file, delete_file, read_file, grep, glob, list_dir], conditions: [{param: path, glob: \"docs/**\"}], require_approval: false}\n      \
+         - {tools: [move_file], conditions: [{param: from, glob: \"docs/**\"}], require_approval: false}\n",
+    );
+    std::fs::create_dir_all(ws.path("docs")).unwrap();
+    std::fs::create_dir_all(ws.path("secret")).unwrap();
+    ws.write("src/main.rs", "fn main() {}\n");
+    ws.write("secret/key.txt", "k3y\n");
+    ws.write("docs/guide.md", "guide\n");
+    std::os::unix::fs::symlink("../src", ws.path("docs/link")).unwrap();
+    std::os::unix::fs::symlink("../secret", ws.path("docs/sec")).unwrap();
+    let call = |tool: &str, args: Value| {
+        let args = args.to_string();
+        ws.run(&["call", tool, "--args", &args, "--defer"])
+    };
+    // What the rule on docs/** allows as written is decided again where it
+    // really lands: src/ asks, secret/ is denied.
+    let write = call(
+        "write_file",
+        json!({"path": "docs/link/main.rs", "content": "pwned\n"}),
+    );
+    assert_eq!(write.json["status"], "hitl_required", "{}", write.stdout);
+    assert_eq!(ws.read("src/main.rs").as_deref(), Some("fn main() {}\n"));
+    let id = write.json["hitl"]["hitl_id"].as_str().unwrap().to_owned();
+    let shown = ws.run(&["show", &id, "--json"]);
+    assert!(
+        shown.json["diff"]
+            .as_str()
+            .unwrap()
+            .starts_with("--- a/src/main.rs\n+++ b/src/main.rs\n"),
+        "{}",
+        shown.stdout
+    );
+    assert_eq!(
+        shown.json["summary"],
+        "MODIFY docs/link/main.rs (-> src/main.rs)"
+    );
+    let edit = call(
+        "edit_file",
+        json!({"path": "docs/link/main.rs", "old_string": "main", "new_string": "x"}),
+    );
+    assert_eq!(edit.json["status"], "hitl_required", "{}", edit.stdout);
+    // A delete or move through a link is refused outright (it names the
+    // file itself); either way nothing is allowed as written.
+    for (tool, args) in [
+        ("delete_file", json!({"path": "docs/link/main.rs"})),
+        (
+            "move_file",
+            json!({"from": "docs/link/main.rs", "to": "docs/moved.rs"}),
+        ),
+    ] {
+        let run = call(tool, args);
+        assert_ne!(run.json["status"], "allowed", "{tool}: {}", run.stdout);
+    }
+    assert_eq!(ws.read("src/main.rs").as_deref(), Some("fn main() {}\n"));
+    for (tool, args) in [
+        ("read_file", json!({"path": "docs/sec/key.txt"})),
+        ("grep", json!({"pattern": "k3y", "path": "docs/sec"})),
+        ("glob", json!({"pattern": "*", "path": "docs/sec"})),
+        ("list_dir", json!({"path": "docs/sec"})),
+    ] {
+        let run = call(tool, args);
+        assert_eq!(run.json["status"], "denied", "{tool}: {}", run.stdout);
+        assert_eq!(
+            run.json["error"]["code"], "policy_denied",
+            "{tool}: {}",
+            run.stdout
+        );
+    }
+    // As written and as resolved alike, the rule still allows what it names.
+    let plain = call(
+        "write_file",
+        json!({"path": "docs/guide.md", "content": "new guide\n"}),
+    );
+    assert_eq!(plain.json["status"], "allowed", "{}", plain.stdout);
+
+    // A grant for one file does not follow a symlink put in its place.
+    let patch = |path: &str, from: &str, to: &str| json!({"patch": format!("*** Begin Patch\n*** Update File: {path}\n@@\n-{from}\n+{to}\n*** End Patch\n")});
+    let first = call(
+        "apply_patch",
+        patch("docs/guide.md", "new guide", "guide 2"),
+    );
+    let first_id = first.json["hitl"]["hitl_id"].as_str().unwrap().to_owned();
+    let approve = ws.run(&["approve", &first_id, "--always", "--scope", "persistent"]);
+    assert_eq!(approve.code, 0, "{}{}", approve.stdout, approve.stderr);
+    let granted = call("apply_patch", patch("docs/guide.md", "guide 2", "guide 3"));
+    assert_eq!(granted.json["status"], "allowed", "{}", granted.stdout);
+    std::fs::remove_file(ws.path("docs/guide.md")).unwrap();
+    std::os::unix::fs::symlink("../src/main.rs", ws.path("docs/guide.md")).unwrap();
+    let through = call(
+        "apply_patch",
+        patch("docs/guide.md", "fn main() {}", "pwned"),
+    );
+    assert_eq!(
+        through.json["status"], "hitl_required",
+        "{}",
+        through.stdout
+    );
+    assert_eq!(ws.read("src/main.rs").as_deref(), Some("fn main() {}\n"));
+}

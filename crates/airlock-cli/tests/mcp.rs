@@ -567,6 +567,86 @@ fn server_filesystem_behind_airlock_is_listed_prefixed_gated_and_restarted() {
     assert_eq!(changed["changed"], json!(true));
 }
 
+#[test]
+fn upstream_arguments_reach_no_protected_or_denied_path_by_any_name_uri_dotdot_or_symlink() {
+    let ws = Ws::new("");
+    let config = format!("upstreams:\n{}", filesystem_server(&ws));
+    std::fs::write(ws.path("airlock.yaml"), config).unwrap();
+    std::fs::write(ws.path(".env"), "TOKEN=s3cret\n").unwrap();
+    std::fs::create_dir_all(ws.path("sub")).unwrap();
+    std::os::unix::fs::symlink(".airlock", ws.path("peek")).unwrap();
+    std::os::unix::fs::symlink(".env", ws.path("notenv")).unwrap();
+    let root = ws.dir.path().canonicalize().unwrap().display().to_string();
+    let mut client = ws.stdio_client(&[], &["serve", "--stdio"]);
+    // The upstream marks these reads read-only (trusted here): nothing asks,
+    // so only the path checks stand between them and the files.
+    let fine = client.call("fs__read_text_file", json!({"path": "hello.txt"}));
+    assert_eq!(status(&fine), "allowed", "{fine}");
+    let cases = [
+        (
+            "a file URI",
+            json!({"path": format!("file://{root}/.airlock/audit.jsonl")}),
+            "path_forbidden",
+        ),
+        (
+            "a percent-encoded file URI",
+            json!({"path": format!("file://{root}/%2Eairlock/audit.jsonl")}),
+            "path_forbidden",
+        ),
+        (
+            "a relative path with ..",
+            json!({"path": "sub/../.airlock/audit.jsonl"}),
+            "path_forbidden",
+        ),
+        (
+            "an absolute path with ..",
+            json!({"path": format!("{root}/sub/../.env")}),
+            "path_denied",
+        ),
+        (
+            "a symlink to the state dir",
+            json!({"path": "peek/audit.jsonl"}),
+            "path_forbidden",
+        ),
+        (
+            "an absolute symlink path",
+            json!({"path": format!("{root}/peek/audit.jsonl")}),
+            "path_forbidden",
+        ),
+        (
+            "a symlink to a denied file",
+            json!({"path": "notenv"}),
+            "path_denied",
+        ),
+        (
+            "a path nested in an object",
+            json!({"path": "hello.txt", "options": {"also": ".airlock/airlock.db"}}),
+            "path_forbidden",
+        ),
+        (
+            "a path nested in an array",
+            json!({"path": "hello.txt", "extra": [["x", "sub/../peek/audit.jsonl"]]}),
+            "path_forbidden",
+        ),
+        (
+            "a path under any name",
+            json!({"path": "hello.txt", "whatever": "./.env"}),
+            "path_denied",
+        ),
+    ];
+    for (what, args, expected) in cases {
+        let read = client.call("fs__read_text_file", args);
+        assert_eq!(status(&read), "denied", "{what}: {read}");
+        assert_eq!(code(&read), expected, "{what}: {read}");
+    }
+    let write = client.call(
+        "fs__write_file",
+        json!({"path": "peek/planted.txt", "content": "x"}),
+    );
+    assert_eq!(status(&write), "denied", "{write}");
+    assert!(!ws.path(".airlock/planted.txt").exists());
+}
+
 /// `airlock serve --http 127.0.0.1:0`, and the address it listens on.
 struct HttpServer {
     child: Child,

@@ -1147,9 +1147,10 @@ fn mismatch_error(mismatch: Mismatch, path: &str, reason: &str) -> FsError {
     }
 }
 
-/// One unified diff over all changes: a move shows as `--- a/<from>` /
-/// `+++ b/<to>` (its source's removal is not shown again), a create from
-/// `/dev/null`, a delete to `/dev/null`.
+/// One unified diff over all changes, naming each file where it really is
+/// (symlinks resolved): a move shows as `--- a/<from>` / `+++ b/<to>` (its
+/// source's removal is not shown again), a create from `/dev/null`, a delete
+/// to `/dev/null`.
 pub(crate) fn render_diff(changes: &[FileChange], olds: &[Option<&[u8]>]) -> String {
     let mut out = String::new();
     for (index, change) in changes.iter().enumerate() {
@@ -1160,19 +1161,24 @@ pub(crate) fn render_diff(changes: &[FileChange], olds: &[Option<&[u8]>]) -> Str
         if is_move_source {
             continue;
         }
-        let old = match &change.moved_from {
-            Some(from) => changes
-                .iter()
-                .position(|other| other.path == *from)
-                .and_then(|source| olds.get(source).copied().flatten()),
-            None => olds.get(index).copied().flatten(),
+        let source = change
+            .moved_from
+            .as_ref()
+            .and_then(|from| changes.iter().position(|other| other.path == *from));
+        let old = match (&change.moved_from, source) {
+            (Some(_), Some(source)) => olds.get(source).copied().flatten(),
+            (Some(_), None) => None,
+            (None, _) => olds.get(index).copied().flatten(),
         };
-        let from = match (&change.moved_from, old) {
-            (Some(from), _) => Some(from.as_str()),
-            (None, Some(_)) => Some(change.path.as_str()),
-            (None, None) => None,
+        // The diff names the files that really change: where a symlink
+        // leads, not the name it was reached by.
+        let from = match (&change.moved_from, source, old) {
+            (Some(_), Some(source), _) => Some(changes[source].resolved_path.as_str()),
+            (Some(from), None, _) => Some(from.as_str()),
+            (None, _, Some(_)) => Some(change.resolved_path.as_str()),
+            (None, _, None) => None,
         };
-        let to = change.after.as_ref().map(|_| change.path.as_str());
+        let to = change.after.as_ref().map(|_| change.resolved_path.as_str());
         out.push_str(&file_diff(from, to, old, change.after.as_deref()));
     }
     out

@@ -331,6 +331,83 @@ impl Sandbox {
         })
     }
 
+    /// Where the path argument `raw` of a built-in tool really leads, as the
+    /// tool will resolve it (root-relative, symlinks followed under the
+    /// configured rule), without the policy's checks; `None` when it cannot
+    /// be resolved (the tool itself then says why). The broker decides the
+    /// policy on this path as well as on `raw`.
+    pub fn resolved_for_policy(&self, raw: &str) -> Option<String> {
+        let requested = self.normalize("path", raw).ok()?;
+        let (resolved, _) = self.locate("path", &requested, Access::Read).ok()?;
+        Some(resolved)
+    }
+
+    /// Where a path argument of another server's tool really leads: an
+    /// absolute path, a relative one placed against the root, `..` and
+    /// symlinks resolved as far as the path exists (a dangling link is
+    /// followed to the name it would create). Only names are looked up;
+    /// nothing is opened. `None` for what cannot be placed (`~`).
+    pub fn resolved_foreign(&self, raw: &str) -> Option<String> {
+        if raw.starts_with('~') || raw.contains('\0') {
+            return None;
+        }
+        // Where the walk is, as components; a relative path starts at the root.
+        let mut current: Vec<String> = if raw.starts_with('/') {
+            Vec::new()
+        } else {
+            self.root
+                .to_str()?
+                .split('/')
+                .filter(|part| !part.is_empty())
+                .map(str::to_owned)
+                .collect()
+        };
+        // The components still to walk, in reverse (next one last).
+        let mut rest: Vec<String> = raw
+            .split('/')
+            .rev()
+            .filter(|part| !part.is_empty() && *part != ".")
+            .map(str::to_owned)
+            .collect();
+        let mut hops = 0;
+        let mut exists = true;
+        while let Some(part) = rest.pop() {
+            if part == ".." {
+                current.pop();
+                continue;
+            }
+            current.push(part);
+            if !exists {
+                continue;
+            }
+            let path = format!("/{}", current.join("/"));
+            match std::fs::symlink_metadata(&path) {
+                Ok(meta) if meta.file_type().is_symlink() => {
+                    hops += 1;
+                    if hops > 40 {
+                        return None;
+                    }
+                    let target = std::fs::read_link(&path).ok()?;
+                    let target = target.to_str()?;
+                    current.pop();
+                    if target.starts_with('/') {
+                        current.clear();
+                    }
+                    rest.extend(
+                        target
+                            .split('/')
+                            .rev()
+                            .filter(|part| !part.is_empty() && *part != ".")
+                            .map(str::to_owned),
+                    );
+                }
+                Ok(_) => {}
+                Err(_) => exists = false,
+            }
+        }
+        Some(format!("/{}", current.join("/")))
+    }
+
     /// The textual half: NUL, absolute paths, `..` above the root. Returns the
     /// lexically normalized root-relative path (`""` is the root).
     fn normalize(&self, param: &str, raw: &str) -> Result<String, FsError> {

@@ -207,7 +207,8 @@ pub fn prepare_write(sandbox: &Sandbox, params: &WriteParams) -> Result<WritePla
         });
     }
     let old = current.as_ref().map(|(bytes, _)| bytes.as_slice());
-    let diff = unified_diff(target.requested(), old, &content);
+    // The diff names the file that really changes (symlinks resolved).
+    let diff = unified_diff(target.resolved(), old, &content);
     Ok(WritePlan {
         path: target.requested().to_owned(),
         resolved_path: target.resolved().to_owned(),

@@ -252,6 +252,9 @@ pub enum Reason {
     HitlDisabled,
     /// `security.write_tool_confirmation: false`.
     ConfirmationDisabled,
+    /// The decision below was made on the paths as the file system resolves
+    /// them, which was stricter than on the paths as written.
+    ResolvedPaths,
 }
 
 /// The class behind a default risk.
@@ -313,6 +316,7 @@ impl Justification {
             Reason::RiskPolicy { .. } => Layer::RiskPolicy,
             Reason::Grant { .. } => Layer::Grant,
             Reason::HitlDisabled | Reason::ConfirmationDisabled => Layer::Hitl,
+            Reason::ResolvedPaths => Layer::Sandbox,
         }
     }
 
@@ -337,7 +341,8 @@ impl Justification {
             | Reason::RiskPolicy { .. }
             | Reason::Grant { .. }
             | Reason::HitlDisabled
-            | Reason::ConfirmationDisabled => None,
+            | Reason::ConfirmationDisabled
+            | Reason::ResolvedPaths => None,
         }
     }
 }
@@ -440,6 +445,9 @@ impl fmt::Display for Justification {
             Reason::ConfirmationDisabled => f.write_str(
                 "write_tool_confirmation is off, so an allowed user's write is not asked",
             ),
+            Reason::ResolvedPaths => f.write_str(
+                "decided on the paths as the file system resolves them (symlinks followed), which is stricter than as written",
+            ),
         }
     }
 }
@@ -518,6 +526,7 @@ impl Serialize for Justification {
             Reason::ConfirmationDisabled => {
                 map.serialize_entry("setting", "security.write_tool_confirmation")?;
             }
+            Reason::ResolvedPaths => map.serialize_entry("paths", "resolved")?,
         }
         map.serialize_entry("message", &self.to_string())?;
         map.end()

@@ -33,8 +33,72 @@ impl Tally {
     }
 }
 
+/// Where a call's paths really lead, as the file system resolves them (the
+/// broker finds out; the policy cannot): each path argument that leads
+/// elsewhere than it says, by its JSON pointer, and for `apply_patch` the
+/// files the patch really changes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResolvedPaths {
+    /// `(pointer, resolved path)`: root-relative for a built-in tool,
+    /// absolute for another server's.
+    pub arguments: Vec<(String, String)>,
+    /// The resolved root-relative paths an `apply_patch` plan changes.
+    pub patch: Option<Vec<String>>,
+}
+
+impl ResolvedPaths {
+    pub fn is_empty(&self) -> bool {
+        self.arguments.is_empty() && self.patch.is_none()
+    }
+}
+
 impl Policy {
+    /// [`Policy::evaluate`] on the call as written and again with its paths
+    /// where they really lead: the strictest of the two decisions wins (a
+    /// rule or grant on `docs/**` says nothing for `docs/link/x` that is
+    /// `src/x`).
+    pub(crate) fn evaluate_resolved(
+        &self,
+        call: &ToolCall,
+        grants: &[Grant],
+        resolved: &ResolvedPaths,
+    ) -> Decision {
+        let as_written = self.evaluate(call, grants);
+        if resolved.is_empty() {
+            return as_written;
+        }
+        let mut real = call.clone();
+        real.args = super::path_args::replaced(&call.args, &resolved.arguments);
+        let as_resolved = self.evaluate_with(&real, grants, resolved.patch.as_deref());
+        let stricter =
+            |a: &Decision, b: &Decision| (b.disposition, b.risk) > (a.disposition, a.risk);
+        if stricter(&as_written, &as_resolved) {
+            let mut decision = as_resolved;
+            decision.justification.insert(
+                0,
+                Justification {
+                    effect: None,
+                    reason: Reason::ResolvedPaths,
+                },
+            );
+            decision
+        } else {
+            as_written
+        }
+    }
+
     pub(crate) fn evaluate(&self, call: &ToolCall, grants: &[Grant]) -> Decision {
+        self.evaluate_with(call, grants, None)
+    }
+
+    /// `patch_override`: the files an `apply_patch` call really changes, in
+    /// place of the ones its text names.
+    fn evaluate_with(
+        &self,
+        call: &ToolCall,
+        grants: &[Grant],
+        patch_override: Option<&[String]>,
+    ) -> Decision {
         let mut tally = Tally {
             disposition: Disposition::Allow,
             deny_code: None,
@@ -46,8 +110,15 @@ impl Policy {
             is_path_param(&call.origin, param)
         });
         // A patch is read as the applier will read it, once.
-        let patch = matches!(call.origin, ToolOrigin::Builtin(BuiltinTool::ApplyPatch))
-            .then(|| patch_targets(&call.args));
+        let patch =
+            matches!(call.origin, ToolOrigin::Builtin(BuiltinTool::ApplyPatch)).then(|| {
+                let mut targets = patch_targets(&call.args);
+                if let Some(real) = patch_override {
+                    targets.parsed = real.to_vec();
+                    targets.textual = Vec::new();
+                }
+                targets
+            });
         let (class, default_risk) = match &patch {
             // A patch that deletes or moves files is as risky as delete_file
             // and move_file (and one that does not parse is not trusted less).
@@ -326,20 +397,12 @@ fn for_each_path(
                 }
             }
         }
+        // Every string anywhere in the arguments that names a file, under any
+        // name, as a `file:` URI too (`path_args`).
         ToolOrigin::Upstream { .. } | ToolOrigin::Unknown => {
-            let Some(args) = call.args.as_object() else {
-                return;
-            };
-            for param in FOREIGN_PATH_PARAMS {
-                let paths: &mut dyn Iterator<Item = &Value> = match args.get(*param) {
-                    Some(Value::Array(items)) => &mut items.iter(),
-                    Some(value) => &mut std::iter::once(value),
-                    None => continue,
-                };
-                for path in paths.filter_map(Value::as_str) {
-                    if !visit(param, path, Scope::Foreign) {
-                        return;
-                    }
+            for argument in super::path_args::path_arguments(call) {
+                if !visit(&argument.param, &argument.path, Scope::Foreign) {
+                    return;
                 }
             }
         }

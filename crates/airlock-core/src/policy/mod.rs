@@ -21,12 +21,14 @@ mod compile;
 mod decision;
 mod evaluate;
 mod grant;
+pub mod path_args;
 mod paths;
 
 pub use compile::{PathRefusal, Policy};
 pub use decision::{
     Decision, Disposition, Justification, Layer, Protected, Reason, Risk, ToolClass,
 };
+pub use evaluate::ResolvedPaths;
 pub use grant::{Grant, GrantHolder, GrantScope};
 pub use paths::normalize_relative;
 
@@ -35,4 +37,16 @@ use crate::call::ToolCall;
 /// Decides what happens to `call` under `policy`, given the grants in force.
 pub fn evaluate(policy: &Policy, call: &ToolCall, grants: &[Grant]) -> Decision {
     policy.evaluate(call, grants)
+}
+
+/// [`evaluate`] on the call as written and on its paths as the file system
+/// resolves them (`resolved`, which the broker finds out): the strictest
+/// decision wins, so no rule, grant or deny glob is passed by a symlink.
+pub fn evaluate_resolved(
+    policy: &Policy,
+    call: &ToolCall,
+    grants: &[Grant],
+    resolved: &ResolvedPaths,
+) -> Decision {
+    policy.evaluate_resolved(call, grants, resolved)
 }
