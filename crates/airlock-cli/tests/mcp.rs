@@ -1678,3 +1678,122 @@ fn server_everything_over_streamable_http_is_prefixed_gated_and_fails_fast_once_
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// Reads one line from the server's stdout, as JSON.
+fn next_answer(reader: &mut BufReader<ChildStdout>) -> Value {
+    let mut line = String::new();
+    assert!(reader.read_line(&mut line).unwrap() > 0, "stdout closed");
+    serde_json::from_str(&line).unwrap_or_else(|_| panic!("not JSON: {line:?}"))
+}
+
+/// The peak resident memory of a running process, in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status
+        .lines()
+        .find(|line| line.starts_with("VmHWM:"))
+        .unwrap();
+    let kb: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|kb| kb.parse().ok())
+        .unwrap();
+    kb * 1024
+}
+
+#[test]
+fn malformed_deep_and_over_long_stdio_lines_are_answered_with_json_rpc_errors_and_serving_goes_on()
+{
+    let ws = Ws::new("mcp:\n  max_message_bytes: 65536\n");
+    let mut child = Command::new(bin())
+        .args(["serve", "--stdio"])
+        .current_dir(ws.dir.path())
+        .env("AIRLOCK_USER", "tester")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let mut output = BufReader::new(child.stdout.take().unwrap());
+    let error_of = |answer: &Value| (answer["error"]["code"].clone(), answer["id"].clone());
+    let deep = format!("{}{}\n", "[".repeat(100), "]".repeat(100));
+    for (line, code, id) in [
+        ("{not json\n".to_owned(), -32700, Value::Null),
+        ("\u{1}\u{2}binary\n".to_owned(), -32700, Value::Null),
+        (deep, -32600, Value::Null),
+        (
+            "[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}]\n".to_owned(),
+            -32600,
+            Value::Null,
+        ),
+        (
+            "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":5}\n".to_owned(),
+            -32600,
+            json!(5),
+        ),
+        (
+            "{\"jsonrpc\":\"1.0\",\"id\":\"x\",\"method\":\"ping\"}\n".to_owned(),
+            -32600,
+            json!("x"),
+        ),
+    ] {
+        input.write_all(line.as_bytes()).unwrap();
+        input.flush().unwrap();
+        let answer = next_answer(&mut output);
+        assert_eq!(answer["jsonrpc"], "2.0", "{answer}");
+        assert_eq!(error_of(&answer), (json!(code), id), "{line:?}: {answer}");
+    }
+    // 64 MiB on one line, against a limit of 64 KiB: refused as it streams
+    // past, never held.
+    let before = peak_rss(child.id());
+    let chunk = vec![b'x'; 1 << 20];
+    for _ in 0..64 {
+        input.write_all(&chunk).unwrap();
+    }
+    input.write_all(b"\n").unwrap();
+    input.flush().unwrap();
+    let answer = next_answer(&mut output);
+    assert_eq!(error_of(&answer), (json!(-32600), Value::Null), "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("65536"),
+        "{answer}"
+    );
+    let after = peak_rss(child.id());
+    assert!(
+        after < before + (16 << 20),
+        "the long line was held: peak memory went from {before} to {after} bytes"
+    );
+    // And the session goes on, as if nothing had happened.
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}});
+    writeln!(input, "{initialize}").unwrap();
+    let answer = next_answer(&mut output);
+    assert_eq!(answer["id"], 1, "{answer}");
+    assert!(answer["result"]["serverInfo"].is_object(), "{answer}");
+    writeln!(
+        input,
+        "{}",
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    )
+    .unwrap();
+    writeln!(
+        input,
+        "{}",
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+    )
+    .unwrap();
+    input.flush().unwrap();
+    let answer = next_answer(&mut output);
+    assert_eq!(answer["id"], 2, "{answer}");
+    assert!(
+        answer["result"]["tools"].as_array().unwrap().len() > 5,
+        "{answer}"
+    );
+    drop(input);
+    let _ = child.wait();
+}

@@ -29,6 +29,7 @@ pub mod display;
 pub mod edit;
 pub mod envelope;
 pub mod error_code;
+pub mod jsonrpc;
 pub mod origin;
 pub mod patch;
 pub mod policy;

@@ -11,6 +11,7 @@ mod gateway;
 mod result;
 mod rounds;
 mod server;
+mod stdio;
 mod tools;
 mod upstream;
 
@@ -39,10 +40,17 @@ use std::sync::Arc;
 /// `stdin()`/`stdout()` hand each read and write to a blocking thread, which
 /// costs a thread hand-off per message on the read path.
 pub async fn serve_stdio(gateway: Arc<Gateway>, options: SessionOptions) -> Result<(), McpError> {
+    let max =
+        usize::try_from(gateway.broker().config().mcp.max_message_bytes).unwrap_or(usize::MAX);
     let session = Session::new(gateway, options);
     match stdio_pipes() {
-        Some((input, output)) => serve_on(session, (input, output)).await,
-        None => serve_on(session, rmcp::transport::stdio()).await,
+        Some((input, output)) => {
+            serve_on(session, stdio::LineTransport::new(input, output, max)).await
+        }
+        None => {
+            let transport = stdio::LineTransport::new(tokio::io::stdin(), tokio::io::stdout(), max);
+            serve_on(session, transport).await
+        }
     }
 }
 
