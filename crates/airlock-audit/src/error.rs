@@ -19,14 +19,17 @@ pub enum AuditError {
         path: PathBuf,
         source: Arc<io::Error>,
     },
-    /// The last complete line of the log is not a record the chain can continue from.
-    #[error("audit log {path}: the last record cannot continue the chain: {reason}")]
-    CorruptTail { path: PathBuf, reason: String },
-    /// A line that query or follow cannot read.
-    #[error("audit log {path}, line {line}: {reason}")]
-    BadLine {
+    /// The chain cannot be continued: the record the log ends with is not one,
+    /// and neither is the one before it (a single bad last record is moved
+    /// aside like a torn line; more is corruption, not a torn tail). Nothing
+    /// is appended.
+    #[error(
+        "audit log {path}: line {line} (byte {offset}) is not a record the chain can continue from: {reason}; nothing is appended until it is repaired (airlock audit verify shows the chain)"
+    )]
+    CorruptTail {
         path: PathBuf,
         line: u64,
+        offset: u64,
         reason: String,
     },
     /// The record has no RFC 8785 form (an integer beyond 2^53, say); nothing was

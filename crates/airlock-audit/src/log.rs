@@ -700,19 +700,46 @@ impl WriterState {
             complete_len,
             last_line,
         } = tail::inspect_tail(file, len).map_err(io_error)?;
-        let torn = if complete_len < len {
-            Some(move_torn_aside(path, file, complete_len, len)?)
+        // Everything from `keep` on goes aside: bytes after the last `\n` (a
+        // record torn mid-write), and a last line that is no record (torn and
+        // then followed by a newline, or a blank line appended by something
+        // else), provided the line before it is one: a second bad line is
+        // corruption further up, which is never cut away.
+        let mut keep = complete_len;
+        let head = match last_line {
+            None => None,
+            Some(line) => match parse_head(&line) {
+                Ok(head) => Some(head),
+                Err(_) => {
+                    let line_start = complete_len - line.len() as u64 - 1;
+                    let previous = tail::inspect_tail(file, line_start).map_err(io_error)?;
+                    keep = line_start;
+                    match previous.last_line {
+                        None => None,
+                        Some(previous_line) => match parse_head(&previous_line) {
+                            Ok(head) => Some(head),
+                            Err(reason) => {
+                                let offset = line_start - previous_line.len() as u64 - 1;
+                                let line = tail::lines_before(file, offset).map_err(io_error)? + 1;
+                                return Err(AuditError::CorruptTail {
+                                    path: path.to_path_buf(),
+                                    line,
+                                    offset,
+                                    reason,
+                                });
+                            }
+                        },
+                    }
+                }
+            },
+        };
+        let torn = if keep < len {
+            Some(move_torn_aside(path, file, keep, len)?)
         } else {
             None
         };
-        self.head = match last_line {
-            None => None,
-            Some(line) => Some(parse_head(&line).map_err(|reason| AuditError::CorruptTail {
-                path: path.to_path_buf(),
-                reason,
-            })?),
-        };
-        self.known_len = Some(complete_len);
+        self.head = head;
+        self.known_len = Some(keep);
         Ok(torn)
     }
 
@@ -877,8 +904,8 @@ fn sync_parent(path: &Path) -> io::Result<()> {
     File::open(parent)?.sync_all()
 }
 
-/// Copies the bytes after the last `\n` to `<path>.torn-<unix ms>` (durably), then cuts
-/// them off the log.
+/// Copies the bytes from `complete_len` on (a torn last record) to
+/// `<path>.torn-<unix ms>` (durably), then cuts them off the log.
 fn move_torn_aside(
     path: &Path,
     file: &File,

@@ -48,6 +48,21 @@ pub(crate) fn last_newline_before(file: &File, end: u64) -> io::Result<Option<u6
     Ok(None)
 }
 
+/// How many `\n` the first `end` bytes of `file` hold (the line number of a
+/// line starting at `end`, less one).
+pub(crate) fn lines_before(file: &File, end: u64) -> io::Result<u64> {
+    let mut lines = 0;
+    let mut start = 0;
+    let mut buffer = vec![0u8; CHUNK as usize];
+    while start < end {
+        let size = (end - start).min(CHUNK) as usize;
+        file.read_exact_at(&mut buffer[..size], start)?;
+        lines += buffer[..size].iter().filter(|&&byte| byte == b'\n').count() as u64;
+        start += size as u64;
+    }
+    Ok(lines)
+}
+
 /// Bytes `start..end` of `file`.
 pub(crate) fn read_range(file: &File, start: u64, end: u64) -> io::Result<Vec<u8>> {
     let mut bytes = vec![0u8; end.saturating_sub(start) as usize];

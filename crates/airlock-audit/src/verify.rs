@@ -39,6 +39,9 @@ pub struct Problem {
     /// The 1-based line of the log where it was found (one past the last line for a
     /// truncated tail).
     pub line: u64,
+    /// The byte offset in the log where that line starts (the end of the log for
+    /// a truncated tail).
+    pub offset: u64,
     pub kind: ProblemKind,
 }
 
@@ -77,8 +80,8 @@ impl fmt::Display for Problem {
     fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             formatter,
-            "seq {} (line {}): {}",
-            self.seq, self.line, self.kind
+            "seq {} (line {}, byte {}): {}",
+            self.seq, self.line, self.offset, self.kind
         )
     }
 }
@@ -158,7 +161,9 @@ pub fn verify(
     let stored_seq = stored_head.map(|stored| stored.seq);
     let ranges = scan_ranges(&file, size, workers, &hasher, stored_seq)
         .map_err(|error| AuditError::io(path, error))?;
-    if let Some(chain) = link_ranges(&ranges, stored_head) {
+    if let Some(mut chain) = link_ranges(&ranges, stored_head) {
+        // Every line verified: the chain ends where the file does.
+        chain.bytes = size;
         let problem = chain.check_stored_head();
         return Ok(chain.report(problem));
     }
@@ -406,6 +411,7 @@ fn walk(
         let problem = Problem {
             seq: chain.expected_seq,
             line: chain.lines + 1,
+            offset: chain.bytes,
             kind: ProblemKind::TornLastLine {
                 bytes: buffer.len() as u64,
             },
@@ -578,6 +584,8 @@ struct Chain<'stored> {
     /// The `event_hash` of the last record that verified (`ZERO_HASH` before the first).
     last_hash: String,
     lines: u64,
+    /// Where the next line starts in the log.
+    bytes: u64,
     records: u64,
 }
 
@@ -589,22 +597,27 @@ impl<'stored> Chain<'stored> {
             expected_seq: 1,
             last_hash: ZERO_HASH.to_owned(),
             lines: 0,
+            bytes: 0,
             records: 0,
         }
     }
 
     /// Links the next line, or returns why it does not fit.
     fn link(&mut self, part: &[u8], summary: &Summary, hasher: &ChainHasher) -> Option<Problem> {
+        let length = summary.line.len() as u64 + 1;
         if summary.intact
             && summary.seq == self.expected_seq
             && summary.prev_hash.as_str() == self.last_hash
         {
             self.lines += 1;
+            self.bytes += length;
             self.accept(summary.seq, summary.event_hash.as_str());
             return None;
         }
         let line = part.get(summary.line.clone()).unwrap_or_default();
-        self.link_checked(check_line(line, hasher))
+        let problem = self.link_checked(check_line(line, hasher));
+        self.bytes += length;
+        problem
     }
 
     fn accept(&mut self, seq: u64, event_hash: &str) {
@@ -624,6 +637,7 @@ impl<'stored> Chain<'stored> {
         let problem = |seq, kind| Problem {
             seq,
             line: self.lines,
+            offset: self.bytes,
             kind,
         };
         let (seq, prev_hash, event_hash, hash) = match checked {
@@ -664,6 +678,7 @@ impl<'stored> Chain<'stored> {
             Some(found) => Some(Problem {
                 seq: stored.seq,
                 line: stored.seq,
+                offset: self.bytes,
                 kind: ProblemKind::TruncatedTail {
                     stored: stored.clone(),
                     found: Some(found.clone()),
@@ -672,6 +687,7 @@ impl<'stored> Chain<'stored> {
             None => Some(Problem {
                 seq: self.expected_seq,
                 line: self.lines + 1,
+                offset: self.bytes,
                 kind: ProblemKind::TruncatedTail {
                     stored: stored.clone(),
                     found: None,

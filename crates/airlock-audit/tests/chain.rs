@@ -51,6 +51,20 @@ fn open(path: &Path) -> AuditLog {
     log
 }
 
+/// Where the 1-based `line` of the log starts (one past the end for the line
+/// after the last).
+fn offset_of_line(path: &Path, line: u64) -> u64 {
+    let bytes = std::fs::read(path).unwrap();
+    let newlines = bytes.iter().enumerate().filter(|(_, byte)| **byte == b'\n');
+    match line {
+        1 => 0,
+        line => newlines
+            .map(|(at, _)| at as u64 + 1)
+            .nth(line as usize - 2)
+            .unwrap_or(bytes.len() as u64),
+    }
+}
+
 /// The problem verify reports for `path` without key or stored head.
 fn problem(path: &Path) -> Problem {
     let report = verify(path, None, None).unwrap();
@@ -257,6 +271,7 @@ fn deleting_a_middle_line_names_the_missing_seq() {
         Problem {
             seq: 7,
             line: 7,
+            offset: offset_of_line(&fixture.path, 7),
             kind: ProblemKind::SeqMismatch { found: 8 }
         }
     );
@@ -274,6 +289,7 @@ fn swapping_two_lines_is_caught() {
         Problem {
             seq: 3,
             line: 3,
+            offset: offset_of_line(&fixture.path, 3),
             kind: ProblemKind::SeqMismatch { found: 4 }
         }
     );
@@ -322,6 +338,7 @@ fn truncating_the_tail_behind_the_stored_head_fails_verification() {
         Some(Problem {
             seq: 8,
             line: 8,
+            offset: offset_of_line(&fixture.path, 8),
             kind: ProblemKind::TruncatedTail {
                 stored: stored.clone(),
                 found: None
@@ -412,6 +429,7 @@ fn a_torn_last_line_is_moved_aside_and_reported() {
         Problem {
             seq: 4,
             line: 4,
+            offset: offset_of_line(&fixture.path, 4),
             kind: ProblemKind::TornLastLine {
                 bytes: torn.len() as u64
             }
@@ -578,16 +596,50 @@ fn a_failing_head_store_is_reported_and_the_record_stays() {
 }
 
 #[test]
-fn a_corrupt_last_line_stops_appends() {
+fn a_bad_last_record_is_moved_aside_but_two_bad_lines_stop_appends() {
+    // One bad complete last line (torn, then a newline; a blank line): moved
+    // aside like a torn line, and the chain goes on.
+    for bad in ["not json", "", "{\"seq\":3", "\u{feff}"] {
+        let fixture = fixture();
+        append_events(&open(&fixture.path), 2);
+        let mut lines = lines(&fixture.path);
+        lines.push(bad.to_owned());
+        write_lines(&fixture.path, &lines);
+        let (log, recovery) = AuditLog::open(&fixture.path, None, None).unwrap();
+        let torn = recovery
+            .torn_line
+            .clone()
+            .expect("the bad line is reported");
+        assert_eq!(torn.bytes, bad.len() as u64 + 1, "{bad:?}");
+        assert_eq!(
+            std::fs::read(&torn.moved_to).unwrap(),
+            format!("{bad}\n").as_bytes()
+        );
+        for record in recovery.records() {
+            log.append(record).unwrap();
+        }
+        let report = verify(&fixture.path, None, None).unwrap();
+        assert_eq!((report.records, report.problem), (3, None), "{bad:?}");
+    }
+    // Two: corruption, not a torn record. Refused, with its place, and the
+    // log is left as it is.
     let fixture = fixture();
     append_events(&open(&fixture.path), 2);
     let mut lines = lines(&fixture.path);
+    let offset: usize = lines.iter().map(|line| line.len() + 1).sum();
     lines.push("not json".to_owned());
+    lines.push(String::new());
     write_lines(&fixture.path, &lines);
-    assert!(matches!(
-        AuditLog::open(&fixture.path, None, None),
-        Err(AuditError::CorruptTail { .. })
-    ));
+    let before = std::fs::read(&fixture.path).unwrap();
+    match AuditLog::open(&fixture.path, None, None) {
+        Err(AuditError::CorruptTail {
+            line, offset: at, ..
+        }) => {
+            assert_eq!((line, at), (3, offset as u64));
+        }
+        other => panic!("opened: {:?}", other.map(|(_, recovery)| recovery)),
+    }
+    assert_eq!(std::fs::read(&fixture.path).unwrap(), before);
 }
 
 #[test]
@@ -666,6 +718,7 @@ fn a_large_log_verifies_across_blocks_and_cores_and_names_the_first_bad_seq() {
         Problem {
             seq: 21_001,
             line: 21_001,
+            offset: offset_of_line(&fixture.path, 21_001),
             kind: ProblemKind::SeqMismatch { found: 21_002 }
         }
     );

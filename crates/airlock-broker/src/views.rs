@@ -65,8 +65,8 @@ pub struct AuditCheck {
     /// `seq N: <event>` for each repair the log records (a torn line moved
     /// aside, a cut-off tail): the chain verifies again, but records were lost.
     pub repairs: Vec<String>,
-    /// The first bad record: its seq, line and what is wrong.
-    pub problem: Option<(u64, u64, String)>,
+    /// The first bad record: its seq, line, byte offset and what is wrong.
+    pub problem: Option<(u64, u64, u64, String)>,
 }
 
 impl AuditCheck {
@@ -83,9 +83,10 @@ impl AuditCheck {
         if !self.repairs.is_empty() {
             value["repairs"] = json!(self.repairs);
         }
-        if let Some((seq, line, problem)) = &self.problem {
+        if let Some((seq, line, offset, problem)) = &self.problem {
             value["first_bad_seq"] = json!(seq);
             value["line"] = json!(line);
+            value["offset"] = json!(offset);
             value["problem"] = json!(problem);
         }
         value
@@ -96,13 +97,25 @@ impl AuditCheck {
 /// from the environment, the head kept in the store), writing nothing.
 pub fn check_audit(root: &Path, config: &Config) -> Result<AuditCheck, String> {
     let path = root.join(&config.audit.path);
+    let database = root.join(&config.workspace.state_dir).join("airlock.db");
     if !path.exists() {
+        // No log is fine only when none was ever written: the head kept in
+        // the store says whether records existed (the store is only read,
+        // and only when it exists).
+        let stored = if database.exists() {
+            Store::open(&database)
+                .and_then(|store| store.audit_head())
+                .map_err(|error| error.to_string())?
+        } else {
+            None
+        };
         return Ok(AuditCheck {
-            missing: true,
+            missing: stored.is_none(),
             records: 0,
             last_seq: 0,
             repairs: Vec::new(),
-            problem: None,
+            problem: stored
+                .map(|(seq, _)| (1, 1, 0, format!("log missing; head says {seq} records"))),
         });
     }
     let key = config
@@ -111,8 +124,7 @@ pub fn check_audit(root: &Path, config: &Config) -> Result<AuditCheck, String> {
         .as_deref()
         .and_then(|name| std::env::var(name).ok())
         .filter(|key| !key.is_empty());
-    let store = Store::open(&root.join(&config.workspace.state_dir).join("airlock.db"))
-        .map_err(|error| error.to_string())?;
+    let store = Store::open(&database).map_err(|error| error.to_string())?;
     let stored = store
         .audit_head()
         .map_err(|error| error.to_string())?
@@ -138,9 +150,14 @@ pub fn check_audit(root: &Path, config: &Config) -> Result<AuditCheck, String> {
         records: report.records,
         last_seq: report.head.as_ref().map_or(0, |head| head.seq),
         repairs,
-        problem: report
-            .problem
-            .map(|problem| (problem.seq, problem.line, problem.kind.to_string())),
+        problem: report.problem.map(|problem| {
+            (
+                problem.seq,
+                problem.line,
+                problem.offset,
+                problem.kind.to_string(),
+            )
+        }),
     })
 }
 

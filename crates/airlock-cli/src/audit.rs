@@ -58,8 +58,8 @@ pub(crate) fn run(workspace: &Workspace, command: &AuditCommand) -> Result<u8, F
             }
             let last = check.last_seq;
             let text = match &check.problem {
-                Some((seq, line, problem)) => {
-                    format!("broken: seq {seq} (line {line}): {problem}")
+                Some((seq, line, offset, problem)) => {
+                    format!("broken: seq {seq} (line {line}, byte {offset}): {problem}")
                 }
                 // A log that had to be repaired (a torn line, a cut-off tail)
                 // stays reported: the chain verifies again, but the records

@@ -141,7 +141,20 @@ impl Workspace {
             root: self.root,
             loaded: self.loaded,
         })
-        .map_err(|error| Failure::internal(anyhow!("cannot open the workspace state: {error}")))
+        .map_err(|error| {
+            // A log that cannot be continued is the audit's verdict (6), not
+            // an internal error.
+            let code = match &error {
+                airlock_broker::BrokerError::Audit(airlock_audit::AuditError::CorruptTail {
+                    ..
+                }) => 6,
+                _ => 1,
+            };
+            Failure {
+                code,
+                error: anyhow!("cannot open the workspace state: {error}"),
+            }
+        })
     }
 
     /// The state dir's path.

@@ -1864,3 +1864,157 @@ fn every_rule_is_decided_on_the_resolved_path_too_and_the_diff_names_the_real_fi
     );
     assert_eq!(ws.read("src/main.rs").as_deref(), Some("fn main() {}\n"));
 }
+
+/// A workspace whose log holds a few records (a write applied).
+fn logged() -> Ws {
+    let ws = Ws::new("");
+    let args = json!({"path": "a.txt", "content": "x\n"}).to_string();
+    assert_eq!(
+        ws.run(&["call", "write_file", "--args", &args, "--yes"])
+            .code,
+        0
+    );
+    ws
+}
+
+fn log_bytes(ws: &Ws) -> Vec<u8> {
+    std::fs::read(ws.path(".airlock/audit.jsonl")).unwrap()
+}
+
+/// Damage done to a log: returns the line and byte verify must name.
+type Damage = dyn Fn(&mut Vec<u8>) -> (usize, usize);
+
+#[test]
+fn audit_verify_names_every_flaw_with_its_record_and_byte_offset_and_exits_6() {
+    // (what is done to the log, the line and byte verify must name)
+    let cases: Vec<(&str, Box<Damage>)> = vec![
+        (
+            "a blank line appended",
+            Box::new(|log: &mut Vec<u8>| {
+                let lines = log.iter().filter(|b| **b == b'\n').count();
+                let at = log.len();
+                log.push(b'\n');
+                (lines + 1, at)
+            }),
+        ),
+        (
+            "a byte order mark in front",
+            Box::new(|log: &mut Vec<u8>| {
+                log.splice(0..0, "\u{feff}".bytes());
+                (1, 0)
+            }),
+        ),
+        (
+            "a NUL byte in the second record",
+            Box::new(|log: &mut Vec<u8>| {
+                let second = log.iter().position(|b| *b == b'\n').unwrap() + 1;
+                log[second + 10] = 0;
+                (2, second)
+            }),
+        ),
+        (
+            "a truncated last line",
+            Box::new(|log: &mut Vec<u8>| {
+                let lines = log.iter().filter(|b| **b == b'\n').count();
+                let last = log[..log.len() - 1]
+                    .iter()
+                    .rposition(|b| *b == b'\n')
+                    .unwrap()
+                    + 1;
+                log.truncate(log.len() - 20);
+                (lines, last)
+            }),
+        ),
+    ];
+    for (what, damage) in cases {
+        let ws = logged();
+        let mut log = log_bytes(&ws);
+        let (line, offset) = damage(&mut log);
+        std::fs::write(ws.path(".airlock/audit.jsonl"), &log).unwrap();
+        let verify = ws.run(&["audit", "verify"]);
+        assert_eq!(verify.code, 6, "{what}: {}{}", verify.stdout, verify.stderr);
+        assert!(
+            verify
+                .stdout
+                .contains(&format!("(line {line}, byte {offset})")),
+            "{what}: {}",
+            verify.stdout
+        );
+        let json = ws.run(&["audit", "verify", "--json"]);
+        assert_eq!(
+            (json.json["line"].as_u64(), json.json["offset"].as_u64()),
+            (Some(line as u64), Some(offset as u64)),
+            "{what}"
+        );
+        // Reading the log does not fail because of it.
+        assert_eq!(ws.run(&["audit", "query"]).code, 0, "{what}");
+    }
+    // No log, while the store's head says records were written.
+    let ws = logged();
+    std::fs::remove_file(ws.path(".airlock/audit.jsonl")).unwrap();
+    let verify = ws.run(&["audit", "verify"]);
+    assert_eq!(verify.code, 6, "{}", verify.stdout);
+    assert!(
+        verify.stdout.contains("log missing; head says 4 records"),
+        "{}",
+        verify.stdout
+    );
+    // A workspace that never wrote one has nothing to verify.
+    let fresh = Ws::new("");
+    let none = fresh.run(&["audit", "verify"]);
+    assert_eq!(none.code, 0, "{}", none.stdout);
+}
+
+#[test]
+fn a_malformed_tail_is_moved_aside_and_audited_and_corruption_further_up_stops_appends() {
+    let read = json!({"path": "a.txt"}).to_string();
+    // A blank line appended, or a torn record followed by a newline: the next
+    // command goes on, and the log says what was moved aside.
+    for tail in [&b"\n"[..], b"{\"seq\": 5, \"ts\n"] {
+        let ws = logged();
+        let mut log = log_bytes(&ws);
+        log.extend_from_slice(tail);
+        std::fs::write(ws.path(".airlock/audit.jsonl"), &log).unwrap();
+        let run = ws.run(&["call", "read_file", "--args", &read]);
+        assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+        let torn = ws.run(&[
+            "audit",
+            "query",
+            "--event-type",
+            "audit_torn_line",
+            "--json",
+        ]);
+        assert_eq!(torn.json[0]["bytes"], tail.len(), "{}", torn.stdout);
+        let verify = ws.run(&["audit", "verify"]);
+        assert!(
+            verify
+                .stdout
+                .contains("chain intact through seq 6, but the log was repaired"),
+            "{}",
+            verify.stdout
+        );
+    }
+    // Two bad lines at the end: not a torn record but corruption. Every
+    // command that would append stops with exit 6 and the place; nothing is
+    // appended.
+    let ws = logged();
+    let mut log = log_bytes(&ws);
+    let offset = log.len();
+    log.extend_from_slice(b"garbage\n\n");
+    std::fs::write(ws.path(".airlock/audit.jsonl"), &log).unwrap();
+    let run = ws.run(&["call", "read_file", "--args", &read]);
+    assert_eq!(run.code, 6, "{}{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr.contains(&format!("line 5 (byte {offset})")),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(log_bytes(&ws), log);
+    let verify = ws.run(&["audit", "verify"]);
+    assert_eq!(verify.code, 6);
+    assert!(
+        verify.stdout.contains(&format!("(line 5, byte {offset})")),
+        "{}",
+        verify.stdout
+    );
+}

@@ -211,6 +211,11 @@ pub(crate) fn document(call: Schema, decide: Schema, audit_params: Schema) -> Va
                 "ok": {"type": "boolean"},
                 "records": {"type": "integer"},
                 "last_seq": {"type": "integer"},
+                "repairs": {"type": "array", "items": {"type": "string"}},
+                "first_bad_seq": {"type": "integer"},
+                "line": {"type": "integer"},
+                "offset": {"type": "integer"},
+                "problem": {"type": "string"},
             },
         },
         // The schema of an event stream describes each event (as

@@ -418,7 +418,7 @@ function renderChain(verify) {
   } else if (verify.ok) {
     setText(chain, `Chain verified: ${verify.records} records, last seq ${verify.last_seq}.`);
   } else if (verify.problem) {
-    setText(chain, `Chain BROKEN at seq ${verify.first_bad_seq} (line ${verify.line}): ${verify.problem}`);
+    setText(chain, `Chain BROKEN at seq ${verify.first_bad_seq} (line ${verify.line}, byte ${verify.offset}): ${verify.problem}`);
   } else {
     setText(chain, "Chain verifies, but records were lost: " + (verify.repairs || []).join("; "));
   }
