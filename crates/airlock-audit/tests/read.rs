@@ -7,7 +7,7 @@ mod common;
 use std::fs::OpenOptions;
 use std::io::Write as _;
 
-use airlock_audit::{AuditError, AuditLog, Follower, Query, query, tail_lines};
+use airlock_audit::{AuditLog, Follower, Query, query, tail_lines};
 use common::{lines, record};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
