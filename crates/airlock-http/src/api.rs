@@ -35,16 +35,18 @@ struct Api {
 }
 
 pub(crate) fn routes(gateway: Arc<Gateway>, events: Events) -> Router {
+    // The JSON endpoints take application/json only; the layer sits on their
+    // POST alone, so another method is still 405.
+    let json_only = || axum::middleware::from_fn(crate::guard::require_json);
     Router::new()
         .route("/hitl/events", get(events_stream))
-        .route("/v1/tools/call", post(tools_call))
+        .route("/v1/tools/call", post(tools_call).route_layer(json_only()))
         .route("/hitl/pending", get(pending))
         .route("/hitl/pending/{id}", get(pending_one))
-        .route("/hitl/decide/{id}", post(decide))
+        .route("/hitl/decide/{id}", post(decide).route_layer(json_only()))
         .route("/hitl/result/{id}", get(result))
         .route("/audit", get(audit_query))
         .route("/audit/verify", get(audit_verify))
-        .route_layer(axum::middleware::from_fn(crate::guard::require_json))
         .with_state(Api { gateway, events })
 }
 

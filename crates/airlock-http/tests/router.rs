@@ -596,6 +596,20 @@ async fn every_refusal_has_its_status_and_code_and_changes_nothing() {
     assert_eq!(shown["status"], "pending");
     assert!(!app.dir.path().join("b.txt").exists());
     assert!(!app.dir.path().join("c.txt").exists());
+    // Another method on a JSON endpoint's path, or a POST where only GET is
+    // served, is 405 whatever the content type.
+    for (method, path) in [("POST", "/hitl/pending"), ("GET", "/v1/tools/call")] {
+        let (status, _) = app
+            .send_with(
+                method,
+                path,
+                Some(&format!("Bearer {ADMIN}")),
+                "",
+                &[("content-type", Some("text/plain"))],
+            )
+            .await;
+        assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED, "{method} {path}");
+    }
     // The refused calls proposed nothing.
     let (_, listed) = app
         .send("GET", "/hitl/pending", Some(&format!("Bearer {ADMIN}")), "")
