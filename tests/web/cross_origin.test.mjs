@@ -19,7 +19,7 @@
 
 import { spawn } from "node:child_process";
 import { createServer } from "node:http";
-import { mkdtempSync, existsSync, readdirSync } from "node:fs";
+import { mkdtempSync, existsSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import assert from "node:assert/strict";
@@ -201,4 +201,5 @@ try {
   await browser.close();
   attacker.close();
   server.kill();
+  rmSync(workspace, { recursive: true, force: true });
 }
