@@ -17,8 +17,10 @@ use crate::{Failure, print, print_json};
 pub(crate) struct CallSpec {
     /// The tool name, as the agent would call it.
     pub tool: String,
-    /// The call's arguments, a JSON object.
-    #[arg(long, value_name = "JSON", default_value = "{}")]
+    /// The call's arguments, a JSON object: inline, `@FILE` to read them from
+    /// a file, or `-` from standard input (for arguments over the 128 KiB a
+    /// command-line argument can hold).
+    #[arg(long, value_name = "JSON|@FILE|-", default_value = "{}")]
     pub args: String,
     /// The user the call is made for.
     #[arg(long, value_name = "U")]
@@ -35,6 +37,22 @@ pub(crate) struct CallSpec {
 }
 
 impl CallSpec {
+    /// The text of `--args`: as given, from `@FILE`, or from stdin (`-`).
+    fn args_text(&self) -> Result<String, Failure> {
+        if self.args == "-" {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text).map_err(|error| {
+                Failure::usage(anyhow!("--args -: cannot read standard input: {error}"))
+            })?;
+            return Ok(text);
+        }
+        match self.args.strip_prefix('@') {
+            Some(path) => std::fs::read_to_string(path)
+                .map_err(|error| Failure::usage(anyhow!("--args @{path}: {error}"))),
+            None => Ok(self.args.clone()),
+        }
+    }
+
     /// The `ToolCall` these flags describe; bad input is a usage failure.
     pub(crate) fn to_call(
         &self,
@@ -44,7 +62,8 @@ impl CallSpec {
         if self.tool.is_empty() {
             return Err(Failure::usage(anyhow!("the tool name must not be empty")));
         }
-        let arguments: Value = serde_json::from_str(&self.args)
+        let text = self.args_text()?;
+        let arguments: Value = serde_json::from_str(&text)
             .map_err(|error| Failure::usage(anyhow!("--args is not valid JSON: {error}")))?;
         if !arguments.is_object() {
             return Err(Failure::usage(anyhow!("--args must be a JSON object")));

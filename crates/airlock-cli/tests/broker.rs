@@ -2018,3 +2018,64 @@ fn a_malformed_tail_is_moved_aside_and_audited_and_corruption_further_up_stops_a
         verify.stdout
     );
 }
+
+#[test]
+fn arguments_over_128_kib_come_from_a_file_or_standard_input() {
+    let ws = Ws::new("");
+    let big = "x".repeat(300 * 1024);
+    let args = json!({"path": "big.txt", "content": big}).to_string();
+    let args_file = ws
+        .dir
+        .path()
+        .join("..")
+        .join(format!("args-{}.json", std::process::id()));
+    std::fs::write(&args_file, &args).unwrap();
+    let from_file = ws.run(&[
+        "call",
+        "write_file",
+        "--args",
+        &format!("@{}", args_file.display()),
+        "--defer",
+    ]);
+    std::fs::remove_file(&args_file).unwrap();
+    assert_eq!(
+        from_file.code, 3,
+        "{}{}",
+        from_file.stdout, from_file.stderr
+    );
+    assert_eq!(from_file.json["hitl"]["summary"], "CREATE FILE big.txt");
+
+    let mut child = ws
+        .command(&[
+            "call",
+            "write_file",
+            "--args",
+            "-",
+            "--defer",
+            "--session",
+            "other",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    std::io::Write::write_all(&mut stdin, args.as_bytes()).unwrap();
+    drop(stdin);
+    let from_stdin = finish(child.wait_with_output().unwrap());
+    assert_eq!(
+        from_stdin.code, 3,
+        "{}{}",
+        from_stdin.stdout, from_stdin.stderr
+    );
+    assert_eq!(from_stdin.json["hitl"]["summary"], "CREATE FILE big.txt");
+
+    let missing = ws.run(&["call", "write_file", "--args", "@/nonexistent/args.json"]);
+    assert_eq!(missing.code, 2, "{}", missing.stderr);
+    assert!(
+        missing.stderr.contains("--args @/nonexistent/args.json"),
+        "{}",
+        missing.stderr
+    );
+}

@@ -1,7 +1,9 @@
 //! Property: tightening a profile never loosens a decision. Adding an entry to a
-//! denylist or an asklist (or a deny path glob) leaves every decision at least as
-//! strict (`Allow < Ask < Deny`), whatever the rest of the configuration, the call
-//! and the grants.
+//! denylist (or a deny path glob) leaves every decision at least as strict
+//! (`Allow < Ask < Deny`), whatever the rest of the configuration, the call and
+//! the grants. Adding to an asklist does too, but for the one change spec 004
+//! orders (deny > ask > allowlist-miss > allow): a tool the allowlist misses
+//! asks instead of being denied once an asklist names it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -209,8 +211,23 @@ proptest! {
             profile.asklist.push(glob.to_owned());
         }
         let after = decide(&tighter, &case);
+        let missed_allowlist = before.justification.iter().any(|step| {
+            matches!(step.reason, airlock_core::policy::Reason::ProfileAllowlistMiss { .. })
+        });
+        let only_allowlist_miss = missed_allowlist
+            && before.justification.iter().filter(|step| step.effect == Some(airlock_core::Disposition::Deny)).count() == 1;
+        // The asklist now decides instead of the allowlist miss: the call
+        // asks, and like every ask, a grant or a disabled gate may let it
+        // through.
+        let spec_004_ask = !to_denylist
+            && only_allowlist_miss
+            && glob_matches(glob, case.tool)
+            && after.disposition != airlock_core::Disposition::Deny
+            && after.justification.iter().any(|step| {
+                matches!(step.reason, airlock_core::policy::Reason::ProfileAsklist { .. })
+            });
         prop_assert!(
-            after.disposition >= before.disposition,
+            after.disposition >= before.disposition || spec_004_ask,
             "{} went from {} to {} after adding {glob} to the {}",
             case.tool, before.disposition, after.disposition,
             if to_denylist { "denylist" } else { "asklist" }

@@ -225,9 +225,9 @@ impl Policy {
 
     /// Whether a tool list shown through an endpoint bound to `profile` (or the
     /// default profile) includes `tool`: a tool the profile denies whatever its
-    /// arguments (denylist, or an allowlist it misses) is hidden, and an unknown
-    /// profile hides every tool. Calling a hidden tool is denied by `evaluate`
-    /// all the same; this only keeps the list honest.
+    /// arguments (denylist, or an allowlist it misses and no asklist names) is
+    /// hidden, and an unknown profile hides every tool. Calling a hidden tool
+    /// is denied by `evaluate` all the same; this only keeps the list honest.
     pub fn lists_tool(&self, profile: Option<&str>, tool: &str) -> bool {
         let Some(name) = profile.or(self.default_profile.as_deref()) else {
             return true;
@@ -238,10 +238,11 @@ impl Policy {
         if profile.denylist.first_match(tool).is_some() {
             return false;
         }
-        profile
-            .allowlist
-            .as_ref()
-            .is_none_or(|list| list.first_match(tool).is_some())
+        profile.asklist.first_match(tool).is_some()
+            || profile
+                .allowlist
+                .as_ref()
+                .is_none_or(|list| list.first_match(tool).is_some())
     }
 
     /// Whether `name` is a configured profile.

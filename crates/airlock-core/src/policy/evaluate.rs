@@ -183,15 +183,13 @@ impl Policy {
                         .allowlist
                         .as_ref()
                         .map(|list| list.first_match(tool));
+                    // Spec 004's precedence: denylist > asklist >
+                    // allowlist miss > allowlist; an asklisted tool asks
+                    // whether or not the allowlist names it.
                     if let Some(pattern) = profile.denylist.first_match(tool) {
                         let reason = Reason::ProfileDenylist {
                             profile: profile_name(),
                             pattern: pattern.clone(),
-                        };
-                        tally.deny(reason, ErrorCode::PolicyDenied);
-                    } else if let Some(None) = allowed_by {
-                        let reason = Reason::ProfileAllowlistMiss {
-                            profile: profile_name(),
                         };
                         tally.deny(reason, ErrorCode::PolicyDenied);
                     } else if let Some(pattern) = profile.asklist.first_match(tool) {
@@ -200,6 +198,11 @@ impl Policy {
                             pattern: pattern.clone(),
                         };
                         tally.say(Some(Disposition::Ask), reason);
+                    } else if let Some(None) = allowed_by {
+                        let reason = Reason::ProfileAllowlistMiss {
+                            profile: profile_name(),
+                        };
+                        tally.deny(reason, ErrorCode::PolicyDenied);
                     } else if let Some(Some(pattern)) = allowed_by {
                         let reason = Reason::ProfileAllowlist {
                             profile: profile_name(),
