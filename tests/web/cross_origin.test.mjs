@@ -17,36 +17,18 @@
 // Nothing may be proposed or written, and the rebound page must read a
 // refusal, not an answer. A real agent's call (no Origin, JSON) still works.
 
-import { spawn } from "node:child_process";
 import { createServer } from "node:http";
 import { mkdtempSync, existsSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import assert from "node:assert/strict";
+import { startAirlock } from "./airlock.mjs";
 
 const { chromium } = await import(join(process.env.AIRLOCK_PLAYWRIGHT, "index.mjs"));
 
 const workspace = mkdtempSync(join(tmpdir(), "airlock-xorigin-"));
 
-const server = spawn(process.env.AIRLOCK_BIN, ["serve", "--http", "127.0.0.1:0"], {
-  cwd: workspace,
-  env: { ...process.env, AIRLOCK_USER: "browser-test" },
-  stdio: ["ignore", "ignore", "pipe"],
-});
-let serverLog = "";
-const login = await new Promise((resolve, reject) => {
-  const timer = setTimeout(() => reject(new Error("no login URL in: " + serverLog)), 30000);
-  server.stderr.on("data", (chunk) => {
-    serverLog += chunk;
-    const found = serverLog.match(/approvals at (http:\/\/\S+#token=\S+)/);
-    if (found) {
-      clearTimeout(timer);
-      resolve(found[1]);
-    }
-  });
-  server.on("exit", (code) => reject(new Error(`airlock exited (${code}): ${serverLog}`)));
-});
-const base = new URL(login).origin;
+const { server, login, base } = await startAirlock(workspace);
 const port = new URL(login).port;
 const admin = new URL(login).hash.replace("#token=", "");
 

@@ -16,6 +16,7 @@ import { mkdtempSync, mkdirSync, readFileSync, writeFileSync, existsSync, rmSync
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import assert from "node:assert/strict";
+import { startAirlock } from "./airlock.mjs";
 
 const { chromium } = await import(join(process.env.AIRLOCK_PLAYWRIGHT, "index.mjs"));
 const shots = process.env.AIRLOCK_SHOTS;
@@ -32,25 +33,7 @@ writeFileSync(join(workspace, "src", "two.rs"), "fn two() {}\n");
 
 // ------------------------------------------------------------------ server
 
-const server = spawn(process.env.AIRLOCK_BIN, ["serve", "--http", "127.0.0.1:0"], {
-  cwd: workspace,
-  env: { ...process.env, AIRLOCK_USER: "browser-test" },
-  stdio: ["ignore", "ignore", "pipe"],
-});
-let serverLog = "";
-const login = await new Promise((resolve, reject) => {
-  const timer = setTimeout(() => reject(new Error("no login URL in: " + serverLog)), 30000);
-  server.stderr.on("data", (chunk) => {
-    serverLog += chunk;
-    const found = serverLog.match(/approvals at (http:\/\/\S+#token=\S+)/);
-    if (found) {
-      clearTimeout(timer);
-      resolve(found[1]);
-    }
-  });
-  server.on("exit", (code) => reject(new Error(`airlock exited (${code}): ${serverLog}`)));
-});
-const base = new URL(login).origin;
+const { server, login, base } = await startAirlock(workspace);
 
 // An agent on this machine (no tokens configured: local agents need none).
 async function propose(tool, args) {

@@ -702,7 +702,6 @@ impl Broker {
             };
             if let Some(real) = real
                 && Some(&real) != written.as_ref()
-                && real != argument.path
             {
                 resolved.arguments.push((argument.pointer, real));
             }

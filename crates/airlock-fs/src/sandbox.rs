@@ -342,11 +342,13 @@ impl Sandbox {
         Some(resolved)
     }
 
-    /// Where a path argument of another server's tool really leads: an
-    /// absolute path, a relative one placed against the root, `..` and
-    /// symlinks resolved as far as the path exists (a dangling link is
-    /// followed to the name it would create). Only names are looked up;
-    /// nothing is opened. `None` for what cannot be placed (`~`).
+    /// Where a path argument of another server's tool really leads, when a
+    /// symlink takes it elsewhere: an absolute path, a relative one placed
+    /// against the root, `..` and symlinks resolved as far as the path exists
+    /// (a dangling link is followed to the name it would create). Only names
+    /// are looked up; nothing is opened. `None` when no symlink is on the way
+    /// (the policy already placed the path as written) or it cannot be placed
+    /// (`~`).
     pub fn resolved_foreign(&self, raw: &str) -> Option<String> {
         if raw.starts_with('~') || raw.contains('\0') {
             return None;
@@ -405,7 +407,7 @@ impl Sandbox {
                 Err(_) => exists = false,
             }
         }
-        Some(format!("/{}", current.join("/")))
+        (hops > 0).then(|| format!("/{}", current.join("/")))
     }
 
     /// The textual half: NUL, absolute paths, `..` above the root. Returns the

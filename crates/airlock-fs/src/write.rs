@@ -196,11 +196,6 @@ pub fn prepare_write(sandbox: &Sandbox, params: &WriteParams) -> Result<WritePla
         });
     }
     let current = read_current(&target)?;
-    if current.is_some() && params.mode == WriteMode::CreateNew {
-        return Err(FsError::FileExists {
-            path: target.requested().to_owned(),
-        });
-    }
     if current.is_none() && !params.create_parents && !target.missing_parents().is_empty() {
         return Err(FsError::ParentNotFound {
             path: target.requested().to_owned(),
