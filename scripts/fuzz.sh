@@ -4,7 +4,8 @@
 # cargo-fuzz pass the sanitizer flags it needs. Installs cargo-fuzz from
 # crates.io when it is missing. Stops at the first crash; libFuzzer keeps the
 # input under fuzz/artifacts/<target>/ (replay it with
-# `RUSTC_BOOTSTRAP=1 cargo fuzz run <target> <file>` in fuzz/).
+# `RUSTC_BOOTSTRAP=1 cargo fuzz run <target> <file>` in fuzz/). A target with a
+# dictionary in fuzz/dicts/<target>.dict gets it.
 #
 #   bash scripts/fuzz.sh                 every target
 #   bash scripts/fuzz.sh mcp_stdio       one
@@ -26,8 +27,10 @@ trap 'rm -f "$log"' EXIT
 for target in "${targets[@]}"; do
   echo "fuzz: $target for ${seconds}s"
   status=0
+  dict=()
+  if [ -f "dicts/$target.dict" ]; then dict=(-dict="dicts/$target.dict"); fi
   cargo fuzz run "$target" -- -max_total_time="$seconds" -rss_limit_mb=2048 -print_final_stats=1 \
-    >"$log" 2>&1 || status=$?
+    "${dict[@]}" >"$log" 2>&1 || status=$?
   grep -E '^(Done |stat::number_of_executed_units)' "$log" || true
   if [ "$status" -ne 0 ]; then
     tail -n 60 "$log" >&2

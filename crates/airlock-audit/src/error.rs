@@ -4,8 +4,6 @@ use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use airlock_core::canonical::CanonicalError;
-
 /// What can go wrong while opening, appending to or reading an audit log.
 ///
 /// It is `Clone` because one failed group commit fails every append in the group, so
@@ -32,10 +30,6 @@ pub enum AuditError {
         offset: u64,
         reason: String,
     },
-    /// The record has no RFC 8785 form (an integer beyond 2^53, say); nothing was
-    /// written.
-    #[error("record cannot be canonicalized: {0}")]
-    Canonical(#[from] CanonicalError),
     /// A field of the record has a type the log cannot use; nothing was written.
     #[error("record field {field}: {reason}")]
     InvalidRecord { field: &'static str, reason: String },

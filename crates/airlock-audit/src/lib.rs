@@ -60,3 +60,16 @@ pub use log::{
 pub use read::{Follower, Query, query, tail_lines};
 pub use time::rfc3339_millis;
 pub use verify::{Problem, ProblemKind, VerifyReport, verify};
+
+/// The bytes a log line's `event_hash` covers after its `prev_hash`: the RFC 8785 text
+/// of the line's object without `event_hash`, read straight from the line as
+/// [`verify`] reads it (numbers no double holds exactly keep their text, see
+/// [`airlock_core::canonical`]). For tools that check a chain on their own, and for
+/// fuzzing the reader against the writer.
+pub fn canonical_record_text(line: &[u8]) -> Result<Vec<u8>, String> {
+    let mut out = Vec::with_capacity(line.len());
+    canonical_line::LineCanonicalizer::new()
+        .canonicalize(line, &mut out)
+        .map_err(|canonical_line::LineError::Json(reason)| reason)?;
+    Ok(out)
+}

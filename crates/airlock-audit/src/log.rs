@@ -835,7 +835,7 @@ impl WriterState {
         }
         line.insert("prev_hash".to_owned(), prev_hash.clone().into());
         self.canonical.clear();
-        canonical::write_canonical_object(&line, &mut self.canonical)?;
+        canonical::write_canonical_object(&line, &mut self.canonical);
         let event_hash = hasher.event_hash(&prev_hash, &self.canonical);
         line.insert("event_hash".to_owned(), event_hash.clone().into());
         let line_start = self.lines.len();

@@ -63,8 +63,6 @@ pub enum ProblemKind {
     KeyRequired,
     /// A key was given, and the record is hashed with plain SHA-256.
     KeyNotUsed,
-    /// The record has no RFC 8785 form.
-    NotCanonical { reason: String },
     /// The file does not end with `\n`: its last record was torn mid-write.
     TornLastLine { bytes: u64 },
     /// The head store names a record the log does not have (the log ends before it, or
@@ -109,7 +107,6 @@ impl fmt::Display for ProblemKind {
             ProblemKind::KeyNotUsed => {
                 write!(formatter, "a key was given and the record is plain sha256")
             }
-            ProblemKind::NotCanonical { reason } => write!(formatter, "{reason}"),
             ProblemKind::TornLastLine { bytes } => write!(
                 formatter,
                 "torn last line: {bytes} bytes after the last newline"
@@ -534,11 +531,6 @@ fn check_line(line: &[u8], hasher: &ChainHasher) -> Checked {
         Ok(fields) => fields,
         Err(LineError::Json(reason)) => {
             return Checked::Unreadable(ProblemKind::BadJson { reason });
-        }
-        Err(LineError::NotCanonical(error)) => {
-            return Checked::Unreadable(ProblemKind::NotCanonical {
-                reason: error.to_string(),
-            });
         }
     };
     let text = |range: Option<Range<usize>>| {

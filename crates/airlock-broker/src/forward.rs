@@ -341,10 +341,10 @@ fn forwarded(
                 .get("isError")
                 .and_then(Value::as_bool)
                 .unwrap_or(false);
-            let hash = airlock_core::canonical::to_canonical_string(&result)
-                .map(|text| airlock_core::canonical::sha256_hex(text.as_bytes()))
-                .ok();
-            let record = record.value("result_hash", hash.map(Value::String));
+            let hash = airlock_core::canonical::sha256_hex(
+                airlock_core::canonical::to_canonical_string(&result).as_bytes(),
+            );
+            let record = record.value("result_hash", Some(Value::String(hash)));
             if is_error {
                 let mut envelope = Envelope::failure(
                     Status::Error,

@@ -2337,8 +2337,7 @@ fn method_of(tool: &str) -> &'static str {
 /// principal's identical call is its own approval, never a view of this
 /// one), canonical arguments.
 fn dedup_key(call: &ToolCall) -> String {
-    let args = airlock_core::canonical::to_canonical_string(&call.args)
-        .unwrap_or_else(|_| call.args.to_string());
+    let args = airlock_core::canonical::to_canonical_string(&call.args);
     let text = format!(
         "{}\u{0}{}\u{0}{}\u{0}{}",
         call.tool,

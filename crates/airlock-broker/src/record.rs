@@ -1,6 +1,5 @@
 //! Building audit records (DESIGN §8): one object per event, redacted params.
 
-use airlock_core::redact::exact_numbers;
 use airlock_core::{Decision, ToolCall};
 use airlock_store::Approval;
 use serde_json::{Map, Value};
@@ -71,11 +70,9 @@ impl Record {
         self
     }
 
-    /// An integer; one beyond 2^53 (which RFC 8785 cannot hold) is kept as
-    /// its decimal string.
+    /// An integer (hashed exactly, however large: see `airlock_core::canonical`).
     pub fn number(mut self, key: &str, value: u64) -> Record {
-        self.fields
-            .insert(key.to_owned(), exact_numbers(Value::from(value)));
+        self.fields.insert(key.to_owned(), Value::from(value));
         self
     }
 
@@ -90,11 +87,8 @@ impl Record {
             Some(Value::Null) | None => {
                 self.fields.remove(key);
             }
-            // Values derived from input (a range, an expiry) may hold
-            // integers beyond 2^53: as strings, they cannot make the record
-            // unwritable.
             Some(value) => {
-                self.fields.insert(key.to_owned(), exact_numbers(value));
+                self.fields.insert(key.to_owned(), value);
             }
         }
         self

@@ -7,23 +7,25 @@
 //! `JSON.stringify` does, and numbers written as ECMAScript's `Number.prototype.toString`
 //! writes them.
 //!
-//! Integers are the one place where JSON text and JCS disagree: JCS numbers are IEEE 754
-//! doubles, and a JSON integer beyond 2^53 may not have one. Formatting it through an
-//! `f64` (as a JavaScript implementation would) silently maps several integers onto one
-//! canonical text, which would let a tampered audit record keep its hash. So an integer
-//! is accepted only if a double holds it exactly; it is then written as ECMAScript would
-//! write that double (`2^60` becomes `1152921504606847000`), and any other integer is a
-//! [`CanonicalError::IntegerNotExact`]. Callers that must keep such a value store it as a
-//! string ([`crate::redact::redact_params`] does this for tool parameters).
+//! Numbers: RFC 8785 reads every JSON number as an IEEE 754 double and writes that
+//! double as ECMAScript would (`333333333.33333329` becomes `333333333.3333333`,
+//! `1E30` becomes `1e+30`). That is exact for everything I-JSON allows, but an integer
+//! beyond 2^53 may have no double of its own: `18446744073709551616` and
+//! `18446744073709551617` would both become `18446744073709552000`, and a tampered
+//! audit record would keep its hash. So a number whose RFC 8785 text would not denote
+//! the same value, an integer the double's text does not equal, or a number no finite
+//! double holds (`1e400`, or `1e-400` rounded to zero), is written as its original JSON
+//! text instead, and that text is what gets hashed ([`write_number_text`]). No other
+//! number's text can collide with it: the text of a double always reads back to it.
+//! Canonicalisation therefore never fails.
 //!
 //! ```
 //! use airlock_core::canonical::{sha256_hex, to_canonical_string};
 //!
 //! let value = serde_json::json!({"b": [1.0, 1e21, "x\n"], "a": null});
-//! let text = to_canonical_string(&value)?;
+//! let text = to_canonical_string(&value);
 //! assert_eq!(text, r#"{"a":null,"b":[1,1e+21,"x\n"]}"#);
 //! assert!(sha256_hex(text.as_bytes()).starts_with("sha256:"));
-//! # Ok::<(), airlock_core::canonical::CanonicalError>(())
 //! ```
 
 use std::cmp::Ordering;
@@ -36,43 +38,28 @@ use sha2::{Digest, Sha256};
 pub const ZERO_HASH: &str =
     "sha256:0000000000000000000000000000000000000000000000000000000000000000";
 
-/// Why a value has no RFC 8785 canonical form.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CanonicalError {
-    /// An integer that no IEEE 754 double holds exactly (its magnitude is above 2^53 and
-    /// it is not a multiple of the double spacing there).
-    #[error(
-        "integer {value} has no exact IEEE 754 double form, so RFC 8785 cannot represent it; store it as a string"
-    )]
-    IntegerNotExact {
-        /// The integer as it appeared in the JSON text.
-        value: String,
-    },
-}
-
 /// The RFC 8785 canonical text of `value`.
-pub fn to_canonical_string(value: &Value) -> Result<String, CanonicalError> {
+pub fn to_canonical_string(value: &Value) -> String {
     let mut out = Vec::with_capacity(256);
-    write_canonical(value, &mut out)?;
+    write_canonical(value, &mut out);
     // Everything written is either copied from valid `str`s or ASCII, so this never
     // fails; the lossy conversion keeps the function free of a panic path all the same.
-    Ok(match String::from_utf8(out) {
+    match String::from_utf8(out) {
         Ok(text) => text,
         Err(error) => String::from_utf8_lossy(error.as_bytes()).into_owned(),
-    })
+    }
 }
 
-/// Appends the RFC 8785 canonical text of `value` to `out`. On error `out` may hold a
-/// partial text.
+/// Appends the RFC 8785 canonical text of `value` to `out`.
 ///
 /// This is the allocation-free form for hot loops (the audit verifier reuses one
 /// buffer for every line).
-pub fn write_canonical(value: &Value, out: &mut Vec<u8>) -> Result<(), CanonicalError> {
+pub fn write_canonical(value: &Value, out: &mut Vec<u8>) {
     match value {
         Value::Null => out.extend_from_slice(b"null"),
         Value::Bool(true) => out.extend_from_slice(b"true"),
         Value::Bool(false) => out.extend_from_slice(b"false"),
-        Value::Number(number) => write_number(number, out)?,
+        Value::Number(number) => write_number(number, out),
         Value::String(text) => write_canonical_str(text, out),
         Value::Array(items) => {
             out.push(b'[');
@@ -80,21 +67,17 @@ pub fn write_canonical(value: &Value, out: &mut Vec<u8>) -> Result<(), Canonical
                 if index > 0 {
                     out.push(b',');
                 }
-                write_canonical(item, out)?;
+                write_canonical(item, out);
             }
             out.push(b']');
         }
-        Value::Object(map) => write_canonical_object(map, out)?,
+        Value::Object(map) => write_canonical_object(map, out),
     }
-    Ok(())
 }
 
 /// Appends the RFC 8785 canonical text of the object `map` to `out` (the same as
 /// [`write_canonical`] on `Value::Object`, without owning a `Value`).
-pub fn write_canonical_object(
-    map: &Map<String, Value>,
-    out: &mut Vec<u8>,
-) -> Result<(), CanonicalError> {
+pub fn write_canonical_object(map: &Map<String, Value>, out: &mut Vec<u8>) {
     let mut members: Vec<(&String, &Value)> = map.iter().collect();
     members.sort_unstable_by(|(left, _), (right, _)| utf16_cmp(left, right));
     out.push(b'{');
@@ -104,10 +87,9 @@ pub fn write_canonical_object(
         }
         write_canonical_str(name, out);
         out.push(b':');
-        write_canonical(item, out)?;
+        write_canonical(item, out);
     }
     out.push(b'}');
-    Ok(())
 }
 
 /// `sha256:` followed by the 64 lowercase hex digits of the SHA-256 of `bytes`.
@@ -189,39 +171,123 @@ pub fn write_canonical_str(text: &str, out: &mut Vec<u8>) {
 /// 2^53: every integer of at most this magnitude is an exact double.
 const MAX_SAFE_MAGNITUDE: u64 = 1 << 53;
 
-fn write_number(number: &Number, out: &mut Vec<u8>) -> Result<(), CanonicalError> {
+fn write_number(number: &Number, out: &mut Vec<u8>) {
+    // The common case without formatting: an integer a double holds, written as is.
     if let Some(unsigned) = number.as_u64() {
         if unsigned <= MAX_SAFE_MAGNITUDE {
             write_decimal(unsigned, out);
-            return Ok(());
+            return;
         }
-        let double = unsigned as f64;
-        if double as u128 != u128::from(unsigned) {
-            return Err(CanonicalError::IntegerNotExact {
-                value: number.to_string(),
-            });
-        }
-        write_double(double, out);
     } else if let Some(signed) = number.as_i64() {
         // Only negative values get here: non-negative ones are `as_u64` above.
         let magnitude = signed.unsigned_abs();
         if magnitude <= MAX_SAFE_MAGNITUDE {
             out.push(b'-');
             write_decimal(magnitude, out);
-            return Ok(());
+            return;
         }
-        let double = signed as f64;
-        if double as i128 != i128::from(signed) {
-            return Err(CanonicalError::IntegerNotExact {
-                value: number.to_string(),
-            });
-        }
-        write_double(double, out);
-    } else if let Some(double) = number.as_f64() {
-        // serde_json has no NaN or infinity in a `Number`.
-        write_double(double, out);
     }
-    Ok(())
+    // Anything else through the text serde_json writes for it, which is the text a
+    // record line holds and the verifier reads back.
+    let mut text = StackText::new();
+    if write!(text, "{number}").is_ok() {
+        write_number_text(text.as_str(), out);
+    } else {
+        write_number_text(&number.to_string(), out);
+    }
+}
+
+/// Appends the RFC 8785 text of the JSON number whose JSON text is `token` (which must
+/// follow the JSON number grammar), or `token` itself where RFC 8785 cannot represent
+/// it exactly (see the module documentation).
+pub fn write_number_text(token: &str, out: &mut Vec<u8>) {
+    let integer = !token.bytes().any(|byte| matches!(byte, b'.' | b'e' | b'E'));
+    let digits = token.len() - usize::from(token.starts_with('-'));
+    if integer && digits <= 15 {
+        // Below 2^53, so its own canonical text (but "-0" is "0").
+        if token == "-0" {
+            out.push(b'0');
+        } else {
+            out.extend_from_slice(token.as_bytes());
+        }
+        return;
+    }
+    let double = match token.parse::<f64>() {
+        Ok(double) if double.is_finite() => double,
+        _ => {
+            out.extend_from_slice(token.as_bytes());
+            return;
+        }
+    };
+    let start = out.len();
+    write_double(double, out);
+    let exact = if integer {
+        // An integer is exact only if the double's text denotes that very integer.
+        same_value(token.as_bytes(), &out[start..])
+    } else {
+        // A fraction or exponent form stands for the nearest double (RFC 8785 §3.2.2.3),
+        // unless it has none: a nonzero value that underflows to zero.
+        double != 0.0 || same_value(token.as_bytes(), b"0")
+    };
+    if !exact {
+        out.truncate(start);
+        out.extend_from_slice(token.as_bytes());
+    }
+}
+
+/// A JSON number's decimal value as `(negative, significant digits, exponent)`, where
+/// the value is `0.DIGITS × 10^exponent` and the digits have no leading or trailing
+/// zeros; zero is `(false, [], 0)` whatever its sign.
+fn decimal_value(text: &[u8]) -> (bool, Vec<u8>, i64) {
+    let (negative, text) = match text.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, text),
+    };
+    let (mantissa, exponent) = match text.iter().position(|&byte| matches!(byte, b'e' | b'E')) {
+        Some(split) => (&text[..split], &text[split + 1..]),
+        None => (text, &b""[..]),
+    };
+    let (exponent_negative, exponent_digits) = match exponent.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        Some((b'+', rest)) => (false, rest),
+        _ => (false, exponent),
+    };
+    let exponent_magnitude = exponent_digits.iter().fold(0i64, |value, &digit| {
+        value
+            .saturating_mul(10)
+            .saturating_add(i64::from(digit.wrapping_sub(b'0')))
+    });
+    let exponent = if exponent_negative {
+        -exponent_magnitude
+    } else {
+        exponent_magnitude
+    };
+    let point = mantissa
+        .iter()
+        .position(|&byte| byte == b'.')
+        .unwrap_or(mantissa.len());
+    let mut digits: Vec<u8> = mantissa
+        .iter()
+        .copied()
+        .filter(u8::is_ascii_digit)
+        .collect();
+    let leading = digits.iter().take_while(|&&digit| digit == b'0').count();
+    digits.drain(..leading);
+    while digits.last() == Some(&b'0') {
+        digits.pop();
+    }
+    if digits.is_empty() {
+        return (false, digits, 0);
+    }
+    let position = i64::try_from(point)
+        .unwrap_or(i64::MAX)
+        .saturating_sub(i64::try_from(leading).unwrap_or(i64::MAX));
+    (negative, digits, position.saturating_add(exponent))
+}
+
+/// Whether two JSON number texts denote the same decimal value.
+fn same_value(left: &[u8], right: &[u8]) -> bool {
+    decimal_value(left) == decimal_value(right)
 }
 
 fn write_decimal(mut value: u64, out: &mut Vec<u8>) {
@@ -238,11 +304,24 @@ fn write_decimal(mut value: u64, out: &mut Vec<u8>) {
     out.extend_from_slice(&digits[start..]);
 }
 
-/// A small stack buffer for `{:e}` formatting, which never exceeds 24 bytes for a
-/// finite `f64` ("1.7976931348623157e308" with a sign).
+/// A small stack buffer for number formatting, which never exceeds 24 bytes for a
+/// finite `f64` ("1.7976931348623157e308" with a sign) or a 64-bit integer.
 struct StackText {
     bytes: [u8; 32],
     len: usize,
+}
+
+impl StackText {
+    fn new() -> Self {
+        StackText {
+            bytes: [0; 32],
+            len: 0,
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.bytes[..self.len]).unwrap_or_default()
+    }
 }
 
 impl std::fmt::Write for StackText {
@@ -270,10 +349,7 @@ fn write_double(value: f64, out: &mut Vec<u8>) {
         out.push(b'-');
     }
     let magnitude = value.abs();
-    let mut text = StackText {
-        bytes: [0; 32],
-        len: 0,
-    };
+    let mut text = StackText::new();
     if write!(text, "{magnitude:e}").is_err() {
         // Unreachable for a finite double (see `StackText`); the plain form is a safe
         // stand-in rather than a panic.
@@ -291,10 +367,7 @@ fn write_double(value: f64, out: &mut Vec<u8>) {
         .take_while(|&&byte| byte != b'e')
         .filter(|byte| byte.is_ascii_digit())
         .count();
-    let mut nearest = StackText {
-        bytes: [0; 32],
-        len: 0,
-    };
+    let mut nearest = StackText::new();
     if digit_count > 1
         && write!(nearest, "{magnitude:.*e}", digit_count - 1).is_ok()
         && nearest.bytes[..nearest.len] != text.bytes[..text.len]
@@ -364,11 +437,11 @@ mod tests {
 
     fn canonical(text: &str) -> String {
         let value: Value = serde_json::from_str(text).unwrap();
-        to_canonical_string(&value).unwrap()
+        to_canonical_string(&value)
     }
 
     fn number(value: f64) -> String {
-        to_canonical_string(&json!(value)).unwrap()
+        to_canonical_string(&json!(value))
     }
 
     #[test]
@@ -442,7 +515,7 @@ mod tests {
     fn strings_escape_only_quote_backslash_and_controls() {
         let value = json!("\u{0}\u{1}\u{8}\t\n\u{b}\u{c}\r\u{1f} \u{7f}/<>&'é😀\"\\");
         assert_eq!(
-            to_canonical_string(&value).unwrap(),
+            to_canonical_string(&value),
             "\"\\u0000\\u0001\\b\\t\\n\\u000b\\f\\r\\u001f \u{7f}/<>&'é😀\\\"\\\\\""
         );
     }
@@ -501,25 +574,63 @@ mod tests {
     }
 
     #[test]
-    fn large_integers_are_exact_doubles_or_errors() {
-        // 2^60 is an exact double and is written as ECMAScript writes that double.
-        assert_eq!(canonical("1152921504606846976"), "1152921504606847000");
-        assert_eq!(canonical("-1152921504606846976"), "-1152921504606847000");
+    fn large_integers_keep_their_text_unless_the_double_text_is_them() {
+        // 2^53 + 2 is a double, and its ECMAScript text is the integer itself.
+        assert_eq!(canonical("9007199254740994"), "9007199254740994");
+        // 10^21 is written as ECMAScript writes that double.
+        assert_eq!(canonical("1000000000000000000000"), "1e+21");
+        assert_eq!(canonical("-1000000000000000000000"), "-1e+21");
+        // Every other integer keeps its own digits: a double would round them away.
         for text in [
             "9007199254740993",
             "-9007199254740993",
+            "1152921504606846976",
+            "-9223372036854775808",
             "18446744073709551615",
         ] {
-            let value: Value = serde_json::from_str(text).unwrap();
-            assert_eq!(
-                to_canonical_string(&value),
-                Err(CanonicalError::IntegerNotExact {
-                    value: text.to_owned()
-                })
-            );
+            assert_eq!(canonical(text), text);
         }
-        // i64::MIN is -2^63, an exact double.
-        assert_eq!(canonical("-9223372036854775808"), "-9223372036854776000");
+        // Beyond 64 bits serde_json already holds a double: its text is what counts.
+        assert_eq!(canonical("18446744073709551616"), "18446744073709552000");
+    }
+
+    #[test]
+    fn number_texts_follow_rfc_8785_or_stay_as_written() {
+        let text = |token: &str| {
+            let mut out = Vec::new();
+            write_number_text(token, &mut out);
+            String::from_utf8(out).unwrap()
+        };
+        for (token, expected) in [
+            ("0", "0"),
+            ("-0", "0"),
+            ("-0.0", "0"),
+            ("0e5", "0"),
+            ("1.0", "1"),
+            ("4.50", "4.5"),
+            ("2e-3", "0.002"),
+            ("1E30", "1e+30"),
+            ("333333333.33333329", "333333333.3333333"),
+            ("0.000000000000000000000000001", "1e-27"),
+            ("9007199254740992", "9007199254740992"),
+            ("9007199254740993", "9007199254740993"),
+            ("18446744073709551616", "18446744073709551616"),
+            ("18446744073709551617", "18446744073709551617"),
+            ("18446744073709552000", "18446744073709552000"),
+            ("100000000000000000000", "100000000000000000000"),
+            ("1000000000000000000000", "1e+21"),
+            (
+                "123456789012345678901234567890",
+                "123456789012345678901234567890",
+            ),
+            ("1e400", "1e400"),
+            ("-1e400", "-1e400"),
+            ("1e-400", "1e-400"),
+            ("0.0e-400", "0"),
+            ("5e-324", "5e-324"),
+        ] {
+            assert_eq!(text(token), expected, "{token}");
+        }
     }
 
     #[test]
@@ -585,20 +696,15 @@ mod tests {
         ) {
             let mut map = Map::new();
             for (name, double, integer, text) in pairs {
-                let text_of_double = to_canonical_string(&json!(double)).unwrap();
+                let text_of_double = to_canonical_string(&json!(double));
                 proptest::prop_assert_eq!(text_of_double.parse::<f64>().unwrap(), double);
-                let integer = if integer.unsigned_abs() <= MAX_SAFE_MAGNITUDE {
-                    json!(integer)
-                } else {
-                    json!(integer.to_string())
-                };
                 map.insert(name, json!([double, integer, text]));
             }
             let value = Value::Object(map);
-            let canonical_text = to_canonical_string(&value).unwrap();
+            let canonical_text = to_canonical_string(&value);
             let written = serde_json::to_string(&value).unwrap();
             let back: Value = serde_json::from_str(&written).unwrap();
-            proptest::prop_assert_eq!(to_canonical_string(&back).unwrap(), canonical_text);
+            proptest::prop_assert_eq!(to_canonical_string(&back), canonical_text);
         }
     }
 }

@@ -33,8 +33,7 @@ struct State {
 
 /// The call and who makes it, as the seal binds them.
 fn call_digest(call: &ToolCall) -> Vec<u8> {
-    let args = airlock_core::canonical::to_canonical_string(&call.args)
-        .unwrap_or_else(|_| call.args.to_string());
+    let args = airlock_core::canonical::to_canonical_string(&call.args);
     let text = format!(
         "airlock-rounds-v1\u{0}{}\u{0}{}\u{0}{}\u{0}{}",
         call.tool,
