@@ -14,18 +14,26 @@ use crate::edit::ascii_punctuation;
 
 /// Applies `chunks` to `original`, the current text of `path` (named in errors).
 ///
-/// Each chunk is located after the previous one (see the module documentation of
+/// Unified hunks that `git apply` would accept are applied exactly as it applies them
+/// (see `git.rs`): the same bytes, the patch's own line endings on added lines.
+/// Everything else goes through the lenient search. Each chunk is located after the
+/// previous one (see the module documentation of
 /// [`crate::patch`] for the passes); context lines keep the file's own text, removed
 /// lines go and added lines come in with the file's line ending (CRLF when its
 /// first line ends so). The file keeps or lacks its final newline as before unless a
 /// chunk says otherwise ([`Chunk::final_newline`]).
 pub fn apply_chunks(path: &str, original: &str, chunks: &[Chunk]) -> Result<String, PatchError> {
+    if !chunks.is_empty()
+        && let Some(text) = super::git::apply(original, chunks)
+    {
+        return Ok(text);
+    }
     let file = FileLines::new(original);
     let mut searcher = Searcher {
         file: &file,
         indexes: [None, None],
     };
-    let mut positions = Vec::with_capacity(chunks.len());
+    let mut placed = Vec::with_capacity(chunks.len());
     let mut cursor = 0;
     // How far the chunks with line hints were found from their hints so far.
     let mut drift: isize = 0;
@@ -33,12 +41,41 @@ pub fn apply_chunks(path: &str, original: &str, chunks: &[Chunk]) -> Result<Stri
         check_script(path, chunk)?;
         let position = searcher.locate(path, chunk, cursor, drift)?;
         if let Some(hint) = chunk.line_hint {
-            drift = offset(hint_index(chunk, hint), position);
+            drift = offset(hint_index(chunk, hint), usize::from(position));
         }
-        cursor = position + chunk.old_lines.len();
-        positions.push(position);
+        match position {
+            Position::At(at) => {
+                cursor = at + chunk.old_lines.len();
+                placed.push((at, chunk));
+            }
+            Position::Appended { cursor: after } => {
+                cursor = after;
+                placed.push((file.len(), chunk));
+            }
+        }
     }
-    Ok(render(&file, chunks, &positions))
+    // Appended chunks go last, in their order, whatever follows them in the patch.
+    placed.sort_by_key(|(at, _)| *at);
+    Ok(render(&file, &placed))
+}
+
+/// Where a chunk goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Position {
+    /// Its old lines start at this line (or its new lines go before it).
+    At(usize),
+    /// A V4A chunk that only adds lines: at the end of the file, as Codex's
+    /// apply_patch puts it even after an `@@` anchor. The next chunk is searched for
+    /// from `cursor` (after the anchor).
+    Appended { cursor: usize },
+}
+
+impl From<Position> for usize {
+    fn from(position: Position) -> usize {
+        match position {
+            Position::At(at) | Position::Appended { cursor: at } => at,
+        }
+    }
 }
 
 /// A file's text cut into lines, by byte offsets.
@@ -327,14 +364,15 @@ struct Searcher<'f, 'a> {
 }
 
 impl Searcher<'_, '_> {
-    /// The line at which the chunk's old lines start (or its new lines go).
+    /// Where the chunk goes: the line at which its old lines start (or its new lines
+    /// go), or the end of the file for a V4A chunk that only adds lines.
     fn locate(
         &mut self,
         path: &str,
         chunk: &Chunk,
         cursor: usize,
         drift: isize,
-    ) -> Result<usize, PatchError> {
+    ) -> Result<Position, PatchError> {
         let old = &chunk.old_lines;
         let total = self.file.len();
         if let Some(hint) = chunk.line_hint {
@@ -345,7 +383,7 @@ impl Searcher<'_, '_> {
                 && fits(at, old.len(), total)
                 && self.matches_at(Pass::Exact, old, at)
             {
-                return Ok(at);
+                return Ok(Position::At(at));
             }
             if old.is_empty() {
                 return Err(rejected(
@@ -360,8 +398,8 @@ impl Searcher<'_, '_> {
         let mut from = cursor;
         if let Some(anchor) = &chunk.anchor {
             from = self.find_anchor(path, anchor, cursor)? + 1;
-            if old.is_empty() {
-                return Ok(from);
+            if old.is_empty() && !chunk.end_of_file {
+                return Ok(Position::Appended { cursor: from });
             }
         }
         if chunk.end_of_file {
@@ -369,7 +407,7 @@ impl Searcher<'_, '_> {
                 && at >= from
                 && PASSES.iter().any(|pass| self.matches_at(*pass, old, at))
             {
-                return Ok(at);
+                return Ok(Position::At(at));
             }
             return Err(rejected(
                 path,
@@ -380,13 +418,13 @@ impl Searcher<'_, '_> {
             ));
         }
         if old.is_empty() {
-            // Nothing to find and no anchor: V4A appends such a chunk.
-            return Ok(total);
+            // Nothing to find: V4A appends such a chunk.
+            return Ok(Position::Appended { cursor: from });
         }
         for pass in PASSES {
             match self.find(pass, old, from)[..] {
                 [] => continue,
-                [at] => return Ok(at),
+                [at] => return Ok(Position::At(at)),
                 [first, second, ..] => {
                     return Err(PatchError::Ambiguous {
                         path: path.to_owned(),
@@ -576,15 +614,15 @@ fn check_script(path: &str, chunk: &Chunk) -> Result<(), PatchError> {
 
 /// The new text: unchanged stretches copied in one piece, each chunk's context lines
 /// from the file, its added lines with the file's line ending.
-fn render(file: &FileLines<'_>, chunks: &[Chunk], positions: &[usize]) -> String {
-    let added: usize = chunks
+fn render(file: &FileLines<'_>, placed: &[(usize, &Chunk)]) -> String {
+    let added: usize = placed
         .iter()
-        .flat_map(|chunk| &chunk.new_lines)
+        .flat_map(|(_, chunk)| &chunk.new_lines)
         .map(|line| line.len() + file.eol.len())
         .sum();
     let mut out = String::with_capacity(file.text.len() + added);
     let mut copied = 0;
-    for (chunk, &position) in chunks.iter().zip(positions) {
+    for &(position, chunk) in placed {
         push_original(&mut out, file, copied, position);
         let mut old_at = position;
         let mut new_lines = chunk.new_lines.iter();
@@ -607,10 +645,10 @@ fn render(file: &FileLines<'_>, chunks: &[Chunk], positions: &[usize]) -> String
     }
     push_original(&mut out, file, copied, file.len());
 
-    let final_newline = chunks
+    let final_newline = placed
         .iter()
         .rev()
-        .find_map(|chunk| chunk.final_newline)
+        .find_map(|(_, chunk)| chunk.final_newline)
         .unwrap_or(file.text.is_empty() || file.text.ends_with('\n'));
     if final_newline {
         start_line(&mut out, file.eol);

@@ -6,16 +6,27 @@
 //! deleting or updating one file. [`apply_chunks`] applies an update's [`Chunk`]s to
 //! the file's current text. Reading and writing the files is the caller's business.
 //!
-//! Chunks apply in order, each after the previous one. A unified hunk goes where its
-//! line numbers say (shifted as far as the hunks before it were found from theirs)
-//! when its old lines are exactly there. Otherwise its lines are searched for: after
-//! its anchor line if it has one (V4A `@@ fn main() {`), only at the end of the file
-//! if it is marked `*** End of File`. The search is lenient but never guesses:
-//! exactly first, then ignoring trailing whitespace, then ignoring surrounding
-//! whitespace, then also ignoring whitespace runs and punctuation style (curly
-//! quotes, dashes); the first of these passes that finds the lines decides, and
-//! lines it finds in more than one place are [`PatchError::Ambiguous`]. A chunk
-//! without old lines goes after its anchor, at its line number, or at the end.
+//! A unified diff that `git apply` accepts gives exactly git's bytes: its hunks are
+//! applied as git applies them (byte-exact lines, line endings included, placed
+//! nearest their new line numbers; added lines keep the patch's own line endings),
+//! and an added file is the hunk's bytes as they are. Only where git would refuse
+//! does the lenient search below take over.
+//!
+//! Otherwise chunks apply in order, each after the previous one. A unified hunk goes
+//! where its line numbers say (shifted as far as the hunks before it were found from
+//! theirs) when its old lines are exactly there. Otherwise its lines are searched
+//! for: after its anchor line if it has one (V4A `@@ fn main() {`), only at the end
+//! of the file if it is marked `*** End of File`. The search is lenient but never
+//! guesses: exactly first, then ignoring trailing whitespace, then ignoring
+//! surrounding whitespace, then also ignoring whitespace runs and punctuation style
+//! (curly quotes, dashes); the first of these passes that finds the lines decides,
+//! and lines it finds in more than one place are [`PatchError::Ambiguous`]. A
+//! unified hunk without old lines goes at its line number.
+//!
+//! V4A follows Codex's `apply_patch` byte for byte where it applies: a chunk without
+//! old lines goes at the end of the file (after checking its anchor), an updated
+//! file always ends with a line ending (its first line's), and added lines take the
+//! file's line ending while context lines keep their own.
 //!
 //! ```
 //! use airlock_core::patch::{PatchFormat, PatchOp, apply_chunks, parse};
@@ -32,6 +43,7 @@
 //! ```
 
 mod apply;
+mod git;
 mod unified;
 mod v4a;
 
@@ -127,6 +139,21 @@ pub struct Chunk {
     /// Whether the file ends with a newline after this chunk, when the patch says so
     /// (a unified diff's `\ No newline at end of file`). `None` keeps the file's own.
     pub final_newline: Option<bool>,
+    /// Unified diffs: the hunk byte for byte, for applying it exactly as `git apply`
+    /// does before any leniency is tried.
+    pub exact: Option<ExactHunk>,
+}
+
+/// A unified hunk's lines exactly as the patch has them, with their line endings:
+/// `"\r\n"` or `"\n"`, or none where `\ No newline at end of file` follows.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExactHunk {
+    /// The 1-based new start line of `@@ -l,n +l,n @@`.
+    pub new_start: usize,
+    /// Context and removed lines, in order.
+    pub old: Vec<String>,
+    /// Context and added lines, in order.
+    pub new: Vec<String>,
 }
 
 impl Chunk {
@@ -203,11 +230,13 @@ pub fn parse(text: &str, format: PatchFormat) -> Result<Patch, PatchError> {
     })
 }
 
-/// A line of the patch text with its 1-based number, without `\n` or `\r\n`.
+/// A line of the patch text with its 1-based number, without `\n` or `\r\n`
+/// (`text`) and with whatever ended it (`raw`).
 #[derive(Debug, Clone, Copy)]
 struct Line<'a> {
     number: usize,
     text: &'a str,
+    raw: &'a str,
 }
 
 impl Line<'_> {
@@ -233,11 +262,15 @@ fn excerpt(text: &str) -> String {
 }
 
 fn split_lines(text: &str) -> Vec<Line<'_>> {
-    text.split_terminator('\n')
+    text.split_inclusive('\n')
         .enumerate()
-        .map(|(index, line)| Line {
-            number: index + 1,
-            text: line.strip_suffix('\r').unwrap_or(line),
+        .map(|(index, raw)| {
+            let line = raw.strip_suffix('\n').unwrap_or(raw);
+            Line {
+                number: index + 1,
+                text: line.strip_suffix('\r').unwrap_or(line),
+                raw,
+            }
         })
         .collect()
 }

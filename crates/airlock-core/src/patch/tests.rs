@@ -41,6 +41,14 @@ fn chunk(lines: &[(LineEdit, &str)]) -> Chunk {
     chunk
 }
 
+/// A chunk as the V4A parser makes it: it always leaves a final newline (Codex's rule).
+fn v4a_chunk(lines: &[(LineEdit, &str)]) -> Chunk {
+    Chunk {
+        final_newline: Some(true),
+        ..chunk(lines)
+    }
+}
+
 #[test]
 fn parses_every_v4a_operation() {
     let text = "\
@@ -63,13 +71,13 @@ fn parses_every_v4a_operation() {
 *** End of File
 *** End Patch
 ";
-    let mut first = chunk(&[
+    let mut first = v4a_chunk(&[
         (Context, "    fn a() {}"),
         (Remove, "    fn b() {}"),
         (Add, "    fn c() {}"),
     ]);
     first.anchor = Some("impl Foo {".to_owned());
-    let mut second = chunk(&[(Context, "last"), (Add, "appended")]);
+    let mut second = v4a_chunk(&[(Context, "last"), (Add, "appended")]);
     second.end_of_file = true;
     assert_eq!(
         parse(text, PatchFormat::Auto),
@@ -100,7 +108,7 @@ fn v4a_tolerates_whitespace_heredocs_and_chunks_without_header() {
         ops: vec![PatchOp::Update {
             path: "a.txt".to_owned(),
             move_to: None,
-            chunks: vec![chunk(&[
+            chunks: vec![v4a_chunk(&[
                 (Context, "x"),
                 (Context, ""),
                 (Remove, "y"),
@@ -243,9 +251,19 @@ new mode 100755
 ";
     let mut first = chunk(&[(Context, "a"), (Context, ""), (Remove, "b"), (Add, "B")]);
     first.line_hint = Some(1);
+    first.exact = Some(ExactHunk {
+        new_start: 1,
+        old: vec!["a\n".into(), "\n".into(), "b\n".into()],
+        new: vec!["a\n".into(), "\n".into(), "B\n".into()],
+    });
     let mut second = chunk(&[(Remove, "gone")]);
     second.line_hint = Some(10);
     second.final_newline = Some(true);
+    second.exact = Some(ExactHunk {
+        new_start: 10,
+        old: vec!["gone".into()],
+        new: vec![],
+    });
     assert_eq!(
         parse(text, PatchFormat::Auto),
         Ok(Patch {
@@ -351,8 +369,15 @@ fn huge_line_numbers_do_not_overflow() {
         "--- a/f\n+++ b/f\n@@ -{max} +{max} @@\n-x\n+y\n@@ -{max},0 +1 @@\n+z\n",
         max = usize::MAX
     );
+    // git takes both hunks to the end of the file (neither has trailing context).
     assert_eq!(
         apply(PatchFormat::Unified, "x\n", &diff).map_err(|error| error.to_string()),
+        Ok("y\nz\n".to_owned())
+    );
+    // Where git refuses (the text differs in whitespace), the lenient search sees the
+    // impossible hint.
+    assert_eq!(
+        apply(PatchFormat::Unified, "x \n", &diff).map_err(|error| error.to_string()),
         Err(format!(
             "`f`: the chunk starting `z` inserts after line {}, which is not after the previous chunk or not in the file (1 lines)",
             usize::MAX
@@ -451,11 +476,23 @@ fn an_anchor_selects_the_place() {
         "@@ fn c() {\n-    x\n+    y\n",
         Err("`f`: cannot find the anchor line `fn c() {` after the previous chunk"),
     );
-    // A chunk with only added lines goes right after its anchor.
+    // A chunk with only added lines needs its anchor, but goes at the end of the
+    // file, as Codex's apply_patch puts it (tests/fixtures/apply_patch/codex-*).
     check_apply(
         file,
         "@@ fn b() {\n+    w\n",
-        Ok("fn a() {\n    x\n}\nfn b() {\n    w\n    x\n}\n"),
+        Ok("fn a() {\n    x\n}\nfn b() {\n    x\n}\n    w\n"),
+    );
+    check_apply(
+        file,
+        "@@ fn c() {\n+    w\n",
+        Err("`f`: cannot find the anchor line `fn c() {` after the previous chunk"),
+    );
+    // The next chunk is looked for after the anchor, and still goes before.
+    check_apply(
+        "fn a() {\n    x\n}\n",
+        "@@ fn a() {\n+    w\n@@\n-    x\n+    y\n",
+        Ok("fn a() {\n    y\n}\n    w\n"),
     );
 }
 
@@ -498,16 +535,30 @@ fn chunks_apply_in_order_and_never_overlap() {
 
 #[test]
 fn line_hints_place_repeated_context() {
-    let original = "x\nx\nx\nx\n";
-    let diff = "--- a/f\n+++ b/f\n@@ -3 +3 @@\n-x\n+y\n";
+    // As `git apply` places them: at the hinted line when the lines are there, else
+    // at the nearest place they are (the results are git's own).
+    let original = "x\nq\nx\nq\nx\nq\nx\nq\n";
+    let diff = "--- a/f\n+++ b/f\n@@ -5,2 +5,2 @@\n-x\n+y\n q\n";
     assert_eq!(
         apply(PatchFormat::Unified, original, diff),
-        Ok("x\nx\ny\nx\n".to_owned())
+        Ok("x\nq\nx\nq\ny\nq\nx\nq\n".to_owned())
     );
-    // A wrong hint falls back to the search, which refuses to guess.
-    let diff = "--- a/f\n+++ b/f\n@@ -9 +9 @@\n-x\n+y\n";
+    let diff = "--- a/f\n+++ b/f\n@@ -9,2 +9,2 @@\n-x\n+y\n q\n";
     assert_eq!(
-        apply(PatchFormat::Unified, original, diff).map_err(|error| error.code()),
+        apply(PatchFormat::Unified, original, diff),
+        Ok("x\nq\nx\nq\nx\nq\ny\nq\n".to_owned())
+    );
+    // A hunk without trailing context belongs at the end of the file (git's rule).
+    let diff = "--- a/f\n+++ b/f\n@@ -3 +3 @@\n-x\n+y\n";
+    assert_eq!(
+        apply(PatchFormat::Unified, "x\nx\nx\nx\n", diff),
+        Ok("x\nx\nx\ny\n".to_owned())
+    );
+    // Where git would refuse (the lines are there only ignoring whitespace), a wrong
+    // hint falls back to the lenient search, which refuses to guess.
+    let diff = "--- a/f\n+++ b/f\n@@ -9,2 +9,2 @@\n-x\n+y\n q\n";
+    assert_eq!(
+        apply(PatchFormat::Unified, "x \nq\nx \nq\n", diff).map_err(|error| error.code()),
         Err(ErrorCode::Ambiguous)
     );
     // A wrong but unique hint is corrected by the search, and the next hunk's hint is
@@ -529,8 +580,11 @@ fn line_hints_place_repeated_context() {
 #[test]
 fn line_endings_and_the_final_newline_are_kept() {
     check_apply("a\r\nb\r\n", "@@\n a\n-b\n+B\n+C\n", Ok("a\r\nB\r\nC\r\n"));
-    check_apply("a\nb", "@@\n a\n-b\n+B\n+C\n", Ok("a\nB\nC"));
-    check_apply("a\nb", "@@\n a\n b\n+c\n", Ok("a\nb\nc"));
+    // V4A updates end with a line ending, as Codex's do.
+    check_apply("a\nb", "@@\n a\n-b\n+B\n+C\n", Ok("a\nB\nC\n"));
+    check_apply("a\nb", "@@\n a\n b\n+c\n", Ok("a\nb\nc\n"));
+    check_apply("a\r\nb", "@@\n-a\n+A\n", Ok("A\r\nb\r\n"));
+    check_apply("a\nb", "@@\n-a\n-b\n", Ok(""));
     check_apply("", "@@\n+a\n", Ok("a\n"));
     // A unified diff says what becomes of the final newline.
     let added = "--- a/f\n+++ b/f\n@@ -1 +1 @@\n-a\n\\ No newline at end of file\n+a\n";
@@ -558,7 +612,7 @@ fn a_malformed_hand_made_chunk_is_rejected() {
 #[test]
 fn v4a_unified_style_headers_give_hints() {
     let patch = parse(&v4a("@@ -2,1 +2,1 @@\n-x\n+y\n"), PatchFormat::V4a);
-    let mut expected = chunk(&[(Remove, "x"), (Add, "y")]);
+    let mut expected = v4a_chunk(&[(Remove, "x"), (Add, "y")]);
     expected.line_hint = Some(2);
     assert_eq!(
         patch.map(|patch| patch.ops),

@@ -1,13 +1,16 @@
 //! Unified diffs as `diff -u` and `git diff` write them: `---`/`+++` headers, `@@`
 //! hunks, optionally `diff --git` sections with their extended header lines.
 
-use super::{Chunk, Line, LineEdit, PatchError, PatchOp, end_line_number, excerpt, parse_error};
+use super::{
+    Chunk, ExactHunk, Line, LineEdit, PatchError, PatchOp, end_line_number, excerpt, parse_error,
+};
 
 /// The numbers of a hunk header `@@ -old_start,old_len +new_start,new_len @@`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) struct HunkHeader {
     pub(super) old_start: usize,
     pub(super) old_len: usize,
+    pub(super) new_start: usize,
     pub(super) new_len: usize,
 }
 
@@ -20,10 +23,11 @@ pub(super) fn hunk_header(line: &str) -> Option<HunkHeader> {
     let (new, rest) = rest.split_once(' ')?;
     rest.trim_start().strip_prefix("@@")?;
     let (old_start, old_len) = range(old)?;
-    let (_, new_len) = range(new)?;
+    let (new_start, new_len) = range(new)?;
     Some(HunkHeader {
         old_start,
         old_len,
+        new_start,
         new_len,
     })
 }
@@ -384,6 +388,10 @@ fn hunk(lines: &[Line<'_>], at: usize, total_lines: usize) -> Result<(Chunk, usi
         line_hint: Some(header.old_start),
         ..Chunk::default()
     };
+    let mut exact = ExactHunk {
+        new_start: header.new_start,
+        ..ExactHunk::default()
+    };
     let (mut old_left, mut new_left) = (header.old_len, header.new_len);
     let (mut old_missing_newline, mut new_missing_newline) = (false, false);
     let mut last_edit = None;
@@ -405,9 +413,17 @@ fn hunk(lines: &[Line<'_>], at: usize, total_lines: usize) -> Result<(Chunk, usi
                 Some(LineEdit::Context) => {
                     old_missing_newline = true;
                     new_missing_newline = true;
+                    drop_newline(exact.old.last_mut());
+                    drop_newline(exact.new.last_mut());
                 }
-                Some(LineEdit::Remove) => old_missing_newline = true,
-                Some(LineEdit::Add) => new_missing_newline = true,
+                Some(LineEdit::Remove) => {
+                    old_missing_newline = true;
+                    drop_newline(exact.old.last_mut());
+                }
+                Some(LineEdit::Add) => {
+                    new_missing_newline = true;
+                    drop_newline(exact.new.last_mut());
+                }
             }
             at += 1;
             continue;
@@ -459,9 +475,27 @@ fn hunk(lines: &[Line<'_>], at: usize, total_lines: usize) -> Result<(Chunk, usi
             new_left -= 1;
         }
         chunk.push(edit, text);
+        // The line as the file has it: after the prefix (an empty context line has
+        // none), with its ending; a patch cut short of its last newline still means one.
+        let raw = if line.text.is_empty() {
+            line.raw
+        } else {
+            &line.raw[1..]
+        };
+        let mut raw = raw.to_owned();
+        if !raw.ends_with('\n') {
+            raw.push('\n');
+        }
+        if edit != LineEdit::Add {
+            exact.old.push(raw.clone());
+        }
+        if edit != LineEdit::Remove {
+            exact.new.push(raw);
+        }
         last_edit = Some(edit);
         at += 1;
     }
+    chunk.exact = Some(exact);
     chunk.final_newline = if new_missing_newline {
         Some(false)
     } else if old_missing_newline {
@@ -472,7 +506,8 @@ fn hunk(lines: &[Line<'_>], at: usize, total_lines: usize) -> Result<(Chunk, usi
     Ok((chunk, at))
 }
 
-/// The content of an added file from its hunks, which may only add lines.
+/// The content of an added file from its hunks, which may only add lines: their
+/// bytes as the patch has them, line endings included (as `git apply` writes them).
 fn added_content(hunks: &[(usize, Chunk)]) -> Result<String, PatchError> {
     let mut content = String::new();
     for (line, chunk) in hunks {
@@ -482,16 +517,19 @@ fn added_content(hunks: &[(usize, Chunk)]) -> Result<String, PatchError> {
                 "the diff creates the file (`--- /dev/null`) but this hunk expects old lines",
             ));
         }
-        for text in &chunk.new_lines {
+        for text in chunk.exact.iter().flat_map(|exact| &exact.new) {
             content.push_str(text);
-            content.push('\n');
         }
     }
-    if hunks
-        .last()
-        .is_some_and(|(_, chunk)| chunk.final_newline == Some(false))
-    {
-        content.pop();
-    }
     Ok(content)
+}
+
+/// Drops the `\n` ending a hunk line that `\ No newline at end of file` follows (a
+/// `\r` before it stays, as in `git apply`).
+fn drop_newline(line: Option<&mut String>) {
+    if let Some(line) = line
+        && line.ends_with('\n')
+    {
+        line.pop();
+    }
 }

@@ -323,12 +323,15 @@ fn chunk_header(line: &str, after_at_signs: &str) -> Chunk {
 }
 
 fn finish(chunk: Option<(usize, Chunk)>, chunks: &mut Vec<Chunk>) -> Result<(), PatchError> {
-    let Some((line, chunk)) = chunk else {
+    let Some((line, mut chunk)) = chunk else {
         return Ok(());
     };
     if chunk.script.is_empty() {
         return Err(parse_error(line, "the chunk has no lines"));
     }
+    // Codex's apply_patch leaves every file it updates ending with a line ending (the
+    // file's own), even when the last line had none and no chunk touches it.
+    chunk.final_newline = Some(true);
     chunks.push(chunk);
     Ok(())
 }
