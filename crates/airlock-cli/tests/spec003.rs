@@ -372,6 +372,104 @@ fn ripgrep(root: &Path, args: &[&str]) -> Vec<String> {
     lines
 }
 
+/// Binary files and `glob_filter` against `rg --binary -g GLOB` itself: the same
+/// lines, the same files reported as binary matches (with the same offsets), and the
+/// same count as `rg --count --binary`. Binary files here fit one ripgrep buffer
+/// (64 KiB); beyond that ripgrep's answer depends on where its buffers fall, airlock's
+/// does not (see airlock-fs's search tests).
+#[test]
+fn grep_agrees_with_ripgrep_on_binary_files_and_glob_filters() {
+    let ws = Ws::new("");
+    ws.write("src/a.rs", "fn main() {}\n// main\n");
+    ws.write("src/sub/b.rs", "main();\n");
+    ws.write("src/sub/c.py", "main()\n");
+    ws.write("src/.hidden.rs", "main\n");
+    ws.write(".top.rs", "main\n");
+    ws.write(".hid/h.rs", "main\n");
+    ws.write(".gitignore", "target/\n*.log\n/gen/\n");
+    ws.write("src/.ignore", "sub/c.py\n");
+    ws.write("target/t.rs", "main\n");
+    ws.write("run.log", "main log\n");
+    ws.write("gen/out.rs", "main\n");
+    ws.write("data/one.bin", b"main\n\0rest\nmain again\n");
+    ws.write("data/two.bin", b"nothing\n\0main\n");
+    ws.write("data/three.bin", b"\0\0\0 no match here\n");
+    ws.write(
+        "data/big.bin",
+        [&b"x".repeat(60_000)[..], b"\nmain\n\0\n"].concat(),
+    );
+    ws.write("data/ok.txt", "main text\r\n");
+    let globs = [
+        None,
+        Some("*.rs"),
+        Some("*.log"),
+        Some("src/**"),
+        Some("src/sub/*"),
+        Some("sub/*"),
+        Some("!*.rs"),
+        Some("*.bin"),
+        Some("**/b.rs"),
+        Some(".top.rs"),
+        Some("target/*.rs"),
+        Some("gen/**"),
+        Some("{*.py,*.txt}"),
+    ];
+    for glob in globs {
+        let mut args = json!({"pattern": "main", "max_results": 1000});
+        let mut rg_args = vec!["--binary"];
+        if let Some(glob) = glob {
+            args["glob_filter"] = json!(glob);
+            rg_args.extend(["-g", glob]);
+        }
+        rg_args.push("main");
+        let envelope = ws.call("grep", args);
+        let data = ok(&envelope);
+        let mut ours: Vec<String> = data["matches"]
+            .as_str()
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        ours.sort();
+        let keep = |line: &String| {
+            !line.starts_with(".airlock/")
+                && !line.starts_with("airlock.yaml:")
+                && !line.starts_with(".git/")
+        };
+        let mut theirs = ripgrep(ws.dir.path(), &rg_args);
+        theirs.retain(keep);
+        assert_eq!(ours, theirs, "glob {glob:?}");
+        let binary: Vec<String> = data["binary_matches"]
+            .as_array()
+            .map(|found| {
+                found
+                    .iter()
+                    .map(|one| one["path"].as_str().unwrap().to_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let theirs_binary: Vec<String> = theirs
+            .iter()
+            .filter_map(|line| {
+                line.split_once(": binary file matches")
+                    .map(|(path, _)| path.to_owned())
+            })
+            .collect();
+        assert_eq!(binary, theirs_binary, "glob {glob:?}");
+        let count_args: Vec<&str> = ["--count"]
+            .iter()
+            .copied()
+            .chain(rg_args.iter().copied())
+            .collect();
+        let counted: u64 = ripgrep(ws.dir.path(), &count_args)
+            .iter()
+            .filter(|line| keep(line))
+            .map(|line| line.rsplit_once(':').unwrap().1.parse::<u64>().unwrap())
+            .sum();
+        assert_eq!(data["match_count"], counted, "glob {glob:?}");
+    }
+}
+
 #[test]
 fn grep_matches_ripgrep_invalid_regex_not_found_empty_truncation_blob() {
     let ws = Ws::new("# main configuration: the defaults\n");

@@ -23,6 +23,19 @@
 //!   are text).
 //! - Entries that cannot be read (permissions, races) are skipped silently.
 //!
+//! - `glob_filter` is `rg -g GLOB`: a gitignore-style glob over the path
+//!   relative to the workspace root (`!` excludes). A file it matches is
+//!   searched even when hidden or ignored; when it includes, files it does
+//!   not match are left out (directories are still walked). It does not apply
+//!   to a `path` that names a file, which is searched as given.
+//! - A file holding a NUL byte anywhere is binary, whatever its size and
+//!   wherever the NUL is: it is searched with NUL bytes as line ends (as
+//!   `rg --binary` does), its matching lines are counted but not shown, and
+//!   it is reported once as `path: binary file matches (found "\0" byte around
+//!   offset N)`, N being the first NUL's offset. (ripgrep's own detection
+//!   depends on its buffer size; this is its result for every file that fits
+//!   one buffer.)
+//!
 //! Output paths are root-relative and name what was really searched: a
 //! `path` through a symlink is reported by its resolved location.
 //!
@@ -41,6 +54,7 @@ use globset::{GlobBuilder, GlobMatcher};
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkMatch};
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
+use ignore::overrides::{Override, OverrideBuilder};
 use ignore::{DirEntry, Match, ParallelVisitor, ParallelVisitorBuilder, WalkBuilder, WalkState};
 use rustix::fs::FileType;
 use serde::{Deserialize, Serialize};
@@ -63,8 +77,10 @@ pub struct GrepParams {
     /// A directory to search (default: the root) or a single file.
     #[serde(default)]
     pub path: Option<String>,
-    /// Only files whose root-relative path or file name matches this glob
-    /// (`*` stays within a path segment, `**` crosses them).
+    /// Only files this glob matches, as `rg -g`: gitignore-style over the
+    /// root-relative path (a glob without `/` matches the file name at any
+    /// depth, `**` crosses directories, a leading `!` excludes); it overrides
+    /// ignore rules and hiding for the files it matches.
     #[serde(default)]
     pub glob_filter: Option<String>,
     #[serde(default)]
@@ -95,6 +111,18 @@ pub struct GrepData {
     /// More lines matched than were returned.
     pub truncated: bool,
     pub returned: u64,
+    /// Binary files (holding a NUL byte) with matching lines, sorted by path:
+    /// their lines are counted, not returned (see the module documentation).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub binary_matches: Vec<BinaryMatch>,
+}
+
+/// A binary file with matches, as `rg` reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BinaryMatch {
+    pub path: String,
+    /// The offset of its first NUL byte.
+    pub offset: u64,
 }
 
 /// Arguments of `glob`.
@@ -241,24 +269,23 @@ pub fn grep(sandbox: &Sandbox, params: &GrepParams) -> Result<GrepData, FsError>
     let file_filter = params
         .glob_filter
         .as_deref()
-        .map(FileFilter::new)
+        .map(|glob| rg_glob(sandbox.root(), glob))
         .transpose()?;
+    // NUL bytes become line ends and the whole file is searched, so whether a
+    // file is binary never depends on where its NUL is.
     let mut searcher = SearcherBuilder::new()
         .line_number(true)
-        .binary_detection(BinaryDetection::quit(b'\0'))
+        .binary_detection(BinaryDetection::convert(b'\0'))
         .build();
 
     let mut found = match resolve_base(sandbox, params.path.as_deref())? {
+        // A file named by `path` is searched whatever the filter says, as `rg`
+        // searches a file it is given.
         Base::File(path) => {
             let mut found = Found::default();
             let rel = path.resolved();
-            if file_filter
-                .as_ref()
-                .is_none_or(|filter| filter.matches(rel))
-            {
-                let (file, _) = path.open_for_read()?;
-                search_one(&mut searcher, &matcher, rel, &file, limit, &mut found);
-            }
+            let (file, _) = path.open_for_read()?;
+            search_one(&mut searcher, &matcher, rel, &file, limit, &mut found);
             found
         }
         Base::Directory(base) => {
@@ -282,10 +309,26 @@ pub fn grep(sandbox: &Sandbox, params: &GrepParams) -> Result<GrepData, FsError>
         .sort_unstable_by(|a, b| a.path.as_bytes().cmp(b.path.as_bytes()));
     let mut text = String::new();
     let mut returned = 0;
+    let mut binary_matches = Vec::new();
+    let mut text_matches = 0;
     for file in &found.files {
+        if let Some(offset) = file.binary_at {
+            // Reported like `rg`, in path order, whatever room is left.
+            let _ = writeln!(
+                text,
+                "{}: binary file matches (found \"\\0\" byte around offset {offset})",
+                file.path
+            );
+            binary_matches.push(BinaryMatch {
+                path: file.path.clone(),
+                offset,
+            });
+            continue;
+        }
+        text_matches += file.count;
         let room = limit - returned;
         if room == 0 {
-            break;
+            continue;
         }
         if file.kept <= room {
             text.push_str(&file.lines);
@@ -302,8 +345,9 @@ pub fn grep(sandbox: &Sandbox, params: &GrepParams) -> Result<GrepData, FsError>
         matches,
         blob,
         match_count: found.match_count,
-        truncated: found.match_count > returned,
+        truncated: text_matches > returned,
         returned,
+        binary_matches,
     })
 }
 
@@ -473,7 +517,7 @@ fn resolve_base(sandbox: &Sandbox, path: Option<&str>) -> Result<Base, FsError> 
 fn walker(
     sandbox: &Sandbox,
     base: &str,
-    file_filter: Option<FileFilter>,
+    file_filter: Option<Override>,
 ) -> Result<WalkBuilder, FsError> {
     let root = sandbox.root();
     let start = if base.is_empty() {
@@ -492,6 +536,11 @@ fn walker(
         .git_global(false)
         .parents(false)
         .follow_links(false);
+    // The walker consults the filter before hiding, as `rg` does; the ignore
+    // files are consulted (by `EntryFilter`) only where it says nothing.
+    if let Some(filter) = &file_filter {
+        builder.overrides(filter.clone());
+    }
     let entry_filter = EntryFilter {
         policy: sandbox.shared_policy(),
         root_prefix: root_prefix_len(root),
@@ -508,7 +557,7 @@ struct EntryFilter {
     policy: Arc<Policy>,
     root_prefix: usize,
     ignores: IgnoreRules,
-    file_filter: Option<FileFilter>,
+    file_filter: Option<Override>,
 }
 
 impl EntryFilter {
@@ -536,12 +585,13 @@ impl EntryFilter {
         {
             return false;
         }
-        if self.ignores.ignores(rel, entry.path(), is_dir) {
-            return false;
-        }
-        match &self.file_filter {
-            Some(filter) if !is_dir => filter.matches(rel),
-            Some(_) | None => true,
+        let filtered = self.file_filter.as_ref().map_or(Match::None, |filter| {
+            filter.matched(entry.path(), is_dir).map(|_| ())
+        });
+        match filtered {
+            Match::Whitelist(()) => true,
+            Match::Ignore(()) => false,
+            Match::None => !self.ignores.ignores(rel, entry.path(), is_dir),
         }
     }
 }
@@ -703,23 +753,14 @@ fn gitignore_from(directory: &Path, file: &Path, bytes: &[u8]) -> Option<Gitigno
     builder.build().ok().filter(|rules| !rules.is_empty())
 }
 
-/// `glob_filter`: a file passes when its root-relative path or its file name
-/// matches.
-struct FileFilter {
-    matcher: GlobMatcher,
-}
-
-impl FileFilter {
-    fn new(pattern: &str) -> Result<FileFilter, FsError> {
-        Ok(FileFilter {
-            matcher: path_glob(pattern)?,
-        })
-    }
-
-    fn matches(&self, rel: &str) -> bool {
-        let name = rel.rsplit_once('/').map_or(rel, |(_, name)| name);
-        self.matcher.is_match(rel) || self.matcher.is_match(name)
-    }
+/// `glob_filter` as `rg -g` reads it: an override glob relative to the root.
+fn rg_glob(root: &Path, glob: &str) -> Result<Override, FsError> {
+    let invalid = |error: ignore::Error| FsError::InvalidPattern {
+        message: error.to_string(),
+    };
+    let mut builder = OverrideBuilder::new(root);
+    builder.add(glob).map_err(invalid)?;
+    builder.build().map_err(invalid)
 }
 
 /// A glob over `/`-separated paths: `*` stays within a segment, `**` crosses
@@ -765,6 +806,10 @@ struct FileMatches {
     /// Up to the limit of formatted lines, each ending in `\n`.
     lines: String,
     kept: usize,
+    /// Its matching lines.
+    count: u64,
+    /// Where its first NUL byte is, if it is binary.
+    binary_at: Option<u64>,
 }
 
 /// The first `n` lines of `lines` (each ending in `\n`), `n` at most their
@@ -792,6 +837,7 @@ fn search_one(
         kept: 0,
         limit,
         count: 0,
+        binary_at: None,
     };
     // A read error midway keeps the lines found before it, as `rg` does.
     let _ = searcher.search_file(matcher, file, &mut sink);
@@ -801,6 +847,8 @@ fn search_one(
             path: rel.to_owned(),
             lines: sink.lines,
             kept: sink.kept,
+            count: sink.count,
+            binary_at: sink.binary_at,
         });
     }
 }
@@ -813,10 +861,17 @@ struct LineSink<'a> {
     kept: usize,
     limit: usize,
     count: u64,
+    /// The offset of the first NUL byte, once one was seen.
+    binary_at: Option<u64>,
 }
 
 impl Sink for LineSink<'_> {
     type Error = io::Error;
+
+    fn binary_data(&mut self, _searcher: &Searcher, offset: u64) -> Result<bool, io::Error> {
+        self.binary_at.get_or_insert(offset);
+        Ok(true)
+    }
 
     fn matched(&mut self, _searcher: &Searcher, found: &SinkMatch<'_>) -> Result<bool, io::Error> {
         let first = found.line_number().unwrap_or(0);

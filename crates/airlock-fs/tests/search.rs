@@ -108,7 +108,7 @@ fn grep_workspace() -> Fixture {
         fixture.write(path, content);
     }
     std::fs::write(fixture.root.join("latin1.txt"), b"hello caf\xe9\n").unwrap();
-    std::fs::write(fixture.root.join("bin.dat"), b"hello\0binary\n").unwrap();
+    std::fs::write(fixture.root.join("bin.dat"), b"binary\0data\n").unwrap();
     symlink("src/lib.rs", fixture.root.join("link.rs")).unwrap();
     symlink("src", fixture.root.join("link_src")).unwrap();
     symlink(
@@ -192,14 +192,59 @@ fn grep_returns_sorted_lines_and_honours_ignore_files_and_the_policy() {
                 grep_data(HELLO, 6),
             ),
             (json!({"pattern": "nowhere to be found"}), grep_data(&[], 0)),
-            // glob_filter: the file name or the root-relative path.
+            // glob_filter is `rg -g`: a file it matches is searched even
+            // where an ignore file leaves it out (src/nested/ignored.rs); an
+            // ignored directory it does not match is not entered (target/).
             (
                 json!({"pattern": "hello", "glob_filter": "*.rs"}),
-                grep_data(&HELLO[3..], 3),
+                grep_data(
+                    &[
+                        HELLO[3],
+                        HELLO[4],
+                        HELLO[5],
+                        "src/nested/ignored.rs:1:// hello, ignored by src/.ignore",
+                    ],
+                    4,
+                ),
             ),
             (
                 json!({"pattern": "hello", "glob_filter": "src/*/*.rs"}),
-                grep_data(&HELLO[5..], 1),
+                grep_data(
+                    &[
+                        HELLO[5],
+                        "src/nested/ignored.rs:1:// hello, ignored by src/.ignore",
+                    ],
+                    2,
+                ),
+            ),
+            (
+                json!({"pattern": "hello", "glob_filter": "!*.rs"}),
+                grep_data(&HELLO[..3], 3),
+            ),
+            (
+                json!({"pattern": "hello", "glob_filter": "*.log"}),
+                grep_data(
+                    &[
+                        "app.log:1:hello log",
+                        "src/nested/trace.log:1:hello, ignored by /.gitignore",
+                    ],
+                    2,
+                ),
+            ),
+            // Anchored at the root, not at the directory searched.
+            (
+                json!({"pattern": "hello", "path": "src", "glob_filter": "nested/*.rs"}),
+                grep_data(&[], 0),
+            ),
+            (
+                json!({"pattern": "hello", "path": "src", "glob_filter": "src/nested/*.rs"}),
+                grep_data(
+                    &[
+                        HELLO[5],
+                        "src/nested/ignored.rs:1:// hello, ignored by src/.ignore",
+                    ],
+                    2,
+                ),
             ),
             (
                 json!({"pattern": "hello", "glob_filter": "docs/**"}),
@@ -210,9 +255,10 @@ fn grep_returns_sorted_lines_and_honours_ignore_files_and_the_policy() {
                 json!({"pattern": "hello", "path": "src/lib.rs"}),
                 grep_data(&HELLO[3..4], 1),
             ),
+            // A file named by path is searched whatever the filter, as rg does.
             (
                 json!({"pattern": "hello", "path": "src/lib.rs", "glob_filter": "*.md"}),
-                grep_data(&[], 0),
+                grep_data(&HELLO[3..4], 1),
             ),
             // A subdirectory: the ignore files above it still apply.
             (
@@ -291,16 +337,59 @@ fn grep_returns_sorted_lines_and_honours_ignore_files_and_the_policy() {
 }
 
 #[test]
-fn grep_through_a_single_binary_file_finds_nothing() {
-    let fixture = grep_workspace();
+fn binary_files_are_counted_and_reported_not_shown() {
+    let fixture = Fixture::empty();
+    fixture.write("text.txt", "hello\n");
+    // A NUL anywhere makes a file binary: before the match, after it, or far
+    // beyond ripgrep's first buffer.
+    std::fs::write(fixture.root.join("a.bin"), b"hello\n\0world\nhello again\n").unwrap();
+    std::fs::write(fixture.root.join("b.bin"), b"nothing\n\0hello\n").unwrap();
+    let mut late = b"hello\n".to_vec();
+    late.extend(std::iter::repeat_n(b'x', 200_000));
+    late.extend(b"\n\0\n");
+    std::fs::write(fixture.root.join("c.bin"), &late).unwrap();
+    std::fs::write(fixture.root.join("d.bin"), b"no match\0\n").unwrap();
     let sandbox = fixture.sandbox("");
+    let notice = |path: &str, offset: u64| {
+        format!("{path}: binary file matches (found \"\\0\" byte around offset {offset})")
+    };
+    let binary = |path: &str, offset: u64| json!({"path": path, "offset": offset});
+    let all_lines = [
+        notice("a.bin", 6),
+        notice("b.bin", 8),
+        notice("c.bin", 200_007),
+        "text.txt:1:hello".to_owned(),
+    ]
+    .join("\n");
     check(
         call_grep,
         &sandbox,
-        vec![(
-            json!({"pattern": "hello", "path": "bin.dat"}),
-            grep_data(&[], 0),
-        )],
+        vec![
+            (
+                json!({"pattern": "hello"}),
+                json!({
+                    "matches": all_lines.clone(),
+                    "match_count": 5,
+                    "truncated": false,
+                    "returned": 1,
+                    "binary_matches": [binary("a.bin", 6), binary("b.bin", 8), binary("c.bin", 200_007)],
+                }),
+            ),
+            (
+                json!({"pattern": "hello", "path": "a.bin"}),
+                json!({
+                    "matches": notice("a.bin", 6),
+                    "match_count": 2,
+                    "truncated": false,
+                    "returned": 0,
+                    "binary_matches": [binary("a.bin", 6)],
+                }),
+            ),
+            (
+                json!({"pattern": "hello", "path": "d.bin"}),
+                grep_data(&[], 0),
+            ),
+        ],
     );
 }
 
