@@ -372,6 +372,42 @@ fn ripgrep(root: &Path, args: &[&str]) -> Vec<String> {
     lines
 }
 
+/// A read that stops before the end of the file says so, and where to go on.
+#[test]
+fn read_file_says_it_is_truncated_how_long_the_file_is_and_where_to_go_on() {
+    let ws = Ws::new("");
+    let text: String = (1..=500).map(|n| format!("line {n}\n")).collect();
+    ws.write("src/long.txt", &text);
+    let first = ws.call("read_file", json!({"path": "src/long.txt"}));
+    let data = ok(&first);
+    let first_200: String = (1..=200).map(|n| format!("line {n}\n")).collect();
+    assert_eq!(data["content"], first_200);
+    assert_eq!(
+        data["returned_range"],
+        json!({"start_line": 1, "end_line": 200})
+    );
+    assert_eq!(data["truncated"], true);
+    assert_eq!(data["total_lines"], 500);
+    assert_eq!(data["next_start_line"], 201);
+    assert_eq!(data["next_offset_bytes"], first_200.len());
+    // Going on from there, by line or by byte, reads the same text.
+    let by_line = ws.call(
+        "read_file",
+        json!({"path": "src/long.txt", "start_line": 201, "end_line": 500}),
+    );
+    let by_byte = ws.call(
+        "read_file",
+        json!({"path": "src/long.txt", "offset_bytes": first_200.len(), "max_bytes": 100_000}),
+    );
+    assert_eq!(ok(&by_line)["content"], &text[first_200.len()..]);
+    assert_eq!(ok(&by_byte)["content"], &text[first_200.len()..]);
+    for last in [by_line, by_byte] {
+        assert_eq!(ok(&last)["truncated"], false);
+        assert_eq!(ok(&last)["next_start_line"], Value::Null);
+        assert_eq!(ok(&last)["next_offset_bytes"], Value::Null);
+    }
+}
+
 /// Binary files and `glob_filter` against `rg --binary -g GLOB` itself: the same
 /// lines, the same files reported as binary matches (with the same offsets), and the
 /// same count as `rg --count --binary`. Binary files here fit one ripgrep buffer

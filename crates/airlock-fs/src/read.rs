@@ -15,7 +15,10 @@
 //!
 //! `returned_range` names the lines the content touches: the line of its first
 //! byte and the line of its last byte; empty content gives `end_line =
-//! start_line - 1`. `truncated` says the cap cut the selection short.
+//! start_line - 1`. `truncated` says that the file goes on after the content
+//! (the line range, the default 200 lines included, or the byte cap stopped
+//! it), and then `next_start_line` and `next_offset_bytes` say where to go on
+//! (the line and byte after the content); `total_lines` is always given.
 //!
 //! `encoding: bytes` returns the bytes as standard base64 (with padding), which
 //! is what JSON-carrying protocols (MCP included) use for binary content.
@@ -99,7 +102,16 @@ pub struct ReadData {
     pub returned_range: LineRange,
     /// Hash of the whole file, whatever part was returned.
     pub base_hash: String,
+    /// The file goes on after the content.
     pub truncated: bool,
+    /// Lines in the whole file (a last line without `\n` counts).
+    pub total_lines: u64,
+    /// When truncated: the line after the content (the same line when the cap
+    /// cut one), to continue with `start_line`.
+    pub next_start_line: Option<u64>,
+    /// When truncated: the byte after the content, to continue with
+    /// `offset_bytes`.
+    pub next_offset_bytes: Option<u64>,
     pub size_bytes: u64,
     /// The cap that applied, after clamping.
     pub max_bytes: u64,
@@ -167,6 +179,9 @@ pub fn read_file(sandbox: &Sandbox, params: &ReadParams) -> Result<ReadData, FsE
         Some((_, init)) => scan.start_line + count_newlines(init),
         None => scan.start_line - 1,
     };
+    let next_offset = scan.content_start + returned.len() as u64;
+    let truncated = next_offset < scan.size;
+    let next_start_line = scan.start_line + count_newlines(&returned);
     let content = match params.encoding {
         Encoding::Utf8 => String::from_utf8(returned).map_err(|_| FsError::InvalidUtf8 {
             path: path.requested().to_owned(),
@@ -183,7 +198,10 @@ pub fn read_file(sandbox: &Sandbox, params: &ReadParams) -> Result<ReadData, FsE
             end_line,
         },
         base_hash: scan.hash,
-        truncated: scan.truncated,
+        truncated,
+        total_lines: scan.total_lines,
+        next_start_line: truncated.then_some(next_start_line),
+        next_offset_bytes: truncated.then_some(next_offset),
         size_bytes: scan.size,
         max_bytes,
         encoding: params.encoding,
@@ -198,10 +216,15 @@ enum Selection {
 
 struct Scan {
     content: Vec<u8>,
+    /// Where the content starts in the file (its size when nothing was
+    /// selected).
+    content_start: u64,
     /// Line of the first selected byte (or where it would be).
     start_line: u64,
+    /// The cap cut the selection.
     truncated: bool,
     size: u64,
+    total_lines: u64,
     hash: String,
 }
 
@@ -220,6 +243,9 @@ fn scan(mut reader: impl Read, selection: Selection, cap: usize) -> io::Result<S
         Selection::Bytes { .. } => None,
     };
     let mut buffer = vec![0u8; 64 * 1024];
+    let mut content_start: Option<u64> = None;
+    let mut newlines: u64 = 0;
+    let mut last_byte = None;
     loop {
         let n = match reader.read(&mut buffer) {
             Ok(0) => break,
@@ -230,6 +256,8 @@ fn scan(mut reader: impl Read, selection: Selection, cap: usize) -> io::Result<S
         let chunk = &buffer[..n];
         let position = hasher.len();
         hasher.update(chunk);
+        newlines += count_newlines(chunk);
+        last_byte = chunk.last().copied();
         if done {
             continue;
         }
@@ -237,6 +265,7 @@ fn scan(mut reader: impl Read, selection: Selection, cap: usize) -> io::Result<S
             Selection::Lines { start, end } => {
                 let mut rest = chunk;
                 while !rest.is_empty() {
+                    let at = position + (chunk.len() - rest.len()) as u64;
                     let (segment, ends_line) = match rest.iter().position(|&b| b == b'\n') {
                         Some(i) => (&rest[..=i], true),
                         None => (rest, false),
@@ -247,6 +276,7 @@ fn scan(mut reader: impl Read, selection: Selection, cap: usize) -> io::Result<S
                         break;
                     }
                     if line >= start {
+                        content_start.get_or_insert(at);
                         let room = cap - content.len();
                         if segment.len() <= room {
                             content.extend_from_slice(segment);
@@ -274,6 +304,7 @@ fn scan(mut reader: impl Read, selection: Selection, cap: usize) -> io::Result<S
                     continue;
                 }
                 start_line.get_or_insert(line);
+                content_start.get_or_insert(position + skip as u64);
                 let available = &chunk[skip..];
                 let room = cap - content.len();
                 if available.len() <= room {
@@ -293,11 +324,14 @@ fn scan(mut reader: impl Read, selection: Selection, cap: usize) -> io::Result<S
     {
         content.truncate(end);
     }
+    let size = hasher.len();
     Ok(Scan {
         content,
+        content_start: content_start.unwrap_or(size),
         start_line: start_line.unwrap_or(line),
         truncated: overflow,
-        size: hasher.len(),
+        size,
+        total_lines: newlines + u64::from(last_byte.is_some_and(|byte| byte != b'\n')),
         hash: hasher.finish(),
     })
 }

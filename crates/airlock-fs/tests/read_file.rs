@@ -31,8 +31,9 @@ fn call(sandbox: &Sandbox, args: &Value) -> Value {
     }
 }
 
-/// Whole `data` objects; `path`, `base_hash`, `size_bytes`, `encoding` and
-/// `max_bytes` are filled in from the file when the expectation leaves them out.
+/// Whole `data` objects; `path`, `base_hash`, `size_bytes`, `total_lines`,
+/// `encoding` and `max_bytes` are filled in from the file when the expectation
+/// leaves them out, and `next_start_line`/`next_offset_bytes` are null.
 fn check(sandbox: &Sandbox, fixture: &Fixture, cases: Vec<(Value, Value)>) {
     let mut expected = Vec::new();
     let mut actual = Vec::new();
@@ -46,6 +47,11 @@ fn check(sandbox: &Sandbox, fixture: &Fixture, cases: Vec<(Value, Value)>) {
                 .entry("base_hash")
                 .or_insert(json!(sha256_hex(&bytes)));
             object.entry("size_bytes").or_insert(json!(bytes.len()));
+            let lines = bytes.split(|&byte| byte == b'\n').count()
+                - usize::from(bytes.is_empty() || bytes.ends_with(b"\n"));
+            object.entry("total_lines").or_insert(json!(lines));
+            object.entry("next_start_line").or_insert(Value::Null);
+            object.entry("next_offset_bytes").or_insert(Value::Null);
             object.entry("encoding").or_insert(json!("utf8"));
             object.entry("max_bytes").or_insert(json!(32_000));
             // Through `ReadData`, so the keys come in its order.
@@ -76,7 +82,7 @@ fn line_ranges_byte_windows_and_errors() {
         ),
         (
             json!({"path": "lines.txt", "start_line": 2, "end_line": 3}),
-            json!({"content": "two\nthree\n", "returned_range": range(2, 3), "truncated": false}),
+            json!({"content": "two\nthree\n", "returned_range": range(2, 3), "truncated": true, "next_start_line": 4, "next_offset_bytes": 14}),
         ),
         (
             json!({"path": "lines.txt", "start_line": 4, "end_line": 100}),
@@ -97,17 +103,17 @@ fn line_ranges_byte_windows_and_errors() {
         // The cap keeps whole lines when at least one fits ...
         (
             json!({"path": "lines.txt", "max_bytes": 10}),
-            json!({"content": "one\ntwo\n", "returned_range": range(1, 2), "truncated": true, "max_bytes": 10}),
+            json!({"content": "one\ntwo\n", "returned_range": range(1, 2), "truncated": true, "next_start_line": 3, "next_offset_bytes": 8, "max_bytes": 10}),
         ),
         // ... and cuts inside the first line otherwise.
         (
             json!({"path": "lines.txt", "start_line": 3, "max_bytes": 2}),
-            json!({"content": "th", "returned_range": range(3, 3), "truncated": true, "max_bytes": 2}),
+            json!({"content": "th", "returned_range": range(3, 3), "truncated": true, "next_start_line": 3, "next_offset_bytes": 10, "max_bytes": 2}),
         ),
         // Never inside a character.
         (
             json!({"path": "utf.txt", "max_bytes": 2}),
-            json!({"content": "h", "returned_range": range(1, 1), "truncated": true, "max_bytes": 2}),
+            json!({"content": "h", "returned_range": range(1, 1), "truncated": true, "next_start_line": 1, "next_offset_bytes": 1, "max_bytes": 2}),
         ),
         // Clamped to max_read_bytes_hard.
         (
@@ -117,11 +123,11 @@ fn line_ranges_byte_windows_and_errors() {
         // Byte windows; the line range is ignored.
         (
             json!({"path": "lines.txt", "offset_bytes": 4, "max_bytes": 6}),
-            json!({"content": "two\nth", "returned_range": range(2, 3), "truncated": true, "max_bytes": 6}),
+            json!({"content": "two\nth", "returned_range": range(2, 3), "truncated": true, "next_start_line": 3, "next_offset_bytes": 10, "max_bytes": 6}),
         ),
         (
             json!({"path": "lines.txt", "offset_bytes": 4, "max_bytes": 4, "start_line": 1, "end_line": 1}),
-            json!({"content": "two\n", "returned_range": range(2, 2), "truncated": true, "max_bytes": 4}),
+            json!({"content": "two\n", "returned_range": range(2, 2), "truncated": true, "next_start_line": 3, "next_offset_bytes": 8, "max_bytes": 4}),
         ),
         (
             json!({"path": "lines.txt", "offset_bytes": 19}),
@@ -147,7 +153,7 @@ fn line_ranges_byte_windows_and_errors() {
         ),
         (
             json!({"path": "bin.dat", "encoding": "bytes", "offset_bytes": 1, "max_bytes": 2}),
-            json!({"content": "AGE=", "returned_range": range(1, 1), "truncated": true, "encoding": "bytes", "max_bytes": 2}),
+            json!({"content": "AGE=", "returned_range": range(1, 1), "truncated": true, "next_start_line": 1, "next_offset_bytes": 3, "encoding": "bytes", "max_bytes": 2}),
         ),
         // Through a symlink inside the root: the requested path is reported.
         (
@@ -216,13 +222,15 @@ fn default_range_is_two_hundred_lines_and_base_hash_covers_the_whole_file() {
     let first_200: String = (1..=200).map(|n| format!("line {n}\n")).collect();
     let from_250: String = (250..=300).map(|n| format!("line {n}\n")).collect();
     let sandbox = fixture.sandbox("");
+    // 200 of 300 lines: the rest is there, and where it starts is said.
+    let next_offset = first_200.len();
     check(
         &sandbox,
         &fixture,
         vec![
             (
                 json!({"path": "big.txt"}),
-                json!({"content": first_200, "returned_range": range(1, 200), "truncated": false}),
+                json!({"content": first_200, "returned_range": range(1, 200), "truncated": true, "total_lines": 300, "next_start_line": 201, "next_offset_bytes": next_offset}),
             ),
             (
                 json!({"path": "big.txt", "start_line": 250}),
@@ -249,11 +257,11 @@ fn configured_caps_and_require_inline() {
         vec![
             (
                 json!({"path": "lines.txt"}),
-                json!({"content": "one\ntwo\n", "returned_range": range(1, 2), "truncated": true, "max_bytes": 10}),
+                json!({"content": "one\ntwo\n", "returned_range": range(1, 2), "truncated": true, "next_start_line": 3, "next_offset_bytes": 8, "max_bytes": 10}),
             ),
             (
                 json!({"path": "lines.txt", "max_bytes": 100}),
-                json!({"content": "one\ntwo\nthree\n", "returned_range": range(1, 3), "truncated": true, "max_bytes": 16}),
+                json!({"content": "one\ntwo\nthree\n", "returned_range": range(1, 3), "truncated": true, "next_start_line": 4, "next_offset_bytes": 14, "max_bytes": 16}),
             ),
             (
                 json!({"path": "lines.txt", "max_bytes": 100, "output_mode": "require_inline"}),
@@ -261,7 +269,7 @@ fn configured_caps_and_require_inline() {
             ),
             (
                 json!({"path": "lines.txt", "end_line": 2, "output_mode": "require_inline"}),
-                json!({"content": "one\ntwo\n", "returned_range": range(1, 2), "truncated": false, "max_bytes": 10}),
+                json!({"content": "one\ntwo\n", "returned_range": range(1, 2), "truncated": true, "next_start_line": 3, "next_offset_bytes": 8, "max_bytes": 10}),
             ),
             // base64 is what counts against the inline limit.
             (
@@ -295,12 +303,12 @@ fn content_over_max_inline_bytes_becomes_a_blob_under_auto() {
             // Up to the limit stays inline.
             (
                 json!({"path": "lines.txt", "end_line": 2}),
-                json!({"content": "one\ntwo\n", "returned_range": range(1, 2), "truncated": false}),
+                json!({"content": "one\ntwo\n", "returned_range": range(1, 2), "truncated": true, "next_start_line": 3, "next_offset_bytes": 8}),
             ),
             // In bytes mode the blob holds the base64 text.
             (
                 json!({"path": "lines.txt", "end_line": 2, "encoding": "bytes"}),
-                json!({"blob": blob("b25lCnR3bwo="), "returned_range": range(1, 2), "truncated": false, "encoding": "bytes"}),
+                json!({"blob": blob("b25lCnR3bwo="), "returned_range": range(1, 2), "truncated": true, "next_start_line": 3, "next_offset_bytes": 8, "encoding": "bytes"}),
             ),
         ],
     );
