@@ -875,3 +875,153 @@ fn a_move_and_the_undo_of_a_delete_keep_the_permission_bits() {
     assert_eq!(ws.read("scripts/go.sh").unwrap(), b"#!/bin/sh\necho hi\n");
     assert_eq!(mode("scripts/go.sh"), 0o750);
 }
+
+/// Spec 003's capability limits, each from a configuration file.
+#[test]
+fn capability_limits_stop_scans_and_refuse_large_changes() {
+    // Scans: the first files by path, then truncated with the limit's name.
+    let ws = Ws::new("file_broker:\n  max_scan_files: 3\n");
+    for name in ["a", "b", "c", "d", "e"] {
+        ws.write(&format!("src/{name}.txt"), "needle\n");
+    }
+    let grep = ws.call("grep", json!({"pattern": "needle", "path": "src"}));
+    let data = ok(&grep);
+    assert_eq!(
+        data["matches"],
+        "src/a.txt:1:needle\nsrc/b.txt:1:needle\nsrc/c.txt:1:needle"
+    );
+    assert_eq!(data["truncated"], true);
+    assert_eq!(data["truncated_reason"], "max_scan_files");
+    let glob = ws.call("glob", json!({"pattern": "**/*.txt", "path": "src"}));
+    assert_eq!(ok(&glob)["count"], 3);
+    assert_eq!(ok(&glob)["truncated_reason"], "max_scan_files");
+
+    let ws = Ws::new("file_broker:\n  max_scan_bytes: 15\n");
+    for name in ["a", "b", "c"] {
+        ws.write(&format!("src/{name}.txt"), "needle\n");
+    }
+    let grep = ws.call("grep", json!({"pattern": "needle", "path": "src"}));
+    let data = ok(&grep);
+    assert_eq!(data["matches"], "src/a.txt:1:needle\nsrc/b.txt:1:needle");
+    assert_eq!(data["match_count"], 2);
+    assert_eq!(data["truncated_reason"], "max_scan_bytes");
+
+    // Changes: refused whole, nothing written.
+    let ws = Ws::new(
+        "file_broker:\n  max_changed_files: 1\n  max_edit_replacements: 2\n  allowed_patch_formats: [v4a]\n",
+    );
+    let two = "*** Begin Patch\n*** Add File: src/x.txt\n+x\n*** Add File: src/y.txt\n+y\n*** End Patch\n";
+    let refused = ws.call("apply_patch", json!({"patch": two}));
+    failed(&refused, "error", "limit_exceeded");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("max_changed_files"),
+        "{refused:#}"
+    );
+    assert_eq!(ws.read("src/x.txt"), None);
+    let moved = "*** Begin Patch\n*** Update File: src/e.txt\n*** Move to: src/f.txt\n@@\n-x\n+y\n*** End Patch\n";
+    ws.write("src/e.txt", "x\n");
+    failed(
+        &ws.call("apply_patch", json!({"patch": moved})),
+        "error",
+        "limit_exceeded",
+    );
+    let one = "*** Begin Patch\n*** Add File: src/x.txt\n+x\n*** End Patch\n";
+    ok(&ws.call("apply_patch", json!({"patch": one})));
+    assert_eq!(ws.read("src/x.txt").unwrap(), b"x\n");
+    let unified = "--- /dev/null\n+++ b/src/z.txt\n@@ -0,0 +1 @@\n+z\n";
+    let refused = ws.call("apply_patch", json!({"patch": unified}));
+    failed(&refused, "error", "limit_exceeded");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("allowed_patch_formats")
+    );
+    assert_eq!(ws.read("src/z.txt"), None);
+    ws.write("src/r.txt", "a a a\n");
+    let all =
+        json!({"path": "src/r.txt", "old_string": "a", "new_string": "b", "replace_all": true});
+    failed(&ws.call("edit_file", all), "error", "limit_exceeded");
+    assert_eq!(ws.read("src/r.txt").unwrap(), b"a a a\n");
+    ws.write("src/r.txt", "a a\n");
+    let all =
+        json!({"path": "src/r.txt", "old_string": "a", "new_string": "b", "replace_all": true});
+    assert_eq!(ok(&ws.call("edit_file", all))["replacements"], 2);
+}
+
+/// Spec 000's own keys: `file_broker.enabled` turns the file tools off;
+/// `audit_log_enabled: false` is refused, never silently ignored.
+#[test]
+fn spec_000_switches_load_and_mean_what_they_say() {
+    let ws = Ws::new("file_broker:\n  enabled: false\n");
+    ws.write("src/a.txt", "a\n");
+    let refused = ws.call("read_file", json!({"path": "src/a.txt"}));
+    failed(&refused, "denied", "policy_denied");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("file_broker.enabled"),
+        "{refused:#}"
+    );
+    // Over MCP, the tool list holds no file tool.
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args(["serve", "--stdio"])
+        .current_dir(ws.dir.path())
+        .env("AIRLOCK_USER", "tester")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write as _;
+        let mut stdin = serve.stdin.take().unwrap();
+        for message in [
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}),
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+        ] {
+            writeln!(stdin, "{message}").unwrap();
+        }
+        let mut reader = std::io::BufReader::new(serve.stdout.take().unwrap());
+        let listed = loop {
+            let mut line = String::new();
+            assert!(std::io::BufRead::read_line(&mut reader, &mut line).unwrap() > 0);
+            let message: Value = serde_json::from_str(&line).unwrap();
+            if message["id"] == 2 {
+                break message;
+            }
+        };
+        drop(stdin);
+        let names: Vec<&str> = listed["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|tool| tool["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["proposal_status"], "{listed:#}");
+    }
+    serve.wait().unwrap();
+
+    let ws = Ws::new("file_broker:\n  enabled: true\n");
+    ws.write("src/a.txt", "a\n");
+    ok(&ws.call("read_file", json!({"path": "src/a.txt"})));
+
+    let ws = Ws::new("file_broker:\n  audit_log_enabled: false\n");
+    let check = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args(["config", "check"])
+        .current_dir(ws.dir.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(check.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&check.stderr);
+    assert!(
+        stderr.contains("airlock.yaml:2: file_broker.audit_log_enabled: cannot be false"),
+        "{stderr}"
+    );
+}

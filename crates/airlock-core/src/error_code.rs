@@ -45,6 +45,8 @@ pub enum ErrorCode {
     Forbidden,
     /// HTTP: a JSON endpoint was sent something other than `application/json`.
     UnsupportedMediaType,
+    /// A configured capability limit (spec 003) refuses the call.
+    LimitExceeded,
 }
 
 impl ErrorCode {
@@ -82,6 +84,7 @@ impl ErrorCode {
             ErrorCode::Unauthorized => "unauthorized",
             ErrorCode::Forbidden => "forbidden",
             ErrorCode::UnsupportedMediaType => "unsupported_media_type",
+            ErrorCode::LimitExceeded => "limit_exceeded",
         }
     }
 }

@@ -18,6 +18,7 @@ fn design_defaults() -> Value {
     json!({
         "workspace": {"root": ".", "state_dir": ".airlock"},
         "file_broker": {
+            "enabled": true,
             "hitl_ttl_seconds": 120,
             "max_read_bytes_default": 32000,
             "max_read_bytes_hard": 131072,
@@ -30,6 +31,11 @@ fn design_defaults() -> Value {
             "deny_path_globs": ["**/.env", "**/*.pem", "**/*id_rsa*", "**/secrets/**"],
             "max_grep_results": 100,
             "max_glob_results": 1000,
+            "max_scan_files": 200000,
+            "max_scan_bytes": 2147483648u64,
+            "max_changed_files": 200,
+            "max_edit_replacements": 1000,
+            "allowed_patch_formats": ["v4a", "unified"],
             "audit_log_enabled": true,
             "allow_hardlinks": false
         },

@@ -93,6 +93,13 @@ pub enum FsError {
     #[error("invalid arguments: {message}")]
     InvalidInput { message: String },
 
+    /// A spec 003 capability limit (`file_broker.<limit>`) refuses the call.
+    #[error("{message} (file_broker.{limit})")]
+    LimitExceeded {
+        limit: &'static str,
+        message: String,
+    },
+
     #[error("old_string is empty; give the exact text to replace")]
     EmptyOldString,
 
@@ -151,6 +158,7 @@ impl FsError {
             FsError::Conflict { .. } => ErrorCode::Conflict,
             FsError::InvalidUtf8 { .. } => ErrorCode::InvalidUtf8,
             FsError::TooLarge { .. } => ErrorCode::TooLarge,
+            FsError::LimitExceeded { .. } => ErrorCode::LimitExceeded,
             FsError::InlineRequiredTooLarge { .. } => ErrorCode::InlineRequiredTooLarge,
             FsError::Io { .. } => ErrorCode::IoError,
             FsError::EmptyOldString => ErrorCode::InvalidInputEmptyOldString,

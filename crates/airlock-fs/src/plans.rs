@@ -94,6 +94,16 @@ pub fn prepare_edit(sandbox: &Sandbox, params: &EditParams) -> Result<ChangePlan
             ),
         },
     })?;
+    let max_replacements = sandbox.config().max_edit_replacements;
+    if outcome.replacements as u64 > max_replacements {
+        return Err(FsError::LimitExceeded {
+            limit: "max_edit_replacements",
+            message: format!(
+                "`{path}`: the edit makes {} replacements, over the limit of {max_replacements}",
+                outcome.replacements
+            ),
+        });
+    }
     check_size(sandbox, outcome.content.len() as u64)?;
     let change = change_of(&target, Some(old), Some(outcome.content.into_bytes()));
     let mut report = Map::new();
@@ -189,6 +199,43 @@ pub fn prepare_patch(sandbox: &Sandbox, params: &PatchParams) -> Result<ChangePl
     }
     check_size(sandbox, params.patch.len() as u64)?;
     let parsed = patch::parse(&params.patch, params.patch_format).map_err(patch_error)?;
+    let config = sandbox.config();
+    let format = match parsed.format {
+        PatchFormat::V4a => airlock_core::config::PatchFormatName::V4a,
+        PatchFormat::Unified | PatchFormat::Auto => airlock_core::config::PatchFormatName::Unified,
+    };
+    if !config.allowed_patch_formats.contains(&format) {
+        let name = match format {
+            airlock_core::config::PatchFormatName::V4a => "v4a",
+            airlock_core::config::PatchFormatName::Unified => "unified",
+        };
+        return Err(FsError::LimitExceeded {
+            limit: "allowed_patch_formats",
+            message: format!("the patch is in the {name} format, which is not allowed here"),
+        });
+    }
+    // A move changes two files.
+    let changed: u64 = parsed
+        .ops
+        .iter()
+        .map(|op| match op {
+            PatchOp::Update {
+                path,
+                move_to: Some(to),
+                ..
+            } if to != path => 2,
+            _ => 1,
+        })
+        .sum();
+    if changed > config.max_changed_files {
+        return Err(FsError::LimitExceeded {
+            limit: "max_changed_files",
+            message: format!(
+                "the patch changes {changed} files, over the limit of {}",
+                config.max_changed_files
+            ),
+        });
+    }
     let mut changes = Vec::new();
     let mut olds: Vec<Option<Vec<u8>>> = Vec::new();
     let (mut added, mut updated, mut deleted, mut moved) = (0u64, 0u64, 0u64, 0u64);

@@ -108,13 +108,51 @@ pub struct GrepData {
     /// Matching lines in everything searched (a line with several matches
     /// counts once, as `rg --count` does), returned or not.
     pub match_count: u64,
-    /// More lines matched than were returned.
+    /// More lines matched than were returned, or a scan limit left files out.
     pub truncated: bool,
+    /// Why, when truncated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truncated_reason: Option<TruncatedReason>,
     pub returned: u64,
     /// Binary files (holding a NUL byte) with matching lines, sorted by path:
     /// their lines are counted, not returned (see the module documentation).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub binary_matches: Vec<BinaryMatch>,
+}
+
+/// Why a grep or glob returned less than everything: the limit that applied,
+/// by its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[expect(
+    clippy::enum_variant_names,
+    reason = "the variants are the limits' names: max_results, max_scan_files, max_scan_bytes"
+)]
+pub enum TruncatedReason {
+    /// More matched than `max_results` (or the configured cap) lets through.
+    MaxResults,
+    /// The walk found more files than `file_broker.max_scan_files`: only the
+    /// first ones by path were looked at.
+    MaxScanFiles,
+    /// The files (by path) passed `file_broker.max_scan_bytes`: the rest were
+    /// not searched.
+    MaxScanBytes,
+}
+
+/// A scan limit that stopped a grep or glob.
+#[derive(Debug, Clone, Copy)]
+enum ScanLimit {
+    Files,
+    Bytes,
+}
+
+impl ScanLimit {
+    fn reason(self) -> TruncatedReason {
+        match self {
+            ScanLimit::Files => TruncatedReason::MaxScanFiles,
+            ScanLimit::Bytes => TruncatedReason::MaxScanBytes,
+        }
+    }
 }
 
 /// A binary file with matches, as `rg` reports it.
@@ -155,6 +193,9 @@ pub struct GlobData {
     /// All matching files, returned or not.
     pub count: u64,
     pub truncated: bool,
+    /// Why, when truncated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub truncated_reason: Option<TruncatedReason>,
 }
 
 /// Arguments of `list_dir`.
@@ -278,6 +319,7 @@ pub fn grep(sandbox: &Sandbox, params: &GrepParams) -> Result<GrepData, FsError>
         .binary_detection(BinaryDetection::convert(b'\0'))
         .build();
 
+    let mut scan_limit = None;
     let mut found = match resolve_base(sandbox, params.path.as_deref())? {
         // A file named by `path` is searched whatever the filter says, as `rg`
         // searches a file it is given.
@@ -289,18 +331,23 @@ pub fn grep(sandbox: &Sandbox, params: &GrepParams) -> Result<GrepData, FsError>
             found
         }
         Base::Directory(base) => {
-            let results = Mutex::new(Found::default());
-            walker(sandbox, &base, file_filter)?
-                .build_parallel()
-                .visit(&mut GrepVisitors {
-                    sandbox,
-                    root_prefix: root_prefix_len(sandbox.root()),
-                    matcher,
-                    searcher,
-                    limit,
-                    results: &results,
-                });
-            results.into_inner().unwrap_or_else(PoisonError::into_inner)
+            let config = sandbox.config();
+            let (files, over) = walked_files(sandbox, &base, file_filter, config.max_scan_files)?;
+            if over {
+                scan_limit = Some(ScanLimit::Files);
+            }
+            let (found, cut) = search_files(
+                sandbox,
+                &files,
+                &matcher,
+                &searcher,
+                limit,
+                config.max_scan_bytes,
+            );
+            if cut {
+                scan_limit = Some(ScanLimit::Bytes);
+            }
+            found
         }
     };
 
@@ -341,11 +388,16 @@ pub fn grep(sandbox: &Sandbox, params: &GrepParams) -> Result<GrepData, FsError>
     text.pop();
     let returned = returned as u64;
     let (matches, blob) = shape_output(sandbox, text, params.output_mode)?.into_fields();
+    let truncated_reason = match scan_limit {
+        Some(limit) => Some(limit.reason()),
+        None => (text_matches > returned).then_some(TruncatedReason::MaxResults),
+    };
     Ok(GrepData {
         matches,
         blob,
         match_count: found.match_count,
-        truncated: text_matches > returned,
+        truncated: truncated_reason.is_some(),
+        truncated_reason,
         returned,
         binary_matches,
     })
@@ -368,17 +420,24 @@ pub fn glob(sandbox: &Sandbox, params: &GlobParams) -> Result<GlobData, FsError>
             });
         }
     };
-    let results = Mutex::new(Vec::new());
-    walker(sandbox, &base, None)?
-        .build_parallel()
-        .visit(&mut GlobVisitors {
-            sandbox,
-            root_prefix: root_prefix_len(sandbox.root()),
-            base_prefix: if base.is_empty() { 0 } else { base.len() + 1 },
-            matcher,
-            results: &results,
-        });
-    let mut found = results.into_inner().unwrap_or_else(PoisonError::into_inner);
+    let (files, over) = walked_files(sandbox, &base, None, config.max_scan_files)?;
+    let base_prefix = if base.is_empty() { 0 } else { base.len() + 1 };
+    let mut found: Vec<GlobHit> = Vec::new();
+    for rel in &files {
+        let Some(below_base) = rel.get(base_prefix..) else {
+            continue;
+        };
+        if !matcher.is_match(below_base) {
+            continue;
+        }
+        // The time comes from the file as opened beneath the root, like a
+        // grep's content, not from the walk's lookup by path.
+        if let Ok(stat) = sandbox.stat_walked(rel)
+            && kind_of(&stat) == FileKind::File
+        {
+            found.push(((stat.st_mtime, stat.st_mtime_nsec), rel.clone()));
+        }
+    }
     // Newest first, then by path.
     found.sort_unstable_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
     let count = found.len();
@@ -387,13 +446,18 @@ pub fn glob(sandbox: &Sandbox, params: &GlobParams) -> Result<GlobData, FsError>
         .take(limit)
         .map(|(_, path)| path)
         .collect();
-    let truncated = count > paths.len();
+    let truncated_reason = if over {
+        Some(TruncatedReason::MaxScanFiles)
+    } else {
+        (count > paths.len()).then_some(TruncatedReason::MaxResults)
+    };
     let (paths, blob) = shape_output(sandbox, paths.join("\n"), params.output_mode)?.into_fields();
     Ok(GlobData {
         paths,
         blob,
         count: count as u64,
-        truncated,
+        truncated: truncated_reason.is_some(),
+        truncated_reason,
     })
 }
 
@@ -891,143 +955,166 @@ impl Sink for LineSink<'_> {
     }
 }
 
-/// Makes one [`GrepVisitor`] per walker thread.
-struct GrepVisitors<'s> {
-    sandbox: &'s Sandbox,
+/// Makes one [`FileCollector`] per walker thread.
+struct FileCollectors<'s> {
     root_prefix: usize,
-    matcher: RegexMatcher,
-    searcher: Searcher,
-    limit: usize,
-    results: &'s Mutex<Found>,
+    files: &'s Mutex<Vec<String>>,
 }
 
-impl<'s> ParallelVisitorBuilder<'s> for GrepVisitors<'s> {
+impl<'s> ParallelVisitorBuilder<'s> for FileCollectors<'s> {
     fn build(&mut self) -> Box<dyn ParallelVisitor + 's> {
-        Box::new(GrepVisitor {
-            sandbox: self.sandbox,
+        Box::new(FileCollector {
             root_prefix: self.root_prefix,
-            matcher: self.matcher.clone(),
-            searcher: self.searcher.clone(),
-            limit: self.limit,
-            found: Found::default(),
-            results: self.results,
+            found: Vec::new(),
+            files: self.files,
         })
     }
 }
 
-/// Searches the files one walker thread is given; hands what it found over
-/// when the walk is done (on drop), so threads never contend during it.
-struct GrepVisitor<'s> {
-    sandbox: &'s Sandbox,
+/// Gathers the root-relative paths of the files one walker thread is given;
+/// hands them over when the walk is done (on drop), so threads never contend
+/// during it.
+struct FileCollector<'s> {
     root_prefix: usize,
-    matcher: RegexMatcher,
-    searcher: Searcher,
-    limit: usize,
-    found: Found,
-    results: &'s Mutex<Found>,
+    found: Vec<String>,
+    files: &'s Mutex<Vec<String>>,
 }
 
-impl ParallelVisitor for GrepVisitor<'_> {
+impl ParallelVisitor for FileCollector<'_> {
     fn visit(&mut self, entry: Result<DirEntry, ignore::Error>) -> WalkState {
-        let Ok(entry) = entry else {
-            return WalkState::Continue;
-        };
-        if !entry.file_type().is_some_and(|kind| kind.is_file()) {
-            return WalkState::Continue;
-        }
-        let Some(rel) = relative(entry.path(), self.root_prefix) else {
-            return WalkState::Continue;
-        };
-        if let Ok(file) = self.sandbox.open_walked_file(rel) {
-            search_one(
-                &mut self.searcher,
-                &self.matcher,
-                rel,
-                &file,
-                self.limit,
-                &mut self.found,
-            );
+        if let Ok(entry) = entry
+            && entry.file_type().is_some_and(|kind| kind.is_file())
+            && let Some(rel) = relative(entry.path(), self.root_prefix)
+        {
+            self.found.push(rel.to_owned());
         }
         WalkState::Continue
     }
 }
 
-impl Drop for GrepVisitor<'_> {
+impl Drop for FileCollector<'_> {
     fn drop(&mut self) {
-        let mut results = self.results.lock().unwrap_or_else(PoisonError::into_inner);
-        results.match_count += self.found.match_count;
-        results.files.append(&mut self.found.files);
+        let mut files = self.files.lock().unwrap_or_else(PoisonError::into_inner);
+        files.append(&mut self.found);
     }
+}
+
+/// The files below `base` that a walk yields, sorted by path (byte order),
+/// at most `max_files` of them (the first in that order) and whether there
+/// were more: which files a limit leaves out never depends on scheduling.
+fn walked_files(
+    sandbox: &Sandbox,
+    base: &str,
+    file_filter: Option<Override>,
+    max_files: u64,
+) -> Result<(Vec<String>, bool), FsError> {
+    let files = Mutex::new(Vec::new());
+    walker(sandbox, base, file_filter)?
+        .build_parallel()
+        .visit(&mut FileCollectors {
+            root_prefix: root_prefix_len(sandbox.root()),
+            files: &files,
+        });
+    let mut files = files.into_inner().unwrap_or_else(PoisonError::into_inner);
+    files.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+    let max = usize::try_from(max_files).unwrap_or(usize::MAX);
+    let over = files.len() > max;
+    files.truncate(max);
+    Ok((files, over))
+}
+
+/// What searching one file of a grep gave: its size and its matches.
+struct Searched {
+    size: u64,
+    matches: Option<FileMatches>,
+}
+
+/// Searches `files` (sorted) in parallel, in their order, until they are done
+/// or the bytes looked at pass `max_bytes`. The files kept are the longest
+/// prefix of `files` whose sizes add up to at most `max_bytes` (so which ones
+/// never depends on scheduling); the second value says some were left out.
+fn search_files(
+    sandbox: &Sandbox,
+    files: &[String],
+    matcher: &RegexMatcher,
+    searcher: &Searcher,
+    limit: usize,
+    max_bytes: u64,
+) -> (Found, bool) {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let seen = std::sync::atomic::AtomicU64::new(0);
+    let results: Mutex<Vec<(usize, Searched)>> = Mutex::new(Vec::new());
+    let threads = std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .min(files.len().max(1));
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            let mut searcher = searcher.clone();
+            let (next, seen, results) = (&next, &seen, &results);
+            scope.spawn(move || {
+                let mut mine = Vec::new();
+                loop {
+                    // Files are taken in order; once the bytes seen pass the
+                    // limit, every file the limit keeps has been taken.
+                    if seen.load(std::sync::atomic::Ordering::Relaxed) > max_bytes {
+                        break;
+                    }
+                    let index = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(rel) = files.get(index) else {
+                        break;
+                    };
+                    let Ok(file) = sandbox.open_walked_file(rel) else {
+                        mine.push((
+                            index,
+                            Searched {
+                                size: 0,
+                                matches: None,
+                            },
+                        ));
+                        continue;
+                    };
+                    let size = file.metadata().map_or(0, |meta| meta.len());
+                    let total = seen.fetch_add(size, std::sync::atomic::Ordering::Relaxed) + size;
+                    let matches = (total <= max_bytes || size == 0).then(|| {
+                        let mut found = Found::default();
+                        search_one(&mut searcher, matcher, rel, &file, limit, &mut found);
+                        found.files.pop()
+                    });
+                    mine.push((
+                        index,
+                        Searched {
+                            size,
+                            matches: matches.flatten(),
+                        },
+                    ));
+                }
+                results
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .append(&mut mine);
+            });
+        }
+    });
+    let mut results = results.into_inner().unwrap_or_else(PoisonError::into_inner);
+    results.sort_unstable_by_key(|(index, _)| *index);
+    let mut found = Found::default();
+    let mut total: u64 = 0;
+    let mut expected = 0;
+    for (index, searched) in results {
+        total = total.saturating_add(searched.size);
+        // A gap means a file was never taken: the limit was passed before it.
+        if index != expected || total > max_bytes {
+            return (found, true);
+        }
+        expected += 1;
+        if let Some(matches) = searched.matches {
+            found.match_count += matches.count;
+            found.files.push(matches);
+        }
+    }
+    (found, expected < files.len())
 }
 
 /// A file `glob` matched: its modification time (seconds, nanoseconds) and
 /// root-relative path.
 type GlobHit = ((i64, u64), String);
-
-/// Makes one [`GlobVisitor`] per walker thread.
-struct GlobVisitors<'s> {
-    sandbox: &'s Sandbox,
-    root_prefix: usize,
-    /// Bytes of a root-relative path that are the base and its separator.
-    base_prefix: usize,
-    matcher: GlobMatcher,
-    results: &'s Mutex<Vec<GlobHit>>,
-}
-
-impl<'s> ParallelVisitorBuilder<'s> for GlobVisitors<'s> {
-    fn build(&mut self) -> Box<dyn ParallelVisitor + 's> {
-        Box::new(GlobVisitor {
-            sandbox: self.sandbox,
-            root_prefix: self.root_prefix,
-            base_prefix: self.base_prefix,
-            matcher: self.matcher.clone(),
-            found: Vec::new(),
-            results: self.results,
-        })
-    }
-}
-
-struct GlobVisitor<'s> {
-    sandbox: &'s Sandbox,
-    root_prefix: usize,
-    base_prefix: usize,
-    matcher: GlobMatcher,
-    found: Vec<GlobHit>,
-    results: &'s Mutex<Vec<GlobHit>>,
-}
-
-impl ParallelVisitor for GlobVisitor<'_> {
-    fn visit(&mut self, entry: Result<DirEntry, ignore::Error>) -> WalkState {
-        let Ok(entry) = entry else {
-            return WalkState::Continue;
-        };
-        if !entry.file_type().is_some_and(|kind| kind.is_file()) {
-            return WalkState::Continue;
-        }
-        let Some(rel) = relative(entry.path(), self.root_prefix) else {
-            return WalkState::Continue;
-        };
-        let Some(below_base) = rel.get(self.base_prefix..) else {
-            return WalkState::Continue;
-        };
-        if !self.matcher.is_match(below_base) {
-            return WalkState::Continue;
-        }
-        // The time comes from the file as opened beneath the root, like a
-        // grep's content, not from the walk's lookup by path.
-        if let Ok(stat) = self.sandbox.stat_walked(rel)
-            && kind_of(&stat) == FileKind::File
-        {
-            let mtime = (stat.st_mtime, stat.st_mtime_nsec);
-            self.found.push((mtime, rel.to_owned()));
-        }
-        WalkState::Continue
-    }
-}
-
-impl Drop for GlobVisitor<'_> {
-    fn drop(&mut self) {
-        let mut results = self.results.lock().unwrap_or_else(PoisonError::into_inner);
-        results.append(&mut self.found);
-    }
-}

@@ -64,12 +64,16 @@ fn check(call: fn(&Sandbox, &Value) -> Value, sandbox: &Sandbox, cases: Vec<(Val
 
 /// The `data` of a grep that returned `lines`, of `match_count` in all.
 fn grep_data(lines: &[&str], match_count: u64) -> Value {
-    json!({
-        "matches": lines.join("\n"),
-        "match_count": match_count,
-        "truncated": match_count > lines.len() as u64,
-        "returned": lines.len(),
-    })
+    let truncated = match_count > lines.len() as u64;
+    let mut data = serde_json::Map::new();
+    data.insert("matches".into(), json!(lines.join("\n")));
+    data.insert("match_count".into(), json!(match_count));
+    data.insert("truncated".into(), json!(truncated));
+    if truncated {
+        data.insert("truncated_reason".into(), json!("max_results"));
+    }
+    data.insert("returned".into(), json!(lines.len()));
+    Value::Object(data)
 }
 
 fn error(code: &str) -> Value {
@@ -506,11 +510,16 @@ fn set_mtime(root: &Path, path: &str, seconds: u64) {
 }
 
 fn glob_data(paths: &[&str], count: u64) -> Value {
-    json!({
+    let truncated = count > paths.len() as u64;
+    let mut data = json!({
         "paths": paths.join("\n"),
         "count": count,
-        "truncated": count > paths.len() as u64,
-    })
+        "truncated": truncated,
+    });
+    if truncated {
+        data["truncated_reason"] = json!("max_results");
+    }
+    data
 }
 
 fn glob_workspace() -> Fixture {

@@ -223,6 +223,10 @@ fn validate(config: &Config) -> Vec<ConfigIssue> {
         ("diff_preview_max_chars", broker.diff_preview_max_chars),
         ("max_grep_results", broker.max_grep_results),
         ("max_glob_results", broker.max_glob_results),
+        ("max_scan_files", broker.max_scan_files),
+        ("max_scan_bytes", broker.max_scan_bytes),
+        ("max_changed_files", broker.max_changed_files),
+        ("max_edit_replacements", broker.max_edit_replacements),
     ] {
         check(
             value > 0,
@@ -230,6 +234,16 @@ fn validate(config: &Config) -> Vec<ConfigIssue> {
             "must be positive",
         );
     }
+    check(
+        !broker.allowed_patch_formats.is_empty(),
+        "file_broker.allowed_patch_formats",
+        "must name at least one format (v4a, unified); to turn apply_patch off, deny it in a profile",
+    );
+    check(
+        broker.audit_log_enabled,
+        "file_broker.audit_log_enabled",
+        "cannot be false: airlock audits every call (reads, denials and timeouts included) and has no way to turn its audit log off",
+    );
     check(
         broker.max_read_bytes_default <= broker.max_read_bytes_hard,
         "file_broker.max_read_bytes_default",

@@ -50,6 +50,9 @@ pub struct WorkspaceConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct FileBrokerConfig {
+    /// `false` turns the file tools off (spec 000): they are neither listed nor
+    /// callable.
+    pub enabled: bool,
     /// How long a proposal may wait for a decision, in seconds.
     pub hitl_ttl_seconds: u64,
     /// Bytes `read_file` returns when the call names no `max_bytes`.
@@ -70,11 +73,34 @@ pub struct FileBrokerConfig {
     pub deny_path_globs: Vec<String>,
     pub max_grep_results: u64,
     pub max_glob_results: u64,
+    /// Files one grep or glob may look at; past it they stop with `truncated`
+    /// and `truncated_reason: max_scan_files` (spec 003).
+    pub max_scan_files: u64,
+    /// Bytes one grep may read; past it it stops with `truncated` and
+    /// `truncated_reason: max_scan_bytes` (spec 003).
+    pub max_scan_bytes: u64,
+    /// Files one patch may change; larger patches are refused (spec 003).
+    pub max_changed_files: u64,
+    /// Replacements one edit may make; more are refused (spec 003).
+    pub max_edit_replacements: u64,
+    /// Patch formats apply_patch accepts (spec 003).
+    pub allowed_patch_formats: Vec<PatchFormatName>,
+    /// Spec 000's switch. Only `true` is accepted: airlock audits every call.
     pub audit_log_enabled: bool,
     /// `false` refuses to read or write a regular file with more than one
     /// hard link (it may be another name of a file outside the workspace or
     /// of a protected one). Protected paths are refused either way.
     pub allow_hardlinks: bool,
+}
+
+/// A patch format apply_patch may accept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PatchFormatName {
+    /// `*** Begin Patch` (Codex's apply_patch).
+    V4a,
+    /// `---`/`+++`/`@@` (`diff -u`, `git diff`).
+    Unified,
 }
 
 /// What to do with an absolute path argument.
@@ -388,6 +414,7 @@ impl Default for WorkspaceConfig {
 impl Default for FileBrokerConfig {
     fn default() -> FileBrokerConfig {
         FileBrokerConfig {
+            enabled: true,
             hitl_ttl_seconds: 120,
             max_read_bytes_default: 32_000,
             max_read_bytes_hard: 131_072,
@@ -404,6 +431,11 @@ impl Default for FileBrokerConfig {
                 .to_vec(),
             max_grep_results: 100,
             max_glob_results: 1_000,
+            max_scan_files: 200_000,
+            max_scan_bytes: 2_147_483_648,
+            max_changed_files: 200,
+            max_edit_replacements: 1_000,
+            allowed_patch_formats: vec![PatchFormatName::V4a, PatchFormatName::Unified],
             audit_log_enabled: true,
             allow_hardlinks: false,
         }

@@ -13,6 +13,7 @@ workspace:
   state_dir: .airlock        # approvals db, audit log, blobs, snapshots; relative to root
 
 file_broker:                 # limits of the file tools
+  enabled: true              # false turns the file tools off (spec 000)
   hitl_ttl_seconds: 120      # how long a proposal waits for a decision
   max_read_bytes_default: 32000
   max_read_bytes_hard: 131072
@@ -25,7 +26,12 @@ file_broker:                 # limits of the file tools
   deny_path_globs: ["**/.env", "**/*.pem", "**/*id_rsa*", "**/secrets/**"]
   max_grep_results: 100
   max_glob_results: 1000
-  audit_log_enabled: true
+  max_scan_files: 200000     # spec 003 limits: grep/glob stop with truncated + truncated_reason
+  max_scan_bytes: 2147483648
+  max_changed_files: 200     # a patch changing more files is refused (limit_exceeded)
+  max_edit_replacements: 1000
+  allowed_patch_formats: [v4a, unified]
+  audit_log_enabled: true    # spec 000's switch; only true is accepted (every call is audited)
   allow_hardlinks: false     # refuse regular files with more than one hard link (never for protected paths)
 
 security:

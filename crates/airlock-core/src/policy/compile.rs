@@ -33,6 +33,8 @@ pub struct Policy {
     pub(crate) rules: RuleSet,
     pub(crate) risk_policies: [ResolvedRiskPolicy; 4],
     pub(crate) hitl_enabled: bool,
+    /// `file_broker.enabled`: whether the built-in file tools exist.
+    pub(crate) file_tools_enabled: bool,
     pub(crate) write_tool_confirmation: bool,
     pub(crate) elicitation_fallback: ElicitationFallback,
     /// Configured upstreams and whether their annotations are trusted.
@@ -151,6 +153,7 @@ impl Policy {
                 rules,
                 risk_policies,
                 hitl_enabled: hitl.enabled,
+                file_tools_enabled: config.file_broker.enabled,
                 write_tool_confirmation: config.security.write_tool_confirmation,
                 elicitation_fallback: hitl.elicitation_fallback,
                 upstreams: config
@@ -229,6 +232,9 @@ impl Policy {
     /// hidden, and an unknown profile hides every tool. Calling a hidden tool
     /// is denied by `evaluate` all the same; this only keeps the list honest.
     pub fn lists_tool(&self, profile: Option<&str>, tool: &str) -> bool {
+        if !self.file_tools_enabled && is_file_tool(tool) {
+            return false;
+        }
         let Some(name) = profile.or(self.default_profile.as_deref()) else {
             return true;
         };
@@ -504,4 +510,11 @@ fn resolve_risk_policy(
             .unwrap_or_default()
             .into(),
     }
+}
+
+/// Whether `tool` is one of the built-in file tools that `file_broker.enabled`
+/// switches (every built-in but `proposal_status`).
+pub(crate) fn is_file_tool(tool: &str) -> bool {
+    crate::tools::BuiltinTool::from_name(tool)
+        .is_some_and(|tool| tool != crate::tools::BuiltinTool::ProposalStatus)
 }

@@ -200,6 +200,8 @@ pub enum Reason {
         path: String,
         pattern: Arc<str>,
     },
+    /// `file_broker.enabled: false` and the call is to a file tool.
+    FileToolsDisabled,
     /// `write_tool_allowlist: []`.
     WriteToolsDisabled,
     /// The requesting user is not on the write-tool allowlist.
@@ -302,7 +304,8 @@ impl Justification {
             | Reason::AbsolutePath { .. }
             | Reason::EscapesRoot { .. }
             | Reason::Protected { .. }
-            | Reason::DenyGlob { .. } => Layer::Sandbox,
+            | Reason::DenyGlob { .. }
+            | Reason::FileToolsDisabled => Layer::Sandbox,
             Reason::WriteToolsDisabled | Reason::UserNotAllowed { .. } | Reason::UserAllowed => {
                 Layer::WriteAllowlist
             }
@@ -331,6 +334,7 @@ impl Justification {
             | Reason::AbsolutePath { .. }
             | Reason::EscapesRoot { .. }
             | Reason::Protected { .. }
+            | Reason::FileToolsDisabled
             | Reason::WriteToolsDisabled
             | Reason::UserNotAllowed { .. }
             | Reason::UserAllowed
@@ -376,6 +380,9 @@ impl fmt::Display for Justification {
                 path,
                 pattern,
             } => write!(f, "{param} `{path}` matches deny glob `{pattern}`"),
+            Reason::FileToolsDisabled => {
+                f.write_str("the file tools are off (file_broker.enabled is false)")
+            }
             Reason::WriteToolsDisabled => {
                 f.write_str("write tools are disabled (write_tool_allowlist is empty)")
             }
@@ -483,7 +490,7 @@ impl Serialize for Justification {
                 map.serialize_entry("path", path)?;
                 map.serialize_entry("pattern", pattern)?;
             }
-            Reason::WriteToolsDisabled | Reason::UserAllowed => {}
+            Reason::FileToolsDisabled | Reason::WriteToolsDisabled | Reason::UserAllowed => {}
             Reason::UserNotAllowed { user } => map.serialize_entry("user", user)?,
             Reason::UnknownProfile { profile } => map.serialize_entry("profile", profile)?,
             Reason::ProfileDenylist { profile, pattern } => {

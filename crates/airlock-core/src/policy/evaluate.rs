@@ -134,7 +134,12 @@ impl Policy {
             ToolOrigin::Upstream { .. } | ToolOrigin::Unknown => risk != Risk::Low,
         };
 
-        // Layer 1: the sandbox, on every path-like argument.
+        // Layer 1: the sandbox. With `file_broker.enabled: false` the file
+        // tools do not exist.
+        if !self.file_tools_enabled && super::compile::is_file_tool(&call.tool) {
+            tally.deny(Reason::FileToolsDisabled, ErrorCode::PolicyDenied);
+        }
+        // The sandbox, on every path-like argument.
         for_each_path(
             call,
             patch.as_ref(),
