@@ -28,16 +28,16 @@ use airlock_core::{
 };
 use airlock_fs::{ChangePlan, CommitOptions, FsError, ReadParams, Sandbox, UndoFile, WriteParams};
 use airlock_store::{
-    ApprovalStatus, Created, EditedPlan, GrantRow, Limits, NewApproval, Snapshot, SnapshotFile,
-    Store, StoreError, Verdict,
+    ApprovalStatus, Created, EditedPlan, Limits, NewApproval, Snapshot, SnapshotFile, Store,
+    StoreError, Verdict,
 };
 use serde_json::{Map, Value, json};
 
-pub use airlock_store::Approval;
+pub use airlock_store::{Approval, GrantRow};
 pub use forward::{ForwardCall, Forwarder};
 pub use record::Record;
 pub use views::{
-    AuditCheck, AuditQuery, approval_view, check_audit, proposed_content, query_audit,
+    AuditCheck, AuditQuery, approval_view, check_audit, grant_view, proposed_content, query_audit,
 };
 
 /// The reason stored with a call `elicitation_fallback: allow` let through.
@@ -1748,7 +1748,11 @@ impl Broker {
                 approval.owner.clone()
             },
             session: scope.session,
-            expires_ms: scope.for_ms.map(|ms| now.saturating_add(ms)),
+            // Every grant ends: after --for, else after approvals.grant_ttl.
+            expires_ms: scope
+                .for_ms
+                .or_else(|| self.config.approvals.grant_ttl_ms())
+                .map(|ms| now.saturating_add(ms)),
             created_ms: now,
             created_by: Some(user.to_owned()),
             approval_id: Some(approval.id.clone()),
@@ -1778,6 +1782,80 @@ impl Broker {
                     "the grant could not be recorded in the audit log; it was not made",
                 ))
             }
+        }
+    }
+
+    /// The "always allow" grants in force, oldest first.
+    pub fn grants(&self) -> Result<Vec<GrantRow>, BrokerError> {
+        Ok(self.store.grants(now_ms())?)
+    }
+
+    /// Revokes the grant in force whose id is `id` or starts with it (a
+    /// unique prefix), as `by` through `channel`; audited as `grant_revoked`.
+    pub fn revoke_grant(&self, id: &str, by: &str, channel: &str) -> Result<GrantRow, BrokerError> {
+        let grants = self.grants()?;
+        let matching: Vec<&GrantRow> = grants
+            .iter()
+            .filter(|grant| grant.id == id || (!id.is_empty() && grant.id.starts_with(id)))
+            .collect();
+        let grant = match matching[..] {
+            [grant] => grant.clone(),
+            [] => {
+                return Err(BrokerError::refused(
+                    ErrorCode::NotFound,
+                    format!("no grant in force is named `{id}`"),
+                ));
+            }
+            _ => {
+                return Err(BrokerError::refused(
+                    ErrorCode::Ambiguous,
+                    format!(
+                        "`{id}` names {} grants; give more of the id",
+                        matching.len()
+                    ),
+                ));
+            }
+        };
+        self.revoke(&grant, by, channel)?;
+        Ok(grant)
+    }
+
+    /// Revokes every grant in force; the ones revoked.
+    pub fn revoke_all_grants(&self, by: &str, channel: &str) -> Result<Vec<GrantRow>, BrokerError> {
+        let grants = self.grants()?;
+        for grant in &grants {
+            self.revoke(grant, by, channel)?;
+        }
+        Ok(grants)
+    }
+
+    /// Removes `grant` first (the safe direction), then records it.
+    fn revoke(&self, grant: &GrantRow, by: &str, channel: &str) -> Result<(), BrokerError> {
+        if !self.store.delete_grant(&grant.id)? {
+            return Err(BrokerError::refused(
+                ErrorCode::NotFound,
+                format!("grant `{}` is no longer in force", grant.id),
+            ));
+        }
+        let logged = self.log(
+            Record::new("grant_revoked")
+                .text("grant_id", &grant.id)
+                .text("tool", &grant.tool)
+                .value("path_glob", grant.path_glob.clone().map(Value::String))
+                .value("session", grant.session.clone().map(Value::String))
+                .value("approval_id", grant.approval_id.clone().map(Value::String))
+                .text("decided_by", by)
+                .text("channel", channel),
+        );
+        match logged {
+            Some(_) => Ok(()),
+            None => Err(BrokerError::refused(
+                ErrorCode::IoError,
+                format!(
+                    "grant `{}` was revoked, but the audit log could not record it",
+                    grant.id
+                ),
+            )),
         }
     }
 

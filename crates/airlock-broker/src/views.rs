@@ -171,3 +171,20 @@ pub fn query_audit(
 ) -> Result<Vec<serde_json::Map<String, Value>>, String> {
     airlock_audit::query(path, query).map_err(|error| error.to_string())
 }
+
+/// A grant as the CLI (`airlock grants --json`) and the API (`GET /hitl/grants`)
+/// show it.
+pub fn grant_view(grant: &airlock_store::GrantRow) -> Value {
+    serde_json::json!({
+        "id": grant.id,
+        "tool": grant.tool,
+        "path_glob": grant.path_glob,
+        "scope": if grant.session.is_some() { "session" } else { "persistent" },
+        "session": grant.session,
+        "user": grant.user,
+        "created_ms": grant.created_ms,
+        "created_by": grant.created_by,
+        "expires_ms": grant.expires_ms,
+        "approval_id": grant.approval_id,
+    })
+}

@@ -463,23 +463,7 @@ pub(crate) fn undo(broker: &Broker, args: &UndoArgs) -> Result<u8, Failure> {
 
 /// `30s`, `10m`, `2h`, `7d`, or plain seconds.
 pub(crate) fn parse_duration(text: &str) -> Result<Duration, Failure> {
-    let bad = || Failure::usage(anyhow!("invalid duration {text:?}: use 30s, 10m, 2h or 7d"));
-    let (digits, unit) = match text.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
-        Some((at, _)) => text.split_at(at),
-        None => (text, "s"),
-    };
-    let amount: u64 = digits.parse().map_err(|_| bad())?;
-    let seconds = match unit {
-        "s" => 1,
-        "m" => 60,
-        "h" => 3_600,
-        "d" => 86_400,
-        _ => return Err(bad()),
-    };
-    if amount == 0 {
-        return Err(bad());
-    }
-    Ok(Duration::from_secs(
-        amount.checked_mul(seconds).ok_or_else(bad)?,
-    ))
+    airlock_core::config::parse_duration_seconds(text)
+        .map(Duration::from_secs)
+        .ok_or_else(|| Failure::usage(anyhow!("invalid duration {text:?}: use 30s, 10m, 2h or 7d")))
 }

@@ -7,6 +7,7 @@
 mod approvals;
 mod audit;
 mod check;
+mod grants;
 mod serve;
 mod watch;
 mod workspace;
@@ -72,6 +73,8 @@ enum Command {
     Watch,
     /// Restore the content an applied approval replaced.
     Undo(approvals::UndoArgs),
+    /// List the "always allow" grants in force, or revoke them.
+    Grants(grants::GrantsArgs),
     /// Verify, query or follow the audit log.
     #[command(subcommand)]
     Audit(audit::AuditCommand),
@@ -155,6 +158,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Deny(args) => approvals::deny(&workspace.broker()?, &args),
         Command::Watch => watch::run(&workspace.broker()?),
         Command::Undo(args) => approvals::undo(&workspace.broker()?, &args),
+        Command::Grants(args) => grants::run(&workspace.broker()?, &args),
         Command::Audit(command) => audit::run(&workspace, &command),
         Command::Serve(args) => serve::serve(&cli.global, workspace, &args),
         Command::Wrap(args) => serve::wrap(&cli.global, workspace, &args),

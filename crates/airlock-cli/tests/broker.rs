@@ -1865,6 +1865,90 @@ fn every_rule_is_decided_on_the_resolved_path_too_and_the_diff_names_the_real_fi
     assert_eq!(ws.read("src/main.rs").as_deref(), Some("fn main() {}\n"));
 }
 
+/// Grants end by default (approvals.grant_ttl), are listed, and are revoked
+/// one by one (by a prefix of the id) or all at once, each revocation audited.
+#[test]
+fn grants_expire_by_default_and_are_listed_and_revoked() {
+    let ws = Ws::new("approvals:\n  grant_ttl: 2h\n");
+    let first = ws.propose("a.txt", "one\n");
+    let before = airlock_broker::now_ms();
+    let run = ws.run(&["approve", &first, "--always", "--scope", "persistent"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let second = ws.propose("b.txt", "two\n");
+    assert_eq!(ws.run(&["approve", &second, "--always"]).code, 0);
+    let listed = ws.run(&["grants", "--json"]);
+    assert_eq!(listed.code, 0, "{}", listed.stderr);
+    let grants = listed.json.as_array().unwrap().clone();
+    assert_eq!(grants.len(), 2, "{}", listed.stdout);
+    for grant in &grants {
+        // Two hours from the approval, though neither approval said --for.
+        let expires = grant["expires_ms"].as_u64().unwrap();
+        let two_hours = 2 * 3_600_000;
+        assert!(
+            expires >= before + two_hours && expires <= airlock_broker::now_ms() + two_hours,
+            "{grant}"
+        );
+        assert!(grant["created_by"].is_string(), "{grant}");
+    }
+    assert_eq!(grants[0]["tool"], "write_file");
+    assert_eq!(grants[0]["path_glob"], "a.txt");
+    assert_eq!(grants[0]["scope"], "persistent");
+    let table = ws.run(&["grants"]);
+    assert!(
+        table.stdout.contains("a.txt") && table.stdout.contains("b.txt"),
+        "{}",
+        table.stdout
+    );
+
+    // Revoked by a prefix of its id: the next such write asks again.
+    let id = grants[0]["id"].as_str().unwrap();
+    let run = ws.run(&["grants", "revoke", &id[..id.len() - 4]]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.stdout.trim(), format!("revoked {id}"));
+    let args = json!({"path": "a.txt", "content": "three\n"}).to_string();
+    let asked = ws.run(&[
+        "call",
+        "write_file",
+        "--args",
+        &args,
+        "--session",
+        "s1",
+        "--defer",
+    ]);
+    assert_eq!(asked.code, 3, "{}", asked.stdout);
+    let revoked: Vec<Value> = ws
+        .audit()
+        .into_iter()
+        .filter(|record| record["event"] == "grant_revoked")
+        .collect();
+    assert_eq!(revoked.len(), 1);
+    assert_eq!(revoked[0]["grant_id"], id);
+    assert_eq!(revoked[0]["channel"], "terminal");
+    assert!(revoked[0]["decided_by"].is_string());
+
+    // Unknown ids change nothing; --all takes the rest.
+    let missing = ws.run(&["grants", "revoke", "grant-nope"]);
+    assert_eq!(missing.code, 2);
+    assert!(missing.stderr.contains("not_found"), "{}", missing.stderr);
+    let all = ws.run(&["grants", "revoke", "--all", "--json"]);
+    assert_eq!(all.code, 0, "{}", all.stderr);
+    assert_eq!(all.json["revoked"].as_array().unwrap().len(), 1);
+    assert_eq!(ws.run(&["grants", "--json"]).json, json!([]));
+    assert_eq!(
+        ws.events()
+            .iter()
+            .filter(|event| *event == "grant_revoked")
+            .count(),
+        2
+    );
+
+    // A grant_ttl that is no duration is a configuration error.
+    let bad = Ws::new("approvals:\n  grant_ttl: forever\n");
+    let run = bad.run(&["grants"]);
+    assert_eq!(run.code, 2);
+    assert!(run.stderr.contains("approvals.grant_ttl"), "{}", run.stderr);
+}
+
 /// A workspace whose log holds a few records (a write applied).
 fn logged() -> Ws {
     let ws = Ws::new("");

@@ -570,6 +570,62 @@ fn critical_risk_is_decided_by_its_approvers_and_with_a_reason() {
     assert_eq!(read(&server.path("docs/x.md")).as_deref(), Some("new\n"));
 }
 
+/// Grants over HTTP: approvers and admins list and revoke them, agents may
+/// not; a revocation is audited with the token's user.
+#[test]
+fn approvers_list_and_revoke_grants() {
+    let server = Server::start(&config(DEFER));
+    let (status, pending) = server.post("/v1/tools/call", Some(AGENT), &write_call("g.txt"));
+    assert_eq!(status, 202, "{pending}");
+    let id = pending["approval_id"].as_str().unwrap().to_owned();
+    let (status, body) = server.post(
+        &format!("/hitl/decide/{id}"),
+        Some(APPROVER),
+        &json!({"decision": "approve", "always": {"scope": "persistent"}}),
+    );
+    assert_eq!(status, 200, "{body}");
+    for token in [None, Some(AGENT)] {
+        let (status, body) = server.get("/hitl/grants", token);
+        assert!(matches!(status, 401 | 403), "{token:?}: {status} {body}");
+        let (status, _) = server.request("DELETE", "/hitl/grants/grant-", token, b"");
+        assert!(matches!(status, 401 | 403), "{token:?}: {status}");
+    }
+    let (status, listed) = server.get("/hitl/grants", Some(APPROVER));
+    assert_eq!(status, 200, "{listed}");
+    let grants = listed["grants"].as_array().unwrap();
+    assert_eq!(grants.len(), 1, "{listed}");
+    let grant = &grants[0];
+    assert_eq!(grant["tool"], "write_file");
+    assert_eq!(grant["path_glob"], "g.txt");
+    // The default grant_ttl: 8 hours from now.
+    let eight_hours = 8 * 3_600_000;
+    let left = grant["expires_ms"].as_u64().unwrap() - listed["now_ms"].as_u64().unwrap();
+    assert!(
+        left <= eight_hours && left > eight_hours - 60_000,
+        "{grant}"
+    );
+    let grant_id = grant["id"].as_str().unwrap();
+    let (status, body) = server.request("DELETE", "/hitl/grants/grant-nope", Some(ADMIN), b"");
+    assert_eq!((status, error_code(&body)), (404, "not_found"), "{body}");
+    let (status, body) = server.request(
+        "DELETE",
+        &format!("/hitl/grants/{grant_id}"),
+        Some(APPROVER),
+        b"",
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["revoked"]["id"], grant_id);
+    let (_, listed) = server.get("/hitl/grants", Some(ADMIN));
+    assert_eq!(listed["grants"], json!([]));
+    let (status, records) = server.get("/audit?event_type=grant_revoked", Some(ADMIN));
+    assert_eq!(status, 200, "{records}");
+    let records = records["records"].as_array().unwrap();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0]["grant_id"], grant_id);
+    assert_eq!(records[0]["decided_by"], "u1");
+    assert_eq!(records[0]["channel"], "http");
+}
+
 #[test]
 fn in_wait_mode_the_call_goes_on_waiting_and_its_result_follows_the_decision() {
     let server = Server::start(&config(""));
@@ -871,9 +927,11 @@ fn openapi_describes_every_route_and_each_one_is_served() {
     assert_eq!(
         described,
         [
+            "DELETE /hitl/grants/{id}",
             "GET /audit",
             "GET /audit/verify",
             "GET /hitl/events",
+            "GET /hitl/grants",
             "GET /hitl/link/{id}/{decision}",
             "GET /hitl/pending",
             "GET /hitl/pending/{id}",

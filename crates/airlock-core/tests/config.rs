@@ -65,7 +65,8 @@ fn design_defaults() -> Value {
         "audit": {"path": ".airlock/audit.jsonl", "hmac_key_env": "AIRLOCK_AUDIT_KEY"},
         "notify": {"webhooks": []},
         "http": {"allowed_hosts": [], "allowed_origins": []},
-        "mcp": {"max_message_bytes": 16777216}
+        "mcp": {"max_message_bytes": 16777216},
+        "approvals": {"grant_ttl": "8h"}
     })
 }
 

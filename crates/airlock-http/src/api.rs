@@ -45,6 +45,8 @@ pub(crate) fn routes(gateway: Arc<Gateway>, events: Events) -> Router {
         .route("/hitl/pending/{id}", get(pending_one))
         .route("/hitl/decide/{id}", post(decide).route_layer(json_only()))
         .route("/hitl/result/{id}", get(result))
+        .route("/hitl/grants", get(grants))
+        .route("/hitl/grants/{id}", axum::routing::delete(revoke_grant))
         .route("/audit", get(audit_query))
         .route("/audit/verify", get(audit_verify))
         .with_state(Api { gateway, events })
@@ -313,6 +315,44 @@ async fn pending(State(api): State<Api>, caller: Option<axum::Extension<Caller>>
     }
 }
 
+/// `GET /hitl/grants`: the "always allow" grants in force (approver or admin).
+async fn grants(State(api): State<Api>, caller: Option<axum::Extension<Caller>>) -> Response {
+    if let Err(refused) = admit(caller, Role::Approver) {
+        return refused;
+    }
+    match on_broker(&api, |broker| broker.grants()).await {
+        Ok(grants) => {
+            let views: Vec<Value> = grants.iter().map(airlock_broker::grant_view).collect();
+            axum::Json(json!({"grants": views, "now_ms": airlock_broker::now_ms()})).into_response()
+        }
+        Err(refused) => refused,
+    }
+}
+
+/// `DELETE /hitl/grants/{id}`: revokes a grant (approver or admin); audited
+/// as `grant_revoked` with the token's user.
+async fn revoke_grant(
+    State(api): State<Api>,
+    caller: Option<axum::Extension<Caller>>,
+    Path(id): Path<String>,
+) -> Response {
+    let caller = match admit(caller, Role::Approver) {
+        Ok(caller) => caller,
+        Err(refused) => return refused,
+    };
+    let by = caller
+        .as_ref()
+        .and_then(|caller| caller.user.clone())
+        .or_else(|| caller.as_ref().map(|caller| caller.name.clone()))
+        .unwrap_or_else(|| "local".to_owned());
+    match on_broker(&api, move |broker| broker.revoke_grant(&id, &by, "http")).await {
+        Ok(grant) => {
+            axum::Json(json!({"revoked": airlock_broker::grant_view(&grant)})).into_response()
+        }
+        Err(refused) => refused,
+    }
+}
+
 /// `GET /hitl/pending/{id}`: one approval, with its diff.
 async fn pending_one(
     State(api): State<Api>,
@@ -357,7 +397,8 @@ enum Decision {
     Deny,
 }
 
-/// `always: true` (this session, no expiry) or `{scope, for_seconds}`.
+/// `always: true` (this session, for `approvals.grant_ttl`) or `{scope,
+/// for_seconds}` (`for_seconds` absent: `approvals.grant_ttl`).
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
 enum Always {

@@ -759,12 +759,10 @@ impl Store {
         })
     }
 
-    /// Removes a grant (one whose creation could not be audited).
-    pub fn delete_grant(&self, id: &str) -> Result<(), StoreError> {
-        self.with(|conn| {
-            conn.execute("DELETE FROM grants WHERE id = ?1", params![id])?;
-            Ok(())
-        })
+    /// Removes a grant (revoked, or one whose creation could not be
+    /// audited); whether there was one to remove.
+    pub fn delete_grant(&self, id: &str) -> Result<bool, StoreError> {
+        self.with(|conn| Ok(conn.execute("DELETE FROM grants WHERE id = ?1", params![id])? > 0))
     }
 
     /// Stores an "always allow" grant.

@@ -262,6 +262,12 @@ fn validate(config: &Config) -> Vec<ConfigIssue> {
         );
     }
 
+    check(
+        config.approvals.grant_ttl_ms().is_some(),
+        "approvals.grant_ttl",
+        "must be a duration such as 30m, 8h or 7d",
+    );
+
     let hitl = &config.security.hitl;
     check(
         hitl.default_timeout > 0,

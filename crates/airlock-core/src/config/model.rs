@@ -33,6 +33,7 @@ pub struct Config {
     pub notify: NotifyConfig,
     pub http: HttpConfig,
     pub mcp: McpConfig,
+    pub approvals: ApprovalsConfig,
 }
 
 /// Where the sandbox is and where airlock keeps its own state.
@@ -379,6 +380,49 @@ pub struct HttpConfig {
     /// Browser origins (`scheme://host[:port]`) allowed to call the API beyond
     /// the listener's own; every other cross-origin request is refused (403).
     pub allowed_origins: Vec<String>,
+}
+
+/// How approvals and their grants behave.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ApprovalsConfig {
+    /// How long an "always allow" grant lasts unless the approval names
+    /// another time (`--for`): `30s`, `10m`, `8h`, `7d`.
+    pub grant_ttl: String,
+}
+
+impl Default for ApprovalsConfig {
+    fn default() -> ApprovalsConfig {
+        ApprovalsConfig {
+            grant_ttl: "8h".to_owned(),
+        }
+    }
+}
+
+impl ApprovalsConfig {
+    /// `grant_ttl` in milliseconds (`None` when it does not parse, which the
+    /// configuration check refuses).
+    pub fn grant_ttl_ms(&self) -> Option<u64> {
+        parse_duration_seconds(&self.grant_ttl).map(|seconds| seconds.saturating_mul(1000))
+    }
+}
+
+/// `30s`, `10m`, `2h`, `7d` or plain seconds, in seconds; `None` for anything
+/// else, zero included.
+pub fn parse_duration_seconds(text: &str) -> Option<u64> {
+    let (digits, unit) = match text.char_indices().find(|(_, c)| !c.is_ascii_digit()) {
+        Some((at, _)) => text.split_at(at),
+        None => (text, "s"),
+    };
+    let amount: u64 = digits.parse().ok()?;
+    let seconds = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3_600,
+        "d" => 86_400,
+        _ => return None,
+    };
+    amount.checked_mul(seconds).filter(|seconds| *seconds > 0)
 }
 
 /// The MCP face.

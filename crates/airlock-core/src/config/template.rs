@@ -101,4 +101,7 @@ http:                        # who may reach `airlock serve --http` from a brows
 
 mcp:
   max_message_bytes: 16777216   # longest JSON-RPC message; longer ones are refused unread
+
+approvals:
+  grant_ttl: 8h              # always-allow grants end after this unless the approval says --for
 "#;
