@@ -107,7 +107,7 @@ impl Broker {
         let handling = self.handling(mode, decision);
         let asks = decision.disposition == Disposition::Ask;
         if asks && handling == Handling::Refuse {
-            return self.refused_by_fallback(call, path, METHOD, base.event("tool_call"));
+            return self.refused_by_fallback(call, decision, path, METHOD, base.event("tool_call"));
         }
         let by_fallback = asks && handling == Handling::Allow;
         if !asks || by_fallback {

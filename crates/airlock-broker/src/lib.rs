@@ -21,8 +21,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use airlock_audit::{AuditLog, Durability};
 use airlock_core::config::{ApprovalMode, Config, ElicitationFallback, LoadedConfig};
-use airlock_core::envelope::{DecidedBy, DecisionInfo, Envelope, HitlInfo, Status};
-use airlock_core::policy::Reason;
+use airlock_core::envelope::{DecidedBy, DecisionInfo, Envelope, ErrorReason, HitlInfo, Status};
+use airlock_core::policy::{Reason, Risk};
 use airlock_core::{
     Decision, Disposition, ErrorCode, Grant, GrantHolder, GrantScope, Policy, ToolCall, policy,
 };
@@ -662,7 +662,8 @@ impl Broker {
             path,
             code,
             message,
-        );
+        )
+        .with_reason(decision.deny_reason());
         envelope.decision = Some(DecisionInfo {
             by: DecidedBy::Policy,
             user: None,
@@ -796,7 +797,12 @@ impl Broker {
                 path,
                 ErrorCode::PolicyDenied,
                 "this read needs approval, and reads cannot be proposed",
-            );
+            )
+            .with_reason(Some(reason_of(
+                "hitl",
+                "reads_cannot_be_proposed",
+                decision,
+            )));
             return self.observed(
                 envelope,
                 record.text("decision", "deny").text("status", "denied"),
@@ -819,14 +825,20 @@ impl Broker {
                 self.observed(envelope, record)
             }
             Err(error) => {
+                let message = error.to_string();
                 let envelope = Envelope::failure(
                     failure_status(error.code()),
                     method,
                     &call.tool,
                     path,
                     error.code(),
-                    error.to_string(),
-                );
+                    &message,
+                )
+                .with_reason(ErrorReason::of_tool_refusal(
+                    error.code(),
+                    &message,
+                    Some(decision.risk),
+                ));
                 self.observed(
                     envelope,
                     record
@@ -1045,6 +1057,7 @@ impl Broker {
         if asks && handling == Handling::Refuse {
             return self.refused_by_fallback(
                 call,
+                decision,
                 path,
                 "fs.propose_patch",
                 base.event("write_file_propose"),
@@ -1061,6 +1074,7 @@ impl Broker {
             Err(error) => {
                 return self.propose_failed(
                     &call.tool,
+                    decision,
                     base,
                     path,
                     error.code(),
@@ -1144,6 +1158,7 @@ impl Broker {
                 let error = BrokerError::from(error);
                 return self.propose_failed(
                     &call.tool,
+                    decision,
                     base,
                     path,
                     error.code(),
@@ -1301,6 +1316,7 @@ impl Broker {
     fn refused_by_fallback(
         &self,
         call: &ToolCall,
+        decision: &Decision,
         path: Option<&str>,
         method: &str,
         record: Record,
@@ -1313,7 +1329,12 @@ impl Broker {
             ErrorCode::PolicyDenied,
             "this call needs a human's approval and this client cannot ask one \
              (elicitation_fallback: deny)",
-        );
+        )
+        .with_reason(Some(reason_of(
+            "hitl",
+            "elicitation_fallback: deny",
+            decision,
+        )));
         envelope.decision = Some(DecisionInfo {
             by: DecidedBy::Policy,
             user: None,
@@ -1360,6 +1381,7 @@ impl Broker {
     fn propose_failed(
         &self,
         tool: &str,
+        decision: &Decision,
         base: Record,
         path: Option<&str>,
         code: ErrorCode,
@@ -1372,7 +1394,12 @@ impl Broker {
             path,
             code,
             message,
-        );
+        )
+        .with_reason(ErrorReason::of_tool_refusal(
+            code,
+            message,
+            Some(decision.risk),
+        ));
         self.audited(
             envelope,
             base.event("write_file_propose")
@@ -1488,7 +1515,12 @@ impl Broker {
             approval.path.as_deref(),
             ErrorCode::Expired,
             "no decision before the timeout: denied",
-        );
+        )
+        .with_reason(Some(ErrorReason::new(
+            "timeout",
+            "timeout",
+            approval_risk(&approval),
+        )));
         envelope.hitl = Some(hitl_ref(&approval));
         envelope.decision = Some(DecisionInfo {
             by: DecidedBy::Timeout,
@@ -1522,7 +1554,12 @@ impl Broker {
             approval.path.as_deref(),
             ErrorCode::PolicyDenied,
             "the waiting call went away: cancelled",
-        );
+        )
+        .with_reason(Some(ErrorReason::new(
+            "hitl",
+            "cancelled",
+            approval_risk(&approval),
+        )));
         envelope.hitl = Some(hitl_ref(&approval));
         let envelope = self.audited(
             envelope,
@@ -1693,7 +1730,12 @@ impl Broker {
                     Some(reason) => format!("denied by {}: {reason}", request.user),
                     None => format!("denied by {}", request.user),
                 },
-            );
+            )
+            .with_reason(Some(ErrorReason::new(
+                "human",
+                "human",
+                approval_risk(&decided),
+            )));
             envelope.hitl = Some(hitl_ref(&decided));
             envelope.decision = Some(human(request, reason));
             let _ = self
@@ -1894,6 +1936,7 @@ impl Broker {
         }
         let path = approval.path.as_deref();
         let fail = |code: ErrorCode, message: String| {
+            let reason = ErrorReason::of_tool_refusal(code, &message, approval_risk(approval));
             let mut envelope = Envelope::failure(
                 failure_status(code),
                 "fs.apply_patch",
@@ -1901,7 +1944,8 @@ impl Broker {
                 path,
                 code,
                 message,
-            );
+            )
+            .with_reason(reason);
             envelope.hitl = Some(hitl_ref(approval));
             envelope.decision = Some(decision.clone());
             let envelope = self.audited(
@@ -2271,15 +2315,29 @@ fn audit_unwritable(method: &str, tool: &str, path: Option<&str>) -> Envelope {
     )
 }
 
-/// Sandbox refusals are denials (exit 4), like the policy's; other failures are
-/// tool errors.
+/// Sandbox refusals and capability limits are denials (exit 4), like the
+/// policy's; other failures are tool errors.
 fn failure_status(code: ErrorCode) -> Status {
     match code {
-        ErrorCode::PathForbidden | ErrorCode::PathDenied | ErrorCode::CreateNotAllowed => {
-            Status::Denied
-        }
+        ErrorCode::PathForbidden
+        | ErrorCode::PathDenied
+        | ErrorCode::CreateNotAllowed
+        | ErrorCode::LimitExceeded => Status::Denied,
         _ => Status::Error,
     }
+}
+
+/// A denial's reason from the policy's decision (its profile and risk).
+fn reason_of(layer: &str, rule: &str, decision: &Decision) -> ErrorReason {
+    ErrorReason {
+        profile: decision.profile.as_deref().map(str::to_owned),
+        ..ErrorReason::new(layer, rule, Some(decision.risk))
+    }
+}
+
+/// The risk an approval was made at.
+fn approval_risk(approval: &Approval) -> Option<Risk> {
+    approval.risk.parse().ok()
 }
 
 /// The envelope of a settled approval whose decider died before storing one.
@@ -2302,6 +2360,13 @@ fn settled_from_row(approval: &Approval) -> Envelope {
             (Status::Error, ErrorCode::IoError, "not settled")
         }
     };
+    let reason = match approval.status {
+        ApprovalStatus::Denied => Some(("human", "human")),
+        ApprovalStatus::Expired => Some(("timeout", "timeout")),
+        ApprovalStatus::Cancelled => Some(("hitl", "cancelled")),
+        _ => None,
+    }
+    .map(|(layer, rule)| ErrorReason::new(layer, rule, approval_risk(approval)));
     let mut envelope = Envelope::failure(
         status,
         "fs.apply_patch",
@@ -2309,7 +2374,8 @@ fn settled_from_row(approval: &Approval) -> Envelope {
         approval.path.as_deref(),
         code,
         message,
-    );
+    )
+    .with_reason(reason);
     envelope.hitl = Some(hitl_ref(approval));
     envelope.decision = Some(DecisionInfo {
         by: decided_by(approval.decided_by.as_deref()),

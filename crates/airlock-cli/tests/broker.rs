@@ -1949,6 +1949,59 @@ fn grants_expire_by_default_and_are_listed_and_revoked() {
     assert!(run.stderr.contains("approvals.grant_ttl"), "{}", run.stderr);
 }
 
+/// Every denial says why in `error.reason`: the layer, the configuration entry,
+/// the profile and the risk, so a policy deny, a profile deny, a human's deny, a
+/// timeout and a limit can be told apart.
+#[test]
+fn every_denial_carries_a_machine_readable_reason() {
+    let ws = Ws::new(
+        "security:\n  hitl:\n    policies:\n      medium: {require_approval: true, timeout: 1}\nfile_broker:\n  max_changed_files: 1\nprofiles:\n  safe:\n    allowlist: [read_file]\n",
+    );
+    ws.write(".env", "SECRET=1\n");
+    let reason = |run: &Run| run.json["error"]["reason"].clone();
+    let policy = ws.run(&["call", "read_file", "--args", r#"{"path": ".env"}"#]);
+    assert_eq!(policy.code, 4, "{}", policy.stdout);
+    assert_eq!(
+        reason(&policy),
+        json!({"layer": "sandbox", "rule": "file_broker.deny_path_globs: **/.env", "risk": "low"})
+    );
+    let args = json!({"path": "a.txt", "content": "x\n"}).to_string();
+    let profile = ws.run(&["call", "write_file", "--args", &args, "--profile", "safe"]);
+    assert_eq!(profile.code, 4, "{}", profile.stdout);
+    assert_eq!(
+        reason(&profile),
+        json!({"layer": "profile", "rule": "profiles.safe.allowlist", "profile": "safe", "risk": "medium"})
+    );
+    let id = ws.propose("a.txt", "x\n");
+    let human = ws.run(&["deny", &id, "--reason", "no"]);
+    assert_eq!(human.code, 4, "{}", human.stdout);
+    assert_eq!(
+        reason(&human),
+        json!({"layer": "human", "rule": "human", "risk": "medium"})
+    );
+    // Nobody decides within the second the medium policy gives.
+    let timeout = ws.run(&["call", "write_file", "--args", &args]);
+    assert_eq!(timeout.code, 4, "{}", timeout.stdout);
+    assert_eq!(timeout.json["error"]["code"], "expired");
+    assert_eq!(
+        reason(&timeout),
+        json!({"layer": "timeout", "rule": "timeout", "risk": "medium"})
+    );
+    let two = "*** Begin Patch\n*** Add File: x.txt\n+x\n*** Add File: y.txt\n+y\n*** End Patch\n";
+    let limit = ws.run(&[
+        "call",
+        "apply_patch",
+        "--args",
+        &json!({"patch": two}).to_string(),
+    ]);
+    assert_eq!(limit.code, 4, "{}", limit.stdout);
+    assert_eq!(limit.json["error"]["code"], "limit_exceeded");
+    assert_eq!(
+        reason(&limit),
+        json!({"layer": "limit", "rule": "file_broker.max_changed_files", "risk": "medium"})
+    );
+}
+
 /// A workspace whose log holds a few records (a write applied).
 fn logged() -> Ws {
     let ws = Ws::new("");

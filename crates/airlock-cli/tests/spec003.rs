@@ -912,7 +912,7 @@ fn capability_limits_stop_scans_and_refuse_large_changes() {
     );
     let two = "*** Begin Patch\n*** Add File: src/x.txt\n+x\n*** Add File: src/y.txt\n+y\n*** End Patch\n";
     let refused = ws.call("apply_patch", json!({"patch": two}));
-    failed(&refused, "error", "limit_exceeded");
+    failed(&refused, "denied", "limit_exceeded");
     assert!(
         refused["error"]["message"]
             .as_str()
@@ -925,7 +925,7 @@ fn capability_limits_stop_scans_and_refuse_large_changes() {
     ws.write("src/e.txt", "x\n");
     failed(
         &ws.call("apply_patch", json!({"patch": moved})),
-        "error",
+        "denied",
         "limit_exceeded",
     );
     let one = "*** Begin Patch\n*** Add File: src/x.txt\n+x\n*** End Patch\n";
@@ -933,7 +933,7 @@ fn capability_limits_stop_scans_and_refuse_large_changes() {
     assert_eq!(ws.read("src/x.txt").unwrap(), b"x\n");
     let unified = "--- /dev/null\n+++ b/src/z.txt\n@@ -0,0 +1 @@\n+z\n";
     let refused = ws.call("apply_patch", json!({"patch": unified}));
-    failed(&refused, "error", "limit_exceeded");
+    failed(&refused, "denied", "limit_exceeded");
     assert!(
         refused["error"]["message"]
             .as_str()
@@ -944,7 +944,7 @@ fn capability_limits_stop_scans_and_refuse_large_changes() {
     ws.write("src/r.txt", "a a a\n");
     let all =
         json!({"path": "src/r.txt", "old_string": "a", "new_string": "b", "replace_all": true});
-    failed(&ws.call("edit_file", all), "error", "limit_exceeded");
+    failed(&ws.call("edit_file", all), "denied", "limit_exceeded");
     assert_eq!(ws.read("src/r.txt").unwrap(), b"a a a\n");
     ws.write("src/r.txt", "a a\n");
     let all =

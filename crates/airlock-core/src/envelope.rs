@@ -90,6 +90,66 @@ pub struct HitlInfo {
 pub struct EnvelopeError {
     pub code: ErrorCode,
     pub message: String,
+    /// On every denial: which part of airlock refused, and by what.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<ErrorReason>,
+}
+
+/// A denial's machine-readable reason, so that a client can tell a policy
+/// deny, a profile deny, a human's deny, a timeout and a limit apart.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorReason {
+    /// `sandbox`, `write_allowlist`, `profile`, `rule`, `risk_policy`, `hitl`
+    /// (the call needed a human and none could be asked), `human`, `timeout`
+    /// or `limit`.
+    pub layer: String,
+    /// What exactly: the configuration key or list entry that refused
+    /// (`file_broker.deny_path_globs: **/.env`, `profiles.safe.allowlist`,
+    /// `security.hitl.rules[2]`, `file_broker.max_changed_files`), or for a
+    /// person or a clock `human`, `timeout`.
+    pub rule: String,
+    /// The profile in force, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    /// The call's risk, when it was assessed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub risk: Option<Risk>,
+}
+
+impl ErrorReason {
+    pub fn new(layer: &str, rule: impl Into<String>, risk: Option<Risk>) -> ErrorReason {
+        ErrorReason {
+            layer: layer.to_owned(),
+            rule: rule.into(),
+            profile: None,
+            risk,
+        }
+    }
+
+    /// The reason of a refusal by the file tools themselves: a sandbox code, or
+    /// a capability limit (whose message ends `(file_broker.<limit>)`).
+    pub fn of_tool_refusal(
+        code: ErrorCode,
+        message: &str,
+        risk: Option<Risk>,
+    ) -> Option<ErrorReason> {
+        match code {
+            ErrorCode::PathForbidden | ErrorCode::PathDenied | ErrorCode::CreateNotAllowed => {
+                Some(ErrorReason::new("sandbox", code.as_str(), risk))
+            }
+            ErrorCode::LimitExceeded => {
+                let limit = message
+                    .rsplit_once("(file_broker.")
+                    .and_then(|(_, rest)| rest.strip_suffix(')'))
+                    .map_or_else(
+                        || "file_broker".to_owned(),
+                        |name| format!("file_broker.{name}"),
+                    );
+                Some(ErrorReason::new("limit", limit, risk))
+            }
+            _ => None,
+        }
+    }
 }
 
 /// Who decided a call that needed deciding.
@@ -164,7 +224,16 @@ impl Envelope {
         envelope.error = Some(EnvelopeError {
             code,
             message: message.into(),
+            reason: None,
         });
         envelope
+    }
+
+    /// This envelope with `reason` on its error (nothing without an error).
+    pub fn with_reason(mut self, reason: Option<ErrorReason>) -> Envelope {
+        if let Some(error) = &mut self.error {
+            error.reason = reason;
+        }
+        self
     }
 }

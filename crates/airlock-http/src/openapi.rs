@@ -193,6 +193,25 @@ pub(crate) fn document(call: Schema, decide: Schema, audit_params: Schema) -> Va
                 "schema_version": {"type": "string"},
                 "status": {"enum": ["allowed", "denied", "error", "hitl_required"]},
                 "op": {"type": "object"},
+                "error": {
+                    "type": "object",
+                    "required": ["code", "message"],
+                    "properties": {
+                        "code": {"type": "string"},
+                        "message": {"type": "string"},
+                        "reason": {
+                            "type": "object",
+                            "description": "On every denial: which layer refused and by what",
+                            "required": ["layer", "rule"],
+                            "properties": {
+                                "layer": {"enum": ["sandbox", "write_allowlist", "profile", "rule", "default_risk", "risk_policy", "grant", "hitl", "human", "timeout", "limit"]},
+                                "rule": {"type": "string"},
+                                "profile": {"type": "string"},
+                                "risk": {"enum": ["low", "medium", "high", "critical"]},
+                            },
+                        },
+                    },
+                },
             },
         },
         "Pending": {

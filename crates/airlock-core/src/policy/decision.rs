@@ -115,6 +115,60 @@ pub struct Decision {
     pub justification: Vec<Justification>,
 }
 
+impl Decision {
+    /// The envelope's `error.reason` of a denial: the first layer that denied,
+    /// and the configuration entry that made it.
+    pub fn deny_reason(&self) -> Option<crate::envelope::ErrorReason> {
+        let denial = self
+            .justification
+            .iter()
+            .find(|step| step.effect == Some(Disposition::Deny))?;
+        let rule = match &denial.reason {
+            Reason::NulByte { .. } => "nul_byte".to_owned(),
+            Reason::AbsolutePath { .. } => "file_broker.absolute_paths".to_owned(),
+            Reason::EscapesRoot { .. } => "workspace.root".to_owned(),
+            Reason::Protected { what, .. } => format!(
+                "protected.{}",
+                match what {
+                    Protected::StateDir => "state_dir",
+                    Protected::AuditLog => "audit_log",
+                    Protected::ConfigFile => "config_file",
+                    Protected::Git => "git",
+                }
+            ),
+            Reason::DenyGlob { pattern, .. } => format!("file_broker.deny_path_globs: {pattern}"),
+            Reason::FileToolsDisabled => "file_broker.enabled".to_owned(),
+            Reason::WriteToolsDisabled | Reason::UserNotAllowed { .. } | Reason::UserAllowed => {
+                "security.write_tool_allowlist".to_owned()
+            }
+            Reason::UnknownProfile { profile } => format!("profiles.{profile}"),
+            Reason::ProfileDenylist { profile, pattern } => {
+                format!("profiles.{profile}.denylist: {pattern}")
+            }
+            Reason::ProfileAsklist { profile, pattern } => {
+                format!("profiles.{profile}.asklist: {pattern}")
+            }
+            Reason::ProfileAllowlist { profile, pattern } => {
+                format!("profiles.{profile}.allowlist: {pattern}")
+            }
+            Reason::ProfileAllowlistMiss { profile } => format!("profiles.{profile}.allowlist"),
+            Reason::Rule { index, .. } => format!("security.hitl.rules[{index}]"),
+            Reason::DefaultRisk { .. } => "default_risk".to_owned(),
+            Reason::RiskPolicy { risk, .. } => format!("security.hitl.policies.{risk}"),
+            Reason::Grant { id } => format!("grant {id}"),
+            Reason::HitlDisabled => "security.hitl.enabled".to_owned(),
+            Reason::ConfirmationDisabled => "security.write_tool_confirmation".to_owned(),
+            Reason::ResolvedPaths => "resolved_paths".to_owned(),
+        };
+        Some(crate::envelope::ErrorReason {
+            layer: denial.layer().as_str().to_owned(),
+            rule,
+            profile: self.profile.as_deref().map(str::to_owned),
+            risk: Some(self.risk),
+        })
+    }
+}
+
 /// The policy layers of DESIGN §4, in evaluation order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
