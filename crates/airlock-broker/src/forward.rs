@@ -152,6 +152,7 @@ impl Broker {
             owner: Some(call.principal.owner_key()),
             session: call.session.clone(),
             tool_call_id: call.tool_call_id.clone(),
+            context_id: call.context_id.clone(),
             risk: decision.risk.as_str().to_owned(),
             decision_json: serde_json::to_string(decision).unwrap_or_default(),
             path: path.map(str::to_owned),

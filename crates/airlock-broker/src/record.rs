@@ -28,6 +28,7 @@ impl Record {
             .value("user", call.principal.user.clone().map(Value::String))
             .value("agent", call.principal.agent.clone().map(Value::String))
             .value("tool_call_id", call.tool_call_id.clone().map(Value::String))
+            .value("context_id", call.context_id.clone().map(Value::String))
             .value(
                 "profile",
                 decision
@@ -54,6 +55,7 @@ impl Record {
                 "tool_call_id",
                 approval.tool_call_id.clone().map(Value::String),
             )
+            .value("context_id", approval.context_id.clone().map(Value::String))
             .text("hitl_id", &approval.id)
             .text("risk", &approval.risk)
             .value("params", params)

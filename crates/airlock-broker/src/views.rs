@@ -23,6 +23,7 @@ pub fn approval_view(approval: &Approval) -> Value {
         "user": approval.user,
         "agent": approval.agent,
         "session": approval.session,
+        "context_id": approval.context_id,
         "params": parse(&approval.args_display),
         "created_ms": approval.created_ms,
         "expires_ms": approval.expires_ms,

@@ -34,6 +34,10 @@ pub(crate) struct CallSpec {
     /// The profile bound to the call's endpoint [default: default_profile].
     #[arg(long, value_name = "P")]
     pub profile: Option<String>,
+    /// Your own correlation id for the call (spec 000's context_id), recorded
+    /// with its approval and in the audit log.
+    #[arg(long = "context", value_name = "ID")]
+    pub context_id: Option<String>,
 }
 
 impl CallSpec {
@@ -94,6 +98,11 @@ impl CallSpec {
         };
         call.session = self.session.clone();
         call.profile = self.profile.clone();
+        if let Some(context_id) = &self.context_id {
+            airlock_core::call::check_context_id(context_id)
+                .map_err(|message| Failure::usage(anyhow!("--context: {message}")))?;
+            call.context_id = Some(context_id.clone());
+        }
         Ok(call)
     }
 }

@@ -2002,6 +2002,68 @@ fn every_denial_carries_a_machine_readable_reason() {
     );
 }
 
+/// Spec 000's context_id from the CLI: kept with the approval and in every
+/// audit record of the call; a bad one is a usage error that changes nothing.
+#[test]
+fn a_context_id_is_recorded_with_the_approval_and_in_the_audit_log() {
+    let ws = Ws::new("");
+    let args = json!({"path": "c.txt", "content": "c\n"}).to_string();
+    let run = ws.run(&[
+        "call",
+        "write_file",
+        "--args",
+        &args,
+        "--defer",
+        "--context",
+        "ticket-42",
+    ]);
+    assert_eq!(run.code, 3, "{}{}", run.stdout, run.stderr);
+    let id = run.json["hitl"]["hitl_id"].as_str().unwrap().to_owned();
+    let pending = ws.run(&["pending", "--json"]);
+    assert_eq!(
+        pending.json[0]["context_id"], "ticket-42",
+        "{}",
+        pending.stdout
+    );
+    assert_eq!(ws.run(&["approve", &id]).code, 0);
+    let read = ws.run(&[
+        "call",
+        "read_file",
+        "--args",
+        r#"{"path": "c.txt"}"#,
+        "--context",
+        "ticket-43",
+    ]);
+    assert_eq!(read.code, 0);
+    let records = ws.audit();
+    let with = |context: &str| -> Vec<String> {
+        records
+            .iter()
+            .filter(|record| record["context_id"] == context)
+            .map(|record| record["event"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(
+        with("ticket-42"),
+        ["write_file_propose", "hitl_decision", "write_file_apply"]
+    );
+    assert_eq!(with("ticket-43"), ["read_file"]);
+    let before = ws.audit().len();
+    for bad in ["", "a\nb", &"x".repeat(257)] {
+        let run = ws.run(&[
+            "call",
+            "read_file",
+            "--args",
+            r#"{"path": "c.txt"}"#,
+            "--context",
+            bad,
+        ]);
+        assert_eq!(run.code, 2, "{bad:?}: {}", run.stderr);
+        assert!(run.stderr.contains("--context"), "{}", run.stderr);
+    }
+    assert_eq!(ws.audit().len(), before);
+}
+
 /// A workspace whose log holds a few records (a write applied).
 fn logged() -> Ws {
     let ws = Ws::new("");

@@ -570,6 +570,38 @@ fn critical_risk_is_decided_by_its_approvers_and_with_a_reason() {
     assert_eq!(read(&server.path("docs/x.md")).as_deref(), Some("new\n"));
 }
 
+/// Spec 000's context_id in the HTTP body: kept with the approval and in the
+/// audit log; a bad one is a 400 that records nothing.
+#[test]
+fn a_context_id_in_the_body_is_recorded() {
+    let server = Server::start(&config(DEFER));
+    let mut call = write_call("ctx.txt");
+    call["context_id"] = json!("run-7");
+    let (status, pending) = server.post("/v1/tools/call", Some(AGENT), &call);
+    assert_eq!(status, 202, "{pending}");
+    let id = pending["approval_id"].as_str().unwrap();
+    let (_, approval) = server.get(&format!("/hitl/pending/{id}"), Some(APPROVER));
+    assert_eq!(approval["context_id"], "run-7", "{approval}");
+    let (_, records) = server.get("/audit?filter=context_id=run-7", Some(ADMIN));
+    let events: Vec<&str> = records["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|record| record["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(events, ["write_file_propose"], "{records}");
+    call["context_id"] = json!("bad\u{7}");
+    let (status, body) = server.post("/v1/tools/call", Some(AGENT), &call);
+    assert_eq!(
+        (status, error_code(&body)),
+        (400, "invalid_input"),
+        "{body}"
+    );
+    call["context_id"] = json!(7);
+    let (status, _) = server.post("/v1/tools/call", Some(AGENT), &call);
+    assert_eq!(status, 400);
+}
+
 /// Grants over HTTP: approvers and admins list and revoke them, agents may
 /// not; a revocation is audited with the token's user.
 #[test]

@@ -1025,3 +1025,55 @@ fn spec_000_switches_load_and_mean_what_they_say() {
         "{stderr}"
     );
 }
+
+/// Spec 000's context_id over MCP, in the request's `_meta`: recorded in the
+/// audit log; one that is no string is an invalid-params error.
+#[test]
+fn an_mcp_context_id_in_meta_is_recorded() {
+    use std::io::{BufRead as _, Write as _};
+    let ws = Ws::new("");
+    ws.write("src/m.txt", "m\n");
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args(["serve", "--stdio"])
+        .current_dir(ws.dir.path())
+        .env("AIRLOCK_USER", "tester")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = serve.stdin.take().unwrap();
+    let mut reader = std::io::BufReader::new(serve.stdout.take().unwrap());
+    let mut answer = |message: Value, id: u64| -> Value {
+        writeln!(stdin, "{message}").unwrap();
+        loop {
+            let mut line = String::new();
+            assert!(reader.read_line(&mut line).unwrap() > 0);
+            let message: Value = serde_json::from_str(&line).unwrap();
+            if message["id"] == id {
+                return message;
+            }
+        }
+    };
+    answer(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}),
+        1,
+    );
+    let read = |id: u64, meta: Value| json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "read_file", "arguments": {"path": "src/m.txt"}, "_meta": meta}});
+    let ok_answer = answer(read(2, json!({"context_id": "mcp-9"})), 2);
+    assert_eq!(
+        ok_answer["result"]["structuredContent"]["status"], "allowed",
+        "{ok_answer}"
+    );
+    let bad = answer(read(3, json!({"context_id": 9})), 3);
+    assert_eq!(bad["error"]["code"], -32602, "{bad}");
+    drop(stdin);
+    serve.wait().unwrap();
+    let records: Vec<Value> = ws
+        .audit()
+        .into_iter()
+        .filter(|record| record["event"] == "read_file")
+        .collect();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0]["context_id"], "mcp-9");
+}

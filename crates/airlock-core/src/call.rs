@@ -85,6 +85,9 @@ pub struct ToolCall {
     /// The profile bound to the endpoint the call came through, if any.
     pub profile: Option<String>,
     pub tool_call_id: Option<String>,
+    /// The caller's own correlation id (spec 000's `context_id`: MCP `_meta`,
+    /// the HTTP body, `airlock call --context`), recorded with the call.
+    pub context_id: Option<String>,
     /// When the call arrived; grants that expired before it do not apply.
     pub received_at: UnixMillis,
 }
@@ -105,7 +108,29 @@ impl ToolCall {
             session: None,
             profile: None,
             tool_call_id: None,
+            context_id: None,
             received_at,
         }
     }
+}
+
+/// The longest `context_id` accepted, in bytes.
+pub const MAX_CONTEXT_ID_BYTES: usize = 256;
+
+/// Checks a caller's `context_id`: at most [`MAX_CONTEXT_ID_BYTES`] bytes, not
+/// empty, no control characters (it is shown and recorded as given).
+pub fn check_context_id(context_id: &str) -> Result<(), String> {
+    if context_id.is_empty() {
+        return Err("context_id must not be empty".to_owned());
+    }
+    if context_id.len() > MAX_CONTEXT_ID_BYTES {
+        return Err(format!(
+            "context_id is {} bytes, over the limit of {MAX_CONTEXT_ID_BYTES}",
+            context_id.len()
+        ));
+    }
+    if context_id.chars().any(char::is_control) {
+        return Err("context_id must not contain control characters".to_owned());
+    }
+    Ok(())
 }

@@ -193,6 +193,10 @@ struct CallBody {
     session: Option<String>,
     #[serde(default)]
     tool_call_id: Option<String>,
+    /// The caller's own correlation id, recorded with the approval and in
+    /// the audit log (spec 000).
+    #[serde(default)]
+    context_id: Option<String>,
 }
 
 /// Who a request's calls are made by: the token's user, name (as the agent
@@ -229,6 +233,13 @@ async fn tools_call(
         Ok(body) => body,
         Err(refused) => return refused,
     };
+    if let Some(Err(message)) = body
+        .context_id
+        .as_deref()
+        .map(airlock_core::call::check_context_id)
+    {
+        return failure(StatusCode::BAD_REQUEST, ErrorCode::InvalidInput, message);
+    }
     let (tool, origin) = api.gateway.resolve(&body.tool);
     let call = ToolCall {
         tool,
@@ -238,6 +249,7 @@ async fn tools_call(
         session: body.session,
         profile: None,
         tool_call_id: body.tool_call_id,
+        context_id: body.context_id,
         received_at: airlock_broker::now_ms(),
     };
     let broker = api.gateway.broker();

@@ -197,6 +197,21 @@ impl Session {
             (false, true) => ClientAsk::Elicit,
             (_, false) => ClientAsk::Unable,
         };
+        // Spec 000's correlation id, from the request's `_meta`.
+        let context_id = match context.meta.get("context_id") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(id)) => {
+                airlock_core::call::check_context_id(id)
+                    .map_err(|message| ErrorData::invalid_params(message, None))?;
+                Some(id.clone())
+            }
+            Some(_) => {
+                return Err(ErrorData::invalid_params(
+                    "_meta.context_id must be a string",
+                    None,
+                ));
+            }
+        };
         let call = ToolCall {
             tool,
             args,
@@ -210,6 +225,7 @@ impl Session {
             session: Some(self.id.clone()),
             profile,
             tool_call_id: Some(context.id.to_string()),
+            context_id,
             received_at: airlock_broker::now_ms(),
         };
         if rounds && request.request_state.is_some() {

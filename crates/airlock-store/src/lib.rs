@@ -139,6 +139,8 @@ pub struct NewApproval {
     pub owner: Option<String>,
     pub session: Option<String>,
     pub tool_call_id: Option<String>,
+    /// The caller's own correlation id (spec 000's `context_id`).
+    pub context_id: Option<String>,
     pub risk: String,
     /// The policy decision (JSON), with timeout, allow_skip, require_reason, approvers.
     pub decision_json: String,
@@ -331,12 +333,14 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE approvals ADD COLUMN owner TEXT;
      ALTER TABLE grants ADD COLUMN user TEXT;
      ALTER TABLE grants ADD COLUMN owner TEXT;",
+    // 2: the caller's correlation id (spec 000's context_id).
+    "ALTER TABLE approvals ADD COLUMN context_id TEXT;",
 ];
 
 const APPROVAL_COLUMNS: &str = "seq, id, tool, args_json, args_display, dedup_key, user, agent, \
      session, tool_call_id, risk, decision_json, path, summary, diff, plan_json, created_ms, \
      expires_ms, status, decided_by, decided_user, channel, reason, decided_ms, result_json, \
-     waiter_pid, owner_pid, owner";
+     waiter_pid, owner_pid, owner, context_id";
 
 impl Store {
     /// Opens (creating if needed) the database at `path`, in WAL mode.
@@ -455,8 +459,8 @@ impl Store {
             tx.execute(
                 "INSERT INTO approvals (id, tool, args_json, args_display, dedup_key, user, agent, \
                  session, tool_call_id, risk, decision_json, path, summary, diff, plan_json, \
-                 created_ms, expires_ms, status, waiter_pid, owner) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, 'pending', ?18, ?19)",
+                 created_ms, expires_ms, status, waiter_pid, owner, context_id) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, 'pending', ?18, ?19, ?20)",
                 params![
                     new.id,
                     new.tool,
@@ -477,6 +481,7 @@ impl Store {
                     new.expires_ms as i64,
                     new.waiter_pid,
                     new.owner,
+                    new.context_id,
                 ],
             )?;
             let created = get_in(&tx, &new.id)?;
@@ -1075,6 +1080,7 @@ fn approval_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Approval, StoreEr
             agent: row.get(7)?,
             session: row.get(8)?,
             tool_call_id: row.get(9)?,
+            context_id: row.get(28)?,
             risk: row.get(10)?,
             decision_json: row.get(11)?,
             path: row.get(12)?,

@@ -414,9 +414,11 @@ fn a_version_0_database_is_migrated_and_its_old_rows_belong_to_nobody() {
             .unwrap();
     }
     let store = Store::open(&path).unwrap();
-    assert_eq!(store.schema_version().unwrap(), 1);
+    assert_eq!(store.schema_version().unwrap(), 2);
     let old = store.get("hitl-old").unwrap();
     assert_eq!(old.status, ApprovalStatus::Pending);
+    // Migration 2: rows older than context_id have none.
+    assert_eq!(old.context_id, None);
     assert_eq!(
         (old.user.as_deref(), old.owner.as_deref()),
         (Some("u1"), None)
@@ -430,7 +432,7 @@ fn a_version_0_database_is_migrated_and_its_old_rows_belong_to_nobody() {
     drop(store);
     // Opening it again changes nothing.
     let again = Store::open(&path).unwrap();
-    assert_eq!(again.schema_version().unwrap(), 1);
+    assert_eq!(again.schema_version().unwrap(), 2);
     assert_eq!(again.get("hitl-old").unwrap(), old);
 }
 
