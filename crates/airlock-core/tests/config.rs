@@ -294,3 +294,24 @@ proptest::proptest! {
         }
     }
 }
+
+/// The configurations the reference specs show (spec 000's `file_broker`, spec
+/// 002's rules and risk policies), as written there, load.
+#[test]
+fn the_specs_own_configs_load() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/spec_configs");
+    let mut names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    names.sort();
+    assert!(names.len() >= 4);
+    for path in names {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let loaded = config::load(&text, "airlock.yaml")
+            .unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+        if path.ends_with("spec000_file_broker_off.yaml") {
+            assert!(!loaded.config.file_broker.enabled);
+        }
+    }
+}
