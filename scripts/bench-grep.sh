@@ -20,7 +20,8 @@
 #
 # rg gets the flags that give it airlock's walk: --no-require-git (airlock
 # honours .gitignore without a .git directory), --no-ignore-parent and
-# --no-ignore-global (airlock reads no ignore file outside the workspace), and
+# --no-ignore-global (airlock reads no ignore file outside the workspace),
+# --binary (airlock reports binary files with matches as rg --binary does), and
 # --no-config.
 #
 # Needs: cargo, rg, python3. Exit status 1 when a result differs.
@@ -66,7 +67,7 @@ now() { date +%s%N; }
 
 # run_rg OUT CASE PATTERN / run_airlock OUT CASE PATTERN
 run_rg() {
-    local flags=(--no-heading -n --no-config --no-require-git --no-ignore-parent --no-ignore-global)
+    local flags=(--no-heading -n --no-config --no-require-git --no-ignore-parent --no-ignore-global --binary)
     [ "$2" = 1 ] && flags+=(-i)
     # Without a path and with stdin not a terminal, rg would search stdin.
     (cd "$tree" && rg "${flags[@]}" -e "$3" >"$1" </dev/null || [ $? = 1 ])
