@@ -84,7 +84,7 @@ impl Session {
         Session {
             gateway,
             options,
-            id: format!("mcp-{}", uuid_like()),
+            id: format!("mcp-{}", random_id()),
             bound: Arc::new(Mutex::new(None)),
             log_level: LogLevel::default(),
         }
@@ -509,11 +509,9 @@ async fn elicit(
     let _ = tokio::task::spawn_blocking(move || broker.decide(&id, &request)).await;
 }
 
-fn uuid_like() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_nanos());
-    format!("{:x}-{:x}", std::process::id(), nanos)
+/// A random id (UUID v4): unguessable, never repeated by another process.
+fn random_id() -> String {
+    uuid::Uuid::new_v4().to_string()
 }
 
 impl ServerHandler for Session {
