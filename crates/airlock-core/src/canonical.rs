@@ -93,8 +93,8 @@ pub fn write_canonical_object(map: &Map<String, Value>, out: &mut Vec<u8>) {
 }
 
 /// `sha256:` followed by the 64 lowercase hex digits of the SHA-256 of `bytes`.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    prefixed_hex("sha256:", &Sha256::digest(bytes))
+pub fn sha256_hex(bytes: impl AsRef<[u8]>) -> String {
+    prefixed_hex("sha256:", &Sha256::digest(bytes.as_ref()))
 }
 
 /// `prefix` followed by the lowercase hex digits of `digest` (`sha256:`, `hmac-sha256:`).

@@ -4,12 +4,9 @@ use std::io::{self, Read};
 
 use sha2::{Digest, Sha256};
 
-/// The hash of `bytes` as `sha256:<64 hex>`.
-pub fn sha256_hex(bytes: impl AsRef<[u8]>) -> String {
-    let mut hasher = ContentHasher::new();
-    hasher.update(bytes.as_ref());
-    hasher.finish()
-}
+/// The hash of `bytes` as `sha256:<64 hex>` (airlock's one helper, in
+/// `airlock_core::canonical`).
+pub use airlock_core::canonical::sha256_hex;
 
 /// Hashes everything `reader` yields, without holding it in memory. Returns the
 /// hash and the number of bytes read.
@@ -55,7 +52,7 @@ impl ContentHasher {
     }
 
     pub fn finish(self) -> String {
-        format!("sha256:{}", hex::encode(self.inner.finalize()))
+        airlock_core::canonical::prefixed_hex("sha256:", &self.inner.finalize())
     }
 }
 
