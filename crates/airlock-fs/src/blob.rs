@@ -28,8 +28,17 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::FsError;
 use crate::hash::sha256_hex;
-use crate::read::OutputMode;
 use crate::sandbox::Sandbox;
+
+/// Where a tool's large output goes: `auto` stores it as a blob when it is
+/// over `max_inline_bytes`; `require_inline` makes that an error instead.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputMode {
+    #[default]
+    Auto,
+    RequireInline,
+}
 
 /// Where a large output went: returned in place of the inline text.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -41,9 +41,9 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::error::FsError;
+use crate::files::{Placement, lock_directory, permission_bits, read_named, stage};
 use crate::hash::sha256_hex;
 use crate::sandbox::{Access, Sandbox, SandboxedPath, sync_directory};
-use crate::write::{Placement, WritePlan, lock_directory, permission_bits, read_named, stage};
 
 /// One file's transition in a plan.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -184,29 +184,6 @@ impl ChangePlan {
     }
 }
 
-impl From<WritePlan> for ChangePlan {
-    fn from(plan: WritePlan) -> ChangePlan {
-        let summary = plan.summary();
-        let change = FileChange {
-            path: plan.path,
-            resolved_path: plan.resolved_path,
-            before_hash: plan.base_hash,
-            after: Some(plan.new_content),
-            create_parents: plan.create_parents,
-            moved_from: None,
-            mode: None,
-        };
-        ChangePlan {
-            tool: "write_file".to_owned(),
-            summary,
-            changes: vec![change],
-            diff: plan.diff,
-            patch_hash: plan.patch_hash,
-            report: serde_json::Map::new(),
-        }
-    }
-}
-
 /// What [`commit`] or [`undo`] did to one file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileApplied {
@@ -255,7 +232,7 @@ pub fn snapshot(sandbox: &Sandbox, plan: &ChangePlan) -> Result<Vec<Before>, FsE
         .iter()
         .map(|change| {
             let target = resolve_change(sandbox, change)?;
-            let current = crate::write::read_current(&target)?
+            let current = crate::files::read_current(&target)?
                 .map(|(bytes, stat)| (bytes, stat.st_mode & 0o1777));
             let hash = current.as_ref().map(|(bytes, _)| sha256_hex(bytes));
             check_hash(
@@ -281,7 +258,7 @@ pub fn edited(
     content: Vec<u8>,
 ) -> Result<ChangePlan, FsError> {
     let change = plan.editable_change()?;
-    crate::write::check_size(sandbox, content.len() as u64)?;
+    crate::files::check_size(sandbox, content.len() as u64)?;
     let before = snapshot(sandbox, plan)?;
     let old = before
         .first()
@@ -306,7 +283,7 @@ pub fn edited(
 /// after the apply).
 pub fn already_applied(sandbox: &Sandbox, plan: &ChangePlan) -> Result<bool, FsError> {
     for change in &plan.changes {
-        let current = crate::write::current_hash(sandbox, &change.path)?;
+        let current = crate::files::current_hash(sandbox, &change.path)?;
         if current != change.after_hash() {
             return Ok(false);
         }
@@ -322,7 +299,7 @@ pub fn commit(
 ) -> Result<Vec<FileApplied>, FsError> {
     for change in &plan.changes {
         if let Some(after) = &change.after {
-            crate::write::check_size(sandbox, after.len() as u64)?;
+            crate::files::check_size(sandbox, after.len() as u64)?;
         }
     }
     let steps: Vec<Step<'_>> = plan
@@ -674,7 +651,7 @@ fn apply_steps(
     // leaves behind for recovery to clean up.
     for (step, one) in steps.iter().zip(ready.iter_mut()) {
         if step.after.is_some() {
-            one.temp = Some(crate::write::staging_name());
+            one.temp = Some(crate::files::staging_name());
         }
     }
     let mut ledger = match options.journal_dir {
@@ -684,7 +661,7 @@ fn apply_steps(
     if ready.len() == 1 {
         let (step, one) = (&steps[0], &ready[0]);
         match (step.after, &one.temp) {
-            (Some(after), Some(temp)) => crate::write::write_atomically(
+            (Some(after), Some(temp)) => crate::files::write_atomically(
                 &one.dir,
                 &one.name,
                 temp,
@@ -910,7 +887,7 @@ fn clean_staging(sandbox: &Sandbox, journal_dir: &Path) -> Result<usize, FsError
             .and_then(|bytes| serde_json::from_slice(&bytes).ok())
             .unwrap_or_default();
         for entry in staged {
-            if !crate::write::is_staging_name(&entry.temp) {
+            if !crate::files::is_staging_name(&entry.temp) {
                 continue;
             }
             let Ok(dir) = sandbox.open_directory(&entry.dir) else {
@@ -968,7 +945,7 @@ fn roll_forward_steps(
         let current = if check {
             // Hashed as it is read: whatever the file holds now, it is never
             // held in memory whole.
-            crate::write::hash_named(&dir, &step.name, &path)?
+            crate::files::hash_named(&dir, &step.name, &path)?
         } else {
             step.before_hash.clone()
         };

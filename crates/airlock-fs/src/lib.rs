@@ -55,6 +55,7 @@ mod blob;
 mod change;
 mod diff;
 mod error;
+mod files;
 mod hash;
 mod plans;
 mod read;
@@ -62,7 +63,7 @@ mod sandbox;
 mod search;
 mod write;
 
-pub use blob::{BlobRef, PREVIEW_BYTES, read_blob, store_blob};
+pub use blob::{BlobRef, OutputMode, PREVIEW_BYTES, read_blob, store_blob};
 pub use change::{
     Before, ChangePlan, CommitOptions, FileApplied, FileChange, Recovered, UndoFile,
     already_applied, commit, edited, preview, recover, snapshot, undo,
@@ -77,10 +78,11 @@ pub use search::{
 };
 
 pub use error::FsError;
+pub use files::current_hash;
 pub use hash::{ContentHasher, sha256_hex, sha256_reader};
-pub use read::{Encoding, LineRange, OutputMode, ReadData, ReadParams, read_file};
+pub use read::{Encoding, LineRange, ReadData, ReadParams, read_file};
 pub use sandbox::{Access, FileKind, Sandbox, SandboxedPath};
 pub use write::{
-    RestoreOutcome, WriteApplied, WriteMode, WriteParams, WritePlan, commit_write, current_hash,
-    prepare_write, restore, snapshot_before,
+    RestoreOutcome, WriteApplied, WriteMode, WriteParams, WritePlan, commit_write, prepare_write,
+    restore, snapshot_before,
 };

@@ -10,9 +10,9 @@ use serde_json::{Map, Value, json};
 
 use crate::change::{ChangePlan, FileChange};
 use crate::error::FsError;
+use crate::files::{check_size, read_current};
 use crate::hash::sha256_hex;
 use crate::sandbox::{Access, FileKind, Sandbox, SandboxedPath};
-use crate::write::{check_size, read_current};
 
 /// Arguments of `edit_file`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

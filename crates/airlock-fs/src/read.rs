@@ -32,7 +32,7 @@ use std::io::{self, Read};
 
 use serde::{Deserialize, Serialize};
 
-use crate::blob::{BlobRef, shape_output};
+use crate::blob::{BlobRef, OutputMode, shape_output};
 use crate::error::FsError;
 use crate::hash::ContentHasher;
 use crate::sandbox::{Access, Sandbox};
@@ -77,14 +77,6 @@ pub enum Encoding {
     Utf8,
     /// The content as standard base64.
     Bytes,
-}
-
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum OutputMode {
-    #[default]
-    Auto,
-    RequireInline,
 }
 
 /// The `data` of a successful `read_file`.

@@ -59,9 +59,9 @@ use ignore::{DirEntry, Match, ParallelVisitor, ParallelVisitorBuilder, WalkBuild
 use rustix::fs::FileType;
 use serde::{Deserialize, Serialize};
 
+use crate::blob::OutputMode;
 use crate::blob::{BlobRef, shape_output};
 use crate::error::FsError;
-use crate::read::OutputMode;
 use crate::sandbox::{Access, FileKind, Sandbox, SandboxedPath, kind_of};
 
 /// `max_results` of `grep` when the call gives none (then clamped to
@@ -482,7 +482,7 @@ pub fn list_dir(sandbox: &Sandbox, params: &ListDirParams) -> Result<ListDirData
             format!("{}/{name}", path.resolved())
         };
         if policy.check_workspace_path("path", &rel, false).is_some()
-            || crate::write::is_staging_name(name)
+            || crate::files::is_staging_name(name)
         {
             continue;
         }
@@ -645,7 +645,7 @@ impl EntryFilter {
         if rel
             .rsplit('/')
             .next()
-            .is_some_and(crate::write::is_staging_name)
+            .is_some_and(crate::files::is_staging_name)
         {
             return false;
         }
