@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error_code::ErrorCode;
-use crate::policy::Risk;
+use crate::risk::Risk;
 
 /// The only schema version airlock writes.
 pub const SCHEMA_VERSION: &str = "1.0";

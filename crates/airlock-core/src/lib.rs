@@ -34,6 +34,7 @@ pub mod origin;
 pub mod patch;
 pub mod policy;
 pub mod redact;
+pub mod risk;
 pub mod tools;
 pub mod yaml;
 

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use crate::policy::Risk;
+use crate::risk::Risk;
 
 /// A tool that airlock implements itself (DESIGN §5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]

@@ -1,62 +1,15 @@
 //! What the policy decides and why.
 
 use std::fmt;
-use std::str::FromStr;
 use std::sync::Arc;
 
-use schemars::JsonSchema;
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Serialize, Serializer};
 
 use crate::config::ElicitationFallback;
 use crate::error_code::ErrorCode;
+pub use crate::risk::Risk;
 use crate::tools::BuiltinClass;
-
-/// How much harm a call can do (spec 002).
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum Risk {
-    /// Read-only operations.
-    Low,
-    /// Modifications with easy undo.
-    Medium,
-    /// Destructive operations, hard to undo.
-    High,
-    /// Irreversible operations.
-    Critical,
-}
-
-impl Risk {
-    pub const ALL: [Risk; 4] = [Risk::Low, Risk::Medium, Risk::High, Risk::Critical];
-
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Risk::Low => "low",
-            Risk::Medium => "medium",
-            Risk::High => "high",
-            Risk::Critical => "critical",
-        }
-    }
-}
-
-impl fmt::Display for Risk {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Risk {
-    type Err = String;
-
-    fn from_str(text: &str) -> Result<Risk, String> {
-        Risk::ALL
-            .into_iter()
-            .find(|risk| risk.as_str() == text)
-            .ok_or_else(|| format!("unknown risk `{text}`, expected low, medium, high or critical"))
-    }
-}
 
 /// The verdict, ordered so that the strictest is the greatest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -1,0 +1,54 @@
+//! How much harm a call can do: a plain value that the tool table, the policy
+//! and the envelope all speak of, so it depends on none of them.
+
+use std::fmt;
+use std::str::FromStr;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// How much harm a call can do (spec 002).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Risk {
+    /// Read-only operations.
+    Low,
+    /// Modifications with easy undo.
+    Medium,
+    /// Destructive operations, hard to undo.
+    High,
+    /// Irreversible operations.
+    Critical,
+}
+
+impl Risk {
+    pub const ALL: [Risk; 4] = [Risk::Low, Risk::Medium, Risk::High, Risk::Critical];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Risk::Low => "low",
+            Risk::Medium => "medium",
+            Risk::High => "high",
+            Risk::Critical => "critical",
+        }
+    }
+}
+
+impl fmt::Display for Risk {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Risk {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Risk, String> {
+        Risk::ALL
+            .into_iter()
+            .find(|risk| risk.as_str() == text)
+            .ok_or_else(|| format!("unknown risk `{text}`, expected low, medium, high or critical"))
+    }
+}
