@@ -7,6 +7,7 @@
 //! `ToolCall` handed to the broker, and the human is asked inside the client
 //! where it can be (elicitation, or a 2026-07-28 `InputRequiredResult`).
 
+mod ask;
 mod gateway;
 mod result;
 mod rounds;

@@ -17,8 +17,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::Gateway;
+use crate::ask::{decide_request, decision_form, decision_message};
 use crate::result::to_result;
-use crate::server::{decide_request, decision_form, decision_message};
 
 /// The key of the one input request airlock makes.
 const APPROVAL_KEY: &str = "airlock_approval";

@@ -5,20 +5,21 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use airlock_broker::{ClientAsk, DecideRequest, Mode};
+use airlock_broker::{ClientAsk, Mode};
 use airlock_core::envelope::Status;
 use airlock_core::{Principal, ToolCall};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
-    ElicitationAction, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
-    PaginatedRequestParams, ProgressNotificationParam, ProtocolVersion, ReadResourceRequestParams,
-    ReadResourceResponse, ServerCapabilities, ServerConfig, Tool,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
+    ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 
 use crate::Gateway;
+use crate::ask::{decide_request, decision_form, decision_message};
 use crate::gateway::LogLevel;
 use crate::result::to_result;
 use crate::tools;
@@ -345,98 +346,6 @@ fn client_elicits(context: &RequestContext<RoleServer>) -> bool {
     match capabilities.elicitation {
         Some(elicitation) => elicitation.form.is_some() || elicitation.url.is_none(),
         None => false,
-    }
-}
-
-/// The form a human answers: approve or deny, a reason (required where the
-/// risk requires one), and "always" where it may be offered.
-pub(crate) fn decision_form(form: &airlock_broker::AskForm) -> Value {
-    let mut properties = json!({
-        "decision": {
-            "type": "string",
-            "title": "Decision",
-            "enum": ["approve", "deny"],
-            "enumNames": ["Approve", "Deny"],
-        },
-        "reason": {
-            "type": "string",
-            "title": "Reason",
-            "description": if form.require_reason {
-                "Required to approve at this risk."
-            } else {
-                "Optional."
-            },
-        },
-    });
-    if form.allow_skip {
-        properties["always"] = json!({
-            "type": "boolean",
-            "title": "Always allow this for the session",
-            "default": false,
-        });
-    }
-    let mut required = vec!["decision"];
-    if form.require_reason {
-        required.push("reason");
-    }
-    json!({"type": "object", "properties": properties, "required": required})
-}
-
-/// The message shown with the form.
-pub(crate) fn decision_message(form: &airlock_broker::AskForm) -> String {
-    format!(
-        "airlock: {} wants to run {} ({} risk).\n{}\n\n{}",
-        "The agent", form.tool, form.risk, form.summary, form.diff_preview
-    )
-}
-
-/// Turns a form answer into a decision request. `None` when the answer
-/// approves without a reason the risk requires (it decides nothing).
-pub(crate) fn decide_request(
-    action: &ElicitationAction,
-    content: Option<&Value>,
-    form: &airlock_broker::AskForm,
-    user: Option<String>,
-) -> Option<DecideRequest> {
-    let user = user.unwrap_or_else(|| "mcp-client".to_owned());
-    let field = |key: &str| content.and_then(|content| content.get(key));
-    let reason = field("reason")
-        .and_then(Value::as_str)
-        .map(str::trim)
-        .filter(|reason| !reason.is_empty())
-        .map(str::to_owned);
-    let deny = |reason: Option<String>| DecideRequest {
-        approve: false,
-        reason,
-        always: None,
-        user: user.clone(),
-        channel: "mcp".to_owned(),
-        content: None,
-    };
-    match action {
-        ElicitationAction::Accept => {
-            if field("decision").and_then(Value::as_str) != Some("approve") {
-                return Some(deny(reason));
-            }
-            if form.require_reason && reason.is_none() {
-                return None;
-            }
-            let always =
-                form.allow_skip && field("always").and_then(Value::as_bool).unwrap_or(false);
-            Some(DecideRequest {
-                approve: true,
-                reason,
-                always: always.then_some(airlock_broker::AlwaysAllow {
-                    persistent: false,
-                    for_ms: None,
-                }),
-                user,
-                channel: "mcp".to_owned(),
-                content: None,
-            })
-        }
-        ElicitationAction::Decline => Some(deny(Some("declined in the MCP client".to_owned()))),
-        _ => Some(deny(Some("cancelled in the MCP client".to_owned()))),
     }
 }
 
