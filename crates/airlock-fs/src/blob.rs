@@ -32,7 +32,9 @@ use crate::sandbox::Sandbox;
 
 /// Where a tool's large output goes: `auto` stores it as a blob when it is
 /// over `max_inline_bytes`; `require_inline` makes that an error instead.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum OutputMode {
     #[default]

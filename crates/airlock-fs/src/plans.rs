@@ -15,7 +15,7 @@ use crate::hash::sha256_hex;
 use crate::sandbox::{Access, FileKind, Sandbox, SandboxedPath};
 
 /// Arguments of `edit_file`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EditParams {
     pub path: String,
@@ -26,7 +26,7 @@ pub struct EditParams {
 }
 
 /// Arguments of `apply_patch`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PatchParams {
     pub patch: String,
@@ -38,14 +38,14 @@ pub struct PatchParams {
 }
 
 /// Arguments of `delete_file`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeleteParams {
     pub path: String,
 }
 
 /// Arguments of `move_file`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MoveParams {
     pub from: String,

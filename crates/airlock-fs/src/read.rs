@@ -38,7 +38,7 @@ use crate::hash::ContentHasher;
 use crate::sandbox::{Access, Sandbox};
 
 /// Arguments of `read_file`, as the tool call carries them.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReadParams {
     pub path: String,
@@ -69,7 +69,9 @@ impl ReadParams {
     }
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Encoding {
     /// The content as text; bytes that are not UTF-8 are `invalid_utf8`.

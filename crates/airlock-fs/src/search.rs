@@ -69,7 +69,7 @@ use crate::sandbox::{Access, FileKind, Sandbox, SandboxedPath, kind_of};
 pub const GREP_DEFAULT_MAX_RESULTS: u64 = 100;
 
 /// Arguments of `grep`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GrepParams {
     /// A regular expression (Rust `regex` syntax, as `rg`), matched per line.
@@ -164,7 +164,7 @@ pub struct BinaryMatch {
 }
 
 /// Arguments of `glob`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GlobParams {
     /// Matched against each file's path relative to `path` (`*` stays within
@@ -199,7 +199,7 @@ pub struct GlobData {
 }
 
 /// Arguments of `list_dir`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListDirParams {
     /// Default: the root.
@@ -232,7 +232,7 @@ pub struct ListDirData {
 }
 
 /// Arguments of `stat` and `exists`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StatParams {
     pub path: String,

@@ -37,7 +37,7 @@ use crate::sandbox::{Access, Sandbox};
 /// is `content` (text, or standard base64 with `encoding: bytes`: spec 003's
 /// `inline_text` and `inline_bytes`), or `blob_ref`, a blob in airlock's store
 /// (spec 003's `blob_ref`, e.g. a large output read earlier); exactly one.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WriteParams {
     pub path: String,
@@ -101,7 +101,9 @@ impl WriteParams {
     }
 }
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum WriteMode {
     /// Create the file or replace its content.

@@ -107,4 +107,59 @@ mod tests {
             }
         }
     }
+
+    /// `(property names, required names)` of an object schema.
+    fn shape(schema: &Value) -> (Vec<String>, Vec<String>) {
+        let mut properties: Vec<String> = schema["properties"]
+            .as_object()
+            .map(|map| map.keys().cloned().collect())
+            .unwrap_or_default();
+        properties.sort();
+        let mut required: Vec<String> = schema["required"]
+            .as_array()
+            .map(|list| {
+                list.iter()
+                    .filter_map(|name| name.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        required.sort();
+        (properties, required)
+    }
+
+    fn params<T: schemars::JsonSchema>() -> (Vec<String>, Vec<String>) {
+        shape(&serde_json::to_value(schemars::schema_for!(T)).unwrap())
+    }
+
+    /// The schemas `tools/list` shows (tools.json) name exactly the parameters
+    /// the tools parse (airlock-fs's serde types): the same properties, the same
+    /// required ones. A field added to one and not the other fails here.
+    #[test]
+    fn the_listed_schemas_are_the_parameter_types() {
+        use airlock_fs::{
+            DeleteParams, EditParams, GlobParams, GrepParams, ListDirParams, MoveParams,
+            PatchParams, ReadParams, StatParams, WriteParams,
+        };
+        let expected = [
+            ("read_file", params::<ReadParams>()),
+            ("write_file", params::<WriteParams>()),
+            ("edit_file", params::<EditParams>()),
+            ("apply_patch", params::<PatchParams>()),
+            ("delete_file", params::<DeleteParams>()),
+            ("move_file", params::<MoveParams>()),
+            ("grep", params::<GrepParams>()),
+            ("glob", params::<GlobParams>()),
+            ("list_dir", params::<ListDirParams>()),
+            ("stat", params::<StatParams>()),
+            ("exists", params::<StatParams>()),
+        ];
+        for (name, (properties, required)) in expected {
+            let tool = builtin()
+                .iter()
+                .find(|tool| tool.name == name)
+                .unwrap_or_else(|| panic!("{name} is not listed"));
+            let listed = Value::Object((*tool.input_schema).clone());
+            assert_eq!(shape(&listed), (properties, required), "{name}");
+        }
+    }
 }
