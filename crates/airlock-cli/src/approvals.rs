@@ -309,16 +309,12 @@ fn paint(line: &str, colour: bool) -> String {
     if !colour {
         return line.to_owned();
     }
-    let code = if line.starts_with("+++") || line.starts_with("---") {
-        "1"
-    } else if line.starts_with('+') {
-        "32"
-    } else if line.starts_with('-') {
-        "31"
-    } else if line.starts_with("@@") {
-        "36"
-    } else {
-        return line.to_owned();
+    let code = match airlock_core::display::DiffLine::of(line) {
+        airlock_core::display::DiffLine::File => "1",
+        airlock_core::display::DiffLine::Add => "32",
+        airlock_core::display::DiffLine::Remove => "31",
+        airlock_core::display::DiffLine::Hunk => "36",
+        airlock_core::display::DiffLine::Context => return line.to_owned(),
     };
     format!("\x1b[{code}m{line}\x1b[0m")
 }

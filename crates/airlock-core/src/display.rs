@@ -98,6 +98,38 @@ pub fn safe_json(json: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// What a line of a unified diff is, for showing it (a terminal colours it, a
+/// page gives it a class). The one place airlock classifies diff lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DiffLine {
+    /// `--- a/x` or `+++ b/x`.
+    File,
+    /// An added line.
+    Add,
+    /// A removed line.
+    Remove,
+    /// `@@ -l,n +l,n @@`.
+    Hunk,
+    /// Context, or anything else.
+    Context,
+}
+
+impl DiffLine {
+    pub fn of(line: &str) -> DiffLine {
+        if line.starts_with("+++") || line.starts_with("---") {
+            DiffLine::File
+        } else if line.starts_with('+') {
+            DiffLine::Add
+        } else if line.starts_with('-') {
+            DiffLine::Remove
+        } else if line.starts_with("@@") {
+            DiffLine::Hunk
+        } else {
+            DiffLine::Context
+        }
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -131,5 +163,21 @@ mod tests {
         assert!(!safe.chars().any(|c| is_unsafe(c) && c != '\n'), "{safe}");
         let back: serde_json::Value = serde_json::from_str(&safe).unwrap();
         assert_eq!(back, value);
+    }
+
+    #[test]
+    fn diff_lines_are_classified_once() {
+        for (line, kind) in [
+            ("--- a/x", DiffLine::File),
+            ("+++ b/x", DiffLine::File),
+            ("+added", DiffLine::Add),
+            ("-removed", DiffLine::Remove),
+            ("@@ -1 +1 @@", DiffLine::Hunk),
+            (" context", DiffLine::Context),
+            ("\\ No newline at end of file", DiffLine::Context),
+            ("", DiffLine::Context),
+        ] {
+            assert_eq!(DiffLine::of(line), kind, "{line}");
+        }
     }
 }

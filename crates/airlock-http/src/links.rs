@@ -290,16 +290,12 @@ async fn open(
     if !approval.diff.is_empty() {
         body.push_str("<pre class=\"diff\">");
         for line in approval.diff.lines() {
-            let class = if line.starts_with("+++") || line.starts_with("---") {
-                "file"
-            } else if line.starts_with('+') {
-                "add"
-            } else if line.starts_with('-') {
-                "del"
-            } else if line.starts_with("@@") {
-                "hunk"
-            } else {
-                "ctx"
+            let class = match airlock_core::display::DiffLine::of(line) {
+                airlock_core::display::DiffLine::File => "file",
+                airlock_core::display::DiffLine::Add => "add",
+                airlock_core::display::DiffLine::Remove => "del",
+                airlock_core::display::DiffLine::Hunk => "hunk",
+                airlock_core::display::DiffLine::Context => "ctx",
             };
             let _ = writeln!(body, "<span class=\"{class}\">{}</span>", escape(line));
         }
