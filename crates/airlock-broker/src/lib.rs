@@ -619,19 +619,34 @@ impl Broker {
             return self.denied_by_policy(call, &decision, base);
         }
 
-        match call.tool.as_str() {
-            "read_file" => self.read(call, &decision, base),
-            "grep" | "glob" | "list_dir" | "stat" | "exists" => self.look(call, &decision, base),
-            "proposal_status" => self.read_only(call, &decision, base, "tool_call", || {
-                self.proposal_status(call)
-            }),
-            "write_file" | "edit_file" | "apply_patch" | "delete_file" | "move_file" => {
-                self.write(call, &decision, mode, on_pending, base, now)
+        use airlock_core::ToolOrigin;
+        use airlock_core::tools::BuiltinTool;
+        match &call.origin {
+            ToolOrigin::Builtin(BuiltinTool::ReadFile) => self.read(call, &decision, base),
+            ToolOrigin::Builtin(
+                BuiltinTool::Grep
+                | BuiltinTool::Glob
+                | BuiltinTool::ListDir
+                | BuiltinTool::Stat
+                | BuiltinTool::Exists,
+            ) => self.look(call, &decision, base),
+            ToolOrigin::Builtin(BuiltinTool::ProposalStatus) => {
+                self.read_only(call, &decision, base, "tool_call", || {
+                    self.proposal_status(call)
+                })
             }
-            _ if matches!(call.origin, airlock_core::ToolOrigin::Upstream { .. }) => {
+            ToolOrigin::Builtin(
+                BuiltinTool::WriteFile
+                | BuiltinTool::EditFile
+                | BuiltinTool::ApplyPatch
+                | BuiltinTool::DeleteFile
+                | BuiltinTool::MoveFile,
+            ) => self.write(call, &decision, mode, on_pending, base, now),
+            ToolOrigin::Upstream { .. } => {
                 self.upstream_call(call, &decision, mode, on_pending, base, now)
             }
-            other => {
+            ToolOrigin::Unknown => {
+                let other = call.tool.as_str();
                 let envelope = Envelope::failure(
                     Status::Error,
                     method_of(other),
@@ -2463,19 +2478,7 @@ fn first_denial(decision: &Decision) -> String {
 
 /// spec 000's method names for the envelope's `op.method`.
 fn method_of(tool: &str) -> &'static str {
-    match tool {
-        "read_file" => "fs.read",
-        "grep" => "fs.grep",
-        "glob" => "fs.glob",
-        "list_dir" => "fs.list_dir",
-        "stat" => "fs.stat",
-        "exists" => "fs.exists",
-        "proposal_status" => "hitl.status",
-        "write_file" | "edit_file" | "apply_patch" | "delete_file" | "move_file" => {
-            "fs.propose_patch"
-        }
-        _ => "tool.call",
-    }
+    airlock_core::tools::BuiltinTool::from_name(tool).map_or("tool.call", |tool| tool.method())
 }
 
 /// Identical calls share a key: tool, session, who makes it (another

@@ -70,6 +70,24 @@ impl BuiltinTool {
         }
     }
 
+    /// spec 000's method name for the envelope's `op.method`.
+    pub const fn method(self) -> &'static str {
+        match self {
+            BuiltinTool::ReadFile => "fs.read",
+            BuiltinTool::Grep => "fs.grep",
+            BuiltinTool::Glob => "fs.glob",
+            BuiltinTool::ListDir => "fs.list_dir",
+            BuiltinTool::Stat => "fs.stat",
+            BuiltinTool::Exists => "fs.exists",
+            BuiltinTool::ProposalStatus => "hitl.status",
+            BuiltinTool::WriteFile
+            | BuiltinTool::EditFile
+            | BuiltinTool::ApplyPatch
+            | BuiltinTool::DeleteFile
+            | BuiltinTool::MoveFile => "fs.propose_patch",
+        }
+    }
+
     /// The built-in tool called `name`, if there is one.
     pub fn from_name(name: &str) -> Option<BuiltinTool> {
         BuiltinTool::ALL
