@@ -575,8 +575,12 @@ fn changing_a_large_integer_by_one_is_caught() {
     let log = open(&fixture.path);
     let large: Value = serde_json::from_str("18446744073709551615").unwrap();
     let small: Value = serde_json::from_str("-9007199254740993").unwrap();
-    log.append(record("tool_call", &[("n", large), ("m", small)]))
-        .unwrap();
+    let edge: Value = serde_json::from_str("9007199254740992").unwrap();
+    log.append(record(
+        "tool_call",
+        &[("n", large), ("m", small), ("k", edge)],
+    ))
+    .unwrap();
     log.append(record("tool_call", &[])).unwrap();
     assert_eq!(verify(&fixture.path, None, None).unwrap().problem, None);
     let original = fs::read_to_string(&fixture.path).unwrap();
@@ -587,6 +591,10 @@ fn changing_a_large_integer_by_one_is_caught() {
         ("18446744073709551615", "1.8446744073709552e19"),
         ("-9007199254740993", "-9007199254740992"),
         ("-9007199254740993", "-9007199254740993.0"),
+        // A whole number written as a fraction or with an exponent is still
+        // that whole number, not the double nearest to it.
+        ("9007199254740992", "9007199254740993.0"),
+        ("9007199254740992", "9007199254740993e0"),
     ] {
         fs::write(&fixture.path, original.replacen(from, to, 1)).unwrap();
         let problem = problem(&fixture.path);

@@ -221,13 +221,16 @@ pub fn write_number_text(token: &str, out: &mut Vec<u8>) {
     };
     let start = out.len();
     write_double(double, out);
-    let exact = if integer {
-        // An integer is exact only if the double's text denotes that very integer.
-        same_value(token.as_bytes(), &out[start..])
+    let value = decimal_value(token.as_bytes());
+    let exact = if is_whole(&value) {
+        // A whole number (`5`, `5.0`, `5e0` alike) is exact only if the double's
+        // text denotes that very number: `9007199254740993.0` must not pass for
+        // `9007199254740992`.
+        value == decimal_value(&out[start..])
     } else {
-        // A fraction or exponent form stands for the nearest double (RFC 8785 §3.2.2.3),
-        // unless it has none: a nonzero value that underflows to zero.
-        double != 0.0 || same_value(token.as_bytes(), b"0")
+        // A fraction stands for the nearest double (RFC 8785 §3.2.2.3), unless
+        // it has none: a nonzero value that underflows to zero.
+        double != 0.0 || value.1.is_empty()
     };
     if !exact {
         out.truncate(start);
@@ -285,9 +288,9 @@ fn decimal_value(text: &[u8]) -> (bool, Vec<u8>, i64) {
     (negative, digits, position.saturating_add(exponent))
 }
 
-/// Whether two JSON number texts denote the same decimal value.
-fn same_value(left: &[u8], right: &[u8]) -> bool {
-    decimal_value(left) == decimal_value(right)
+/// Whether a [`decimal_value`] is a whole number (zero included).
+fn is_whole((_, digits, exponent): &(bool, Vec<u8>, i64)) -> bool {
+    i64::try_from(digits.len()).is_ok_and(|count| *exponent >= count)
 }
 
 fn write_decimal(mut value: u64, out: &mut Vec<u8>) {
@@ -628,6 +631,13 @@ mod tests {
             ("1e-400", "1e-400"),
             ("0.0e-400", "0"),
             ("5e-324", "5e-324"),
+            // A whole number is a whole number however it is written.
+            ("9007199254740993.0", "9007199254740993.0"),
+            ("9007199254740993e0", "9007199254740993e0"),
+            ("900719925474099.3e1", "900719925474099.3e1"),
+            ("9007199254740992.0", "9007199254740992"),
+            ("56.0", "56"),
+            ("1e21", "1e+21"),
         ] {
             assert_eq!(text(token), expected, "{token}");
         }
