@@ -15,9 +15,16 @@
 //! them, so added lines keep the patch's own line endings.
 //!
 //! Where git would reject the patch, [`apply`] gives up (`None`), and the lenient
-//! search of [`super::apply`] takes over.
+//! search of [`super::apply`] takes over. So does it past [`WORK_BUDGET`] line
+//! comparisons: git's search is quadratic on hostile input (a long file of one
+//! repeated line and a hunk that almost matches it everywhere), and a patch is
+//! planned before any human has seen it.
 
 use super::{Chunk, ExactHunk, LineEdit};
+
+/// Comparisons (line hashes, or bytes) one patch may spend searching as git does,
+/// before the lenient search, which works from an index, takes over.
+const WORK_BUDGET: u64 = 50_000_000;
 
 /// One line of the text being patched, with its ending.
 struct ImageLine<'a> {
@@ -55,9 +62,10 @@ pub(super) fn apply(original: &str, chunks: &[Chunk]) -> Option<String> {
         .split_inclusive('\n')
         .map(|text| ImageLine::new(text, false))
         .collect();
+    let mut budget = WORK_BUDGET;
     for chunk in chunks {
         let exact = chunk.exact.as_ref()?;
-        let at = find(&image, chunk, exact)?;
+        let at = find(&image, chunk, exact, &mut budget)?;
         let new = exact.new.iter().map(|text| ImageLine::new(text, true));
         image.splice(at..at + exact.old.len(), new);
     }
@@ -69,7 +77,12 @@ pub(super) fn apply(original: &str, chunks: &[Chunk]) -> Option<String> {
 }
 
 /// Where git puts the hunk: the line at which its old lines start.
-fn find(image: &[ImageLine<'_>], chunk: &Chunk, exact: &ExactHunk) -> Option<usize> {
+fn find(
+    image: &[ImageLine<'_>],
+    chunk: &Chunk,
+    exact: &ExactHunk,
+    budget: &mut u64,
+) -> Option<usize> {
     let trailing = chunk
         .script
         .iter()
@@ -89,32 +102,46 @@ fn find(image: &[ImageLine<'_>], chunk: &Chunk, exact: &ExactHunk) -> Option<usi
         exact.new_start.saturating_sub(1)
     }
     .min(total);
-    let matches_at = |at: usize| {
-        at.checked_add(old_len).is_some_and(|end| end <= total)
+    // Hashed once; each position then costs at most its old lines compared.
+    let old_hashes: Vec<u32> = exact.old.iter().map(|old| line_hash(old)).collect();
+    let old_bytes: u64 = exact.old.iter().map(|old| old.len() as u64).sum();
+    let mut matches_at = |at: usize| -> Option<bool> {
+        let fits = at.checked_add(old_len).is_some_and(|end| end <= total)
             && (!match_end || at + old_len == total)
-            && (!match_beginning || at == 0)
-            && exact
-                .old
-                .iter()
-                .zip(&image[at..at + old_len])
-                .all(|(old, line)| !line.patched && line.hash == line_hash(old))
-            && same_bytes(&exact.old, &image[at..], match_end)
+            && (!match_beginning || at == 0);
+        if !fits {
+            return Some(false);
+        }
+        let mut compared = 0u64;
+        let hashes_agree = old_hashes
+            .iter()
+            .zip(&image[at..at + old_len])
+            .all(|(hash, line)| {
+                compared += 1;
+                !line.patched && line.hash == *hash
+            });
+        let found = hashes_agree && same_bytes(&exact.old, &image[at..], match_end);
+        if hashes_agree {
+            compared += old_bytes;
+        }
+        *budget = budget.checked_sub(compared)?;
+        Some(found)
     };
     // start, start + 1, start - 1, start + 2, start - 2, … within 0..=total.
     let (mut backwards, mut forwards) = (start, start);
-    if matches_at(start) {
+    if matches_at(start)? {
         return Some(start);
     }
     while backwards > 0 || forwards < total {
         if forwards < total {
             forwards += 1;
-            if matches_at(forwards) {
+            if matches_at(forwards)? {
                 return Some(forwards);
             }
         }
         if backwards > 0 {
             backwards -= 1;
-            if matches_at(backwards) {
+            if matches_at(backwards)? {
                 return Some(backwards);
             }
         }

@@ -631,3 +631,21 @@ fn patch_format_is_snake_case() {
         Some(r#"["auto","v4a","unified"]"#.to_owned())
     );
 }
+
+#[test]
+fn a_hunk_that_almost_matches_everywhere_is_not_searched_for_ever() {
+    // 20,000 lines of `a`, and a hunk of 10,000 `a`s then a line the file does
+    // not have: git's search would compare ~10^8 lines; past the budget the
+    // lenient search (by index) answers.
+    let file = "a\n".repeat(20_000);
+    let mut diff = String::from("--- a/f\n+++ b/f\n@@ -5000,10002 +5000,10002 @@\n");
+    for _ in 0..10_000 {
+        diff.push_str(" a\n");
+    }
+    // Trailing context: the hunk may go anywhere, not only at the end.
+    diff.push_str("-zzz\n+yyy\n a\n");
+    assert_eq!(
+        apply(PatchFormat::Unified, &file, &diff).map_err(|error| error.code()),
+        Err(ErrorCode::HunkRejected)
+    );
+}
