@@ -905,6 +905,11 @@ fn capability_limits_stop_scans_and_refuse_large_changes() {
     assert_eq!(data["matches"], "src/a.txt:1:needle\nsrc/b.txt:1:needle");
     assert_eq!(data["match_count"], 2);
     assert_eq!(data["truncated_reason"], "max_scan_bytes");
+    // A file named by path larger than the limit is not read at all.
+    ws.write("src/big.txt", "needle\n".repeat(4));
+    let big = ws.call("grep", json!({"pattern": "needle", "path": "src/big.txt"}));
+    assert_eq!(ok(&big)["match_count"], 0);
+    assert_eq!(ok(&big)["truncated_reason"], "max_scan_bytes");
 
     // Changes: refused whole, nothing written.
     let ws = Ws::new(

@@ -327,7 +327,12 @@ pub fn grep(sandbox: &Sandbox, params: &GrepParams) -> Result<GrepData, FsError>
             let mut found = Found::default();
             let rel = path.resolved();
             let (file, _) = path.open_for_read()?;
-            search_one(&mut searcher, &matcher, rel, &file, limit, &mut found);
+            let size = file.metadata().map_or(0, |meta| meta.len());
+            if size > sandbox.config().max_scan_bytes {
+                scan_limit = Some(ScanLimit::Bytes);
+            } else {
+                search_one(&mut searcher, &matcher, rel, &file, limit, &mut found);
+            }
             found
         }
         Base::Directory(base) => {
@@ -1029,10 +1034,13 @@ struct Searched {
     matches: Option<FileMatches>,
 }
 
-/// Searches `files` (sorted) in parallel, in their order, until they are done
-/// or the bytes looked at pass `max_bytes`. The files kept are the longest
-/// prefix of `files` whose sizes add up to at most `max_bytes` (so which ones
-/// never depends on scheduling); the second value says some were left out.
+/// Searches `files` (sorted) in parallel, taking them in their order, until
+/// they are done or the bytes of the files taken pass `max_bytes`. The results
+/// kept are those of the longest prefix of `files` whose sizes add up to at
+/// most `max_bytes`; every file of that prefix has been taken (taking stops
+/// only once the files taken, all before the next one, are over the limit) and
+/// searched, so what is found never depends on scheduling. The second value
+/// says some files were left out.
 fn search_files(
     sandbox: &Sandbox,
     files: &[String],
@@ -1074,17 +1082,16 @@ fn search_files(
                         continue;
                     };
                     let size = file.metadata().map_or(0, |meta| meta.len());
-                    let total = seen.fetch_add(size, std::sync::atomic::Ordering::Relaxed) + size;
-                    let matches = (total <= max_bytes || size == 0).then(|| {
-                        let mut found = Found::default();
-                        search_one(&mut searcher, matcher, rel, &file, limit, &mut found);
-                        found.files.pop()
-                    });
+                    seen.fetch_add(size, std::sync::atomic::Ordering::Relaxed);
+                    // Every file taken is searched: whether the limit keeps it
+                    // is decided afterwards, in path order.
+                    let mut found = Found::default();
+                    search_one(&mut searcher, matcher, rel, &file, limit, &mut found);
                     mine.push((
                         index,
                         Searched {
                             size,
-                            matches: matches.flatten(),
+                            matches: found.files.pop(),
                         },
                     ));
                 }
