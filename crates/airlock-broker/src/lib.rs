@@ -172,7 +172,7 @@ pub struct DecideRequest {
 pub struct AlwaysAllow {
     /// Only the approval's session, or every session.
     pub persistent: bool,
-    /// Lifetime; `None` never expires.
+    /// Lifetime; `None`: `approvals.grant_ttl`.
     pub for_ms: Option<u64>,
 }
 
@@ -229,7 +229,7 @@ fn grant_scope(
     }
     if always.for_ms.is_some_and(|for_ms| for_ms > MAX_GRANT_MS) {
         return refuse(
-            "an always-allow lasts at most 10 years (leave the duration out for one that never expires)"
+            "an always-allow lasts at most 10 years (leave the duration out for approvals.grant_ttl)"
                 .to_owned(),
         );
     }
@@ -321,6 +321,11 @@ impl Broker {
         }
         broker.note_config()?;
         broker.recover_applies()?;
+        // Grants made before grants ended by default end grant_ttl after they
+        // were made.
+        if let Some(ttl) = broker.config.approvals.grant_ttl_ms() {
+            broker.store.end_open_grants(ttl)?;
+        }
         Ok(broker)
     }
 
@@ -1879,12 +1884,26 @@ impl Broker {
     }
 
     /// Revokes every grant in force; the ones revoked.
+    /// One that another process revoked (or that ended) meanwhile is skipped;
+    /// one whose record fails does not stop the rest from being revoked (the
+    /// first such failure is reported after all of them).
     pub fn revoke_all_grants(&self, by: &str, channel: &str) -> Result<Vec<GrantRow>, BrokerError> {
-        let grants = self.grants()?;
-        for grant in &grants {
-            self.revoke(grant, by, channel)?;
+        let mut revoked = Vec::new();
+        let mut failure = None;
+        for grant in self.grants()? {
+            match self.revoke(&grant, by, channel) {
+                Ok(()) => revoked.push(grant),
+                Err(error) if error.code() == ErrorCode::NotFound => {}
+                Err(error) => {
+                    revoked.push(grant);
+                    failure.get_or_insert(error);
+                }
+            }
         }
-        Ok(grants)
+        match failure {
+            Some(error) => Err(error),
+            None => Ok(revoked),
+        }
     }
 
     /// Removes `grant` first (the safe direction), then records it.

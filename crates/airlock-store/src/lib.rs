@@ -770,6 +770,17 @@ impl Store {
         self.with(|conn| Ok(conn.execute("DELETE FROM grants WHERE id = ?1", params![id])? > 0))
     }
 
+    /// Gives every grant without an end (made before grants ended by default)
+    /// the end `ttl_ms` after it was made; how many it changed.
+    pub fn end_open_grants(&self, ttl_ms: Millis) -> Result<usize, StoreError> {
+        self.with(|conn| {
+            Ok(conn.execute(
+                "UPDATE grants SET expires_ms = created_ms + ?1 WHERE expires_ms IS NULL",
+                params![i64::try_from(ttl_ms).unwrap_or(i64::MAX)],
+            )?)
+        })
+    }
+
     /// Stores an "always allow" grant.
     pub fn insert_grant(&self, grant: &GrantRow) -> Result<(), StoreError> {
         self.with(|conn| {

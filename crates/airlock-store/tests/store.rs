@@ -448,3 +448,40 @@ fn a_database_from_a_newer_airlock_is_refused() {
     let error = Store::open(&path).err().expect("opened a newer database");
     assert!(error.to_string().contains("schema version 99"), "{error}");
 }
+
+/// Grants stored before grants ended by default get an end, grant_ttl after
+/// they were made; grants that have one keep it.
+#[test]
+fn open_grants_are_given_an_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("airlock.db")).unwrap();
+    let grant = |id: &str, expires_ms: Option<u64>| airlock_store::GrantRow {
+        id: id.to_owned(),
+        tool: "write_file".to_owned(),
+        path_glob: Some("a.txt".to_owned()),
+        session: None,
+        user: None,
+        owner: None,
+        expires_ms,
+        created_ms: 1_000,
+        created_by: Some("t".to_owned()),
+        approval_id: None,
+    };
+    store.insert_grant(&grant("grant-open", None)).unwrap();
+    store
+        .insert_grant(&grant("grant-ends", Some(500_000)))
+        .unwrap();
+    assert_eq!(store.end_open_grants(10_000).unwrap(), 1);
+    assert_eq!(store.end_open_grants(10_000).unwrap(), 0);
+    let ids = |now| -> Vec<String> {
+        store
+            .grants(now)
+            .unwrap()
+            .into_iter()
+            .map(|grant| grant.id)
+            .collect()
+    };
+    assert_eq!(ids(10_999), ["grant-ends", "grant-open"]);
+    assert_eq!(ids(11_000), ["grant-ends"]);
+    assert_eq!(ids(500_000), Vec::<String>::new());
+}

@@ -267,6 +267,14 @@ fn validate(config: &Config) -> Vec<ConfigIssue> {
         "approvals.grant_ttl",
         "must be a duration such as 30m, 8h or 7d",
     );
+    check(
+        config
+            .approvals
+            .grant_ttl_ms()
+            .is_none_or(|ttl| ttl <= 3650 * 86_400_000),
+        "approvals.grant_ttl",
+        "must be at most 3650d (10 years)",
+    );
 
     let hitl = &config.security.hitl;
     check(
