@@ -2505,11 +2505,14 @@ fn method_of(tool: &str) -> &'static str {
 /// one), canonical arguments.
 fn dedup_key(call: &ToolCall) -> String {
     let args = airlock_core::canonical::to_canonical_string(&call.args);
+    // The context id too: a call made for another context is its own approval,
+    // recorded with its own id.
     let text = format!(
-        "{}\u{0}{}\u{0}{}\u{0}{}",
+        "{}\u{0}{}\u{0}{}\u{0}{}\u{0}{}",
         call.tool,
         call.session.as_deref().unwrap_or(""),
         call.principal.owner_key(),
+        call.context_id.as_deref().unwrap_or(""),
         args
     );
     airlock_core::canonical::sha256_hex(text.as_bytes())

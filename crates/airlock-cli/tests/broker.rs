@@ -2025,6 +2025,28 @@ fn a_context_id_is_recorded_with_the_approval_and_in_the_audit_log() {
         "{}",
         pending.stdout
     );
+    // The same call for another context is its own approval, not the first's;
+    // for the same context it is the same one.
+    let for_context = |context: &str| {
+        ws.run(&[
+            "call",
+            "write_file",
+            "--args",
+            &args,
+            "--defer",
+            "--context",
+            context,
+        ])
+    };
+    let other = for_context("ticket-99");
+    assert_eq!(other.code, 3);
+    assert_ne!(other.json["hitl"]["hitl_id"], run.json["hitl"]["hitl_id"]);
+    assert_eq!(
+        for_context("ticket-42").json["hitl"]["hitl_id"],
+        run.json["hitl"]["hitl_id"]
+    );
+    let other_id = other.json["hitl"]["hitl_id"].as_str().unwrap().to_owned();
+    assert_eq!(ws.run(&["deny", &other_id]).code, 4);
     assert_eq!(ws.run(&["approve", &id]).code, 0);
     let read = ws.run(&[
         "call",
@@ -2043,13 +2065,20 @@ fn a_context_id_is_recorded_with_the_approval_and_in_the_audit_log() {
             .map(|record| record["event"].as_str().unwrap().to_owned())
             .collect()
     };
+    // Proposed, proposed again (the same approval), decided, applied.
     assert_eq!(
         with("ticket-42"),
-        ["write_file_propose", "hitl_decision", "write_file_apply"]
+        [
+            "write_file_propose",
+            "write_file_propose",
+            "hitl_decision",
+            "write_file_apply"
+        ]
     );
+    assert_eq!(with("ticket-99"), ["write_file_propose", "hitl_decision"]);
     assert_eq!(with("ticket-43"), ["read_file"]);
     let before = ws.audit().len();
-    for bad in ["", "a\nb", &"x".repeat(257)] {
+    for bad in ["", "a\nb", "rtl\u{202e}txt", &"x".repeat(257)] {
         let run = ws.run(&[
             "call",
             "read_file",

@@ -118,7 +118,8 @@ impl ToolCall {
 pub const MAX_CONTEXT_ID_BYTES: usize = 256;
 
 /// Checks a caller's `context_id`: at most [`MAX_CONTEXT_ID_BYTES`] bytes, not
-/// empty, no control characters (it is shown and recorded as given).
+/// empty, no control or direction-changing characters (it is shown and recorded
+/// as given; see [`crate::display::is_unsafe`]).
 pub fn check_context_id(context_id: &str) -> Result<(), String> {
     if context_id.is_empty() {
         return Err("context_id must not be empty".to_owned());
@@ -129,8 +130,13 @@ pub fn check_context_id(context_id: &str) -> Result<(), String> {
             context_id.len()
         ));
     }
-    if context_id.chars().any(char::is_control) {
-        return Err("context_id must not contain control characters".to_owned());
+    if context_id
+        .chars()
+        .any(|c| c.is_control() || crate::display::is_unsafe(c))
+    {
+        return Err(
+            "context_id must not contain control or direction-changing characters".to_owned(),
+        );
     }
     Ok(())
 }

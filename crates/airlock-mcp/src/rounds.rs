@@ -35,11 +35,12 @@ struct State {
 fn call_digest(call: &ToolCall) -> Vec<u8> {
     let args = airlock_core::canonical::to_canonical_string(&call.args);
     let text = format!(
-        "airlock-rounds-v1\u{0}{}\u{0}{}\u{0}{}\u{0}{}",
+        "airlock-rounds-v1\u{0}{}\u{0}{}\u{0}{}\u{0}{}\u{0}{}",
         call.tool,
         args,
         call.principal.user.as_deref().unwrap_or(""),
-        call.profile.as_deref().unwrap_or("")
+        call.profile.as_deref().unwrap_or(""),
+        call.context_id.as_deref().unwrap_or("")
     );
     airlock_core::canonical::sha256_hex(text.as_bytes()).into_bytes()
 }
