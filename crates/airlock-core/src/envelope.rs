@@ -99,7 +99,7 @@ pub struct EnvelopeError {
 /// deny, a profile deny, a human's deny, a timeout and a limit apart.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorReason {
-    /// `sandbox`, `write_allowlist`, `profile`, `rule`, `risk_policy`, `hitl`
+    /// `sandbox`, `write_allowlist`, `profile`, `rule`, `default_risk`, `risk_policy`, `hitl`
     /// (the call needed a human and none could be asked), `human`, `timeout`
     /// or `limit`.
     pub layer: String,
