@@ -1866,7 +1866,9 @@ impl Broker {
             [] => {
                 return Err(BrokerError::refused(
                     ErrorCode::NotFound,
-                    format!("no grant in force is named `{id}`"),
+                    format!(
+                        "no grant in force is named `{id}` (`airlock grants` or GET /hitl/grants lists them)"
+                    ),
                 ));
             }
             _ => {

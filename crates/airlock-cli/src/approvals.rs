@@ -365,7 +365,7 @@ fn edit_in_editor(broker: &Broker, id: &str) -> Result<Option<Vec<u8>>, Failure>
     };
     let approval = broker
         .approval(id)
-        .map_err(|error| refuse(5, format!("{}: {error}", error.code())))?;
+        .map_err(|error| refuse(5, error_line(&error)))?;
     let proposed = airlock_broker::proposed_content(&approval).ok_or_else(|| {
         refuse(
             5,
@@ -442,7 +442,7 @@ fn decide(broker: &Broker, id: &str, request: &DecideRequest) -> Result<u8, Fail
         Ok(envelope) => print_envelope(&envelope),
         Err(error) => Err(Failure {
             code: 5,
-            error: anyhow!("{}: {error}", error.code()),
+            error: anyhow!(error_line(&error)),
         }),
     }
 }
@@ -452,7 +452,7 @@ pub(crate) fn undo(broker: &Broker, args: &UndoArgs) -> Result<u8, Failure> {
         Ok(envelope) => print_envelope(&envelope),
         Err(error) => Err(Failure {
             code: 5,
-            error: anyhow!("{}: {error}", error.code()),
+            error: anyhow!(error_line(&error)),
         }),
     }
 }
@@ -462,4 +462,16 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, Failure> {
     airlock_core::config::parse_duration_seconds(text)
         .map(Duration::from_secs)
         .ok_or_else(|| Failure::usage(anyhow!("invalid duration {text:?}: use 30s, 10m, 2h or 7d")))
+}
+
+/// A broker error as one line led by its code (`not_found: …`), the code said
+/// once (a refusal's own text already starts with it).
+pub(crate) fn error_line(error: &airlock_broker::BrokerError) -> String {
+    let code = error.code();
+    let text = error.to_string();
+    if text.starts_with(&format!("{code}: ")) {
+        text
+    } else {
+        format!("{code}: {text}")
+    }
 }

@@ -63,7 +63,7 @@ pub(crate) fn run(broker: &Broker, args: &GrantsArgs) -> Result<u8, Failure> {
                 } else {
                     1
                 },
-                error: anyhow!("{}: {error}", error.code()),
+                error: anyhow!(crate::approvals::error_line(&error)),
             })?;
             if *json {
                 let list: Vec<Value> = revoked.iter().map(grant_view).collect();

@@ -973,44 +973,16 @@ fn spec_000_switches_load_and_mean_what_they_say() {
         "{refused:#}"
     );
     // Over MCP, the tool list holds no file tool.
-    let mut serve = Command::new(env!("CARGO_BIN_EXE_airlock"))
-        .args(["serve", "--stdio"])
-        .current_dir(ws.dir.path())
-        .env("AIRLOCK_USER", "tester")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    {
-        use std::io::Write as _;
-        let mut stdin = serve.stdin.take().unwrap();
-        for message in [
-            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}),
-            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-            json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
-        ] {
-            writeln!(stdin, "{message}").unwrap();
-        }
-        let mut reader = std::io::BufReader::new(serve.stdout.take().unwrap());
-        let listed = loop {
-            let mut line = String::new();
-            assert!(std::io::BufRead::read_line(&mut reader, &mut line).unwrap() > 0);
-            let message: Value = serde_json::from_str(&line).unwrap();
-            if message["id"] == 2 {
-                break message;
-            }
-        };
-        drop(stdin);
-        let names: Vec<&str> = listed["result"]["tools"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|tool| tool["name"].as_str().unwrap())
-            .collect();
-        assert_eq!(names, ["proposal_status"], "{listed:#}");
-    }
-    serve.wait().unwrap();
+    let mut mcp = StdioMcp::start(&ws);
+    let listed = mcp.request(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
+    mcp.finish();
+    let names: Vec<&str> = listed["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|tool| tool["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["proposal_status"], "{listed:#}");
 
     let ws = Ws::new("file_broker:\n  enabled: true\n");
     ws.write("src/a.txt", "a\n");
@@ -1035,45 +1007,18 @@ fn spec_000_switches_load_and_mean_what_they_say() {
 /// audit log; one that is no string is an invalid-params error.
 #[test]
 fn an_mcp_context_id_in_meta_is_recorded() {
-    use std::io::{BufRead as _, Write as _};
     let ws = Ws::new("");
     ws.write("src/m.txt", "m\n");
-    let mut serve = Command::new(env!("CARGO_BIN_EXE_airlock"))
-        .args(["serve", "--stdio"])
-        .current_dir(ws.dir.path())
-        .env("AIRLOCK_USER", "tester")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stdin = serve.stdin.take().unwrap();
-    let mut reader = std::io::BufReader::new(serve.stdout.take().unwrap());
-    let mut answer = |message: Value, id: u64| -> Value {
-        writeln!(stdin, "{message}").unwrap();
-        loop {
-            let mut line = String::new();
-            assert!(reader.read_line(&mut line).unwrap() > 0);
-            let message: Value = serde_json::from_str(&line).unwrap();
-            if message["id"] == id {
-                return message;
-            }
-        }
-    };
-    answer(
-        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}),
-        1,
-    );
+    let mut mcp = StdioMcp::start(&ws);
     let read = |id: u64, meta: Value| json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "read_file", "arguments": {"path": "src/m.txt"}, "_meta": meta}});
-    let ok_answer = answer(read(2, json!({"context_id": "mcp-9"})), 2);
+    let ok_answer = mcp.request(read(2, json!({"context_id": "mcp-9"})));
     assert_eq!(
         ok_answer["result"]["structuredContent"]["status"], "allowed",
         "{ok_answer}"
     );
-    let bad = answer(read(3, json!({"context_id": 9})), 3);
+    let bad = mcp.request(read(3, json!({"context_id": 9})));
     assert_eq!(bad["error"]["code"], -32602, "{bad}");
-    drop(stdin);
-    serve.wait().unwrap();
+    mcp.finish();
     let records: Vec<Value> = ws
         .audit()
         .into_iter()
@@ -1081,4 +1026,59 @@ fn an_mcp_context_id_in_meta_is_recorded() {
         .collect();
     assert_eq!(records.len(), 1, "{records:?}");
     assert_eq!(records[0]["context_id"], "mcp-9");
+}
+
+/// `airlock serve --stdio` in a workspace, spoken to line by line, initialized.
+struct StdioMcp {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    reader: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl StdioMcp {
+    fn start(ws: &Ws) -> StdioMcp {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_airlock"))
+            .args(["serve", "--stdio"])
+            .current_dir(ws.dir.path())
+            .env("AIRLOCK_USER", "tester")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take();
+        let reader = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut mcp = StdioMcp {
+            child,
+            stdin,
+            reader,
+        };
+        mcp.request(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}));
+        mcp.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        mcp
+    }
+
+    fn send(&mut self, message: &Value) {
+        use std::io::Write as _;
+        writeln!(self.stdin.as_mut().unwrap(), "{message}").unwrap();
+    }
+
+    /// Sends `message` and returns the answer with its id.
+    fn request(&mut self, message: Value) -> Value {
+        self.send(&message);
+        loop {
+            let mut line = String::new();
+            assert!(std::io::BufRead::read_line(&mut self.reader, &mut line).unwrap() > 0);
+            let answer: Value = serde_json::from_str(&line).unwrap();
+            if answer["id"] == message["id"] {
+                return answer;
+            }
+        }
+    }
+
+    /// Closes standard input and waits for the server to end.
+    fn finish(mut self) {
+        drop(self.stdin.take());
+        self.child.wait().unwrap();
+    }
 }
