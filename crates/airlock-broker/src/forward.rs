@@ -13,10 +13,12 @@ use airlock_store::{Approval, ApprovalStatus, Created, Limits, NewApproval};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::{
-    Broker, FALLBACK_ALLOW, Handling, Mode, Record, audit_unwritable, decided_by_policy_or_grant,
-    dedup_key, hitl_ref, now_ms, to_json,
+use crate::broker::{Broker, now_ms};
+use crate::envelopes::{
+    FALLBACK_ALLOW, audit_unwritable, decided_by_policy_or_grant, dedup_key, hitl_ref, to_json,
 };
+use crate::record::Record;
+use crate::submit::{Handling, Mode};
 
 /// The envelope's `op.method` for upstream calls.
 const METHOD: &str = "mcp.call";
@@ -296,7 +298,7 @@ impl Broker {
     pub(crate) fn abandon_forward(&self, approval: &Approval) -> Option<Envelope> {
         let claimed = self.store.claim_apply(&approval.id).ok().flatten()?;
         let decision = DecisionInfo {
-            by: crate::decided_by(claimed.decided_by.as_deref()),
+            by: crate::envelopes::decided_by(claimed.decided_by.as_deref()),
             user: claimed.decided_user.clone(),
             channel: claimed.channel.clone(),
             reason: claimed.reason.clone(),

@@ -4,6 +4,12 @@ use airlock_core::{Decision, ToolCall};
 use airlock_store::Approval;
 use serde_json::{Map, Value};
 
+use airlock_audit::Durability;
+use airlock_core::envelope::Envelope;
+
+use crate::broker::Broker;
+use crate::envelopes::audit_unwritable;
+
 /// An audit record under construction. Absent values are left out.
 #[derive(Debug, Clone, Default)]
 pub struct Record {
@@ -98,5 +104,64 @@ impl Record {
 
     pub fn into_map(self) -> Map<String, Value> {
         self.fields
+    }
+}
+
+impl Broker {
+    /// Appends an audit record; a failure to audit is reported on stderr-free
+    /// terms by returning `None` (callers turn that into an error envelope).
+    pub(crate) fn log(&self, record: Record) -> Option<airlock_core::envelope::AuditRef> {
+        self.log_with(record, Durability::Now)
+    }
+
+    /// Records of calls that needed no decision (reads, denials, upstream
+    /// calls the policy allows) are written before the answer and synced
+    /// within `SYNC_WITHIN`; records a change waits on (proposals,
+    /// decisions, applies) are synced before it goes ahead.
+    pub(crate) fn log_with(
+        &self,
+        record: Record,
+        durability: Durability,
+    ) -> Option<airlock_core::envelope::AuditRef> {
+        match self.audit.append_with(record.into_map(), durability) {
+            Ok(appended) => Some(airlock_core::envelope::AuditRef {
+                prev_hash: appended.prev_hash,
+                event_hash: appended.event_hash,
+            }),
+            Err(_) => None,
+        }
+    }
+
+    /// Audits `record` and stamps the envelope with it. If the audit log cannot
+    /// be written, the result is an error: nothing goes unaudited.
+    pub(crate) fn audited(&self, envelope: Envelope, record: Record) -> Envelope {
+        self.audited_with(envelope, record, Durability::Now)
+    }
+
+    /// [`Broker::audited`] for a call that needed no decision (a read, a
+    /// denial, an upstream call the policy allows): nothing waits on its
+    /// record, which is written before the answer and synced soon after (see
+    /// [`Broker::log_with`]).
+    pub(crate) fn observed(&self, envelope: Envelope, record: Record) -> Envelope {
+        self.audited_with(envelope, record, Durability::Soon)
+    }
+
+    pub(crate) fn audited_with(
+        &self,
+        mut envelope: Envelope,
+        record: Record,
+        durability: Durability,
+    ) -> Envelope {
+        match self.log_with(record, durability) {
+            Some(audit) => {
+                envelope.audit = Some(audit);
+                envelope
+            }
+            None => audit_unwritable(
+                &envelope.op.method,
+                &envelope.op.tool,
+                envelope.op.path.as_deref(),
+            ),
+        }
     }
 }

@@ -1,0 +1,331 @@
+//! Apply: an approved approval is claimed once (compare-and-set), committed
+//! through the one apply engine and settled; recovery finishes what a crash
+//! interrupted.
+
+use airlock_core::ErrorCode;
+use airlock_core::envelope::{DecisionInfo, Envelope, ErrorReason, Status};
+use airlock_fs::{ChangePlan, CommitOptions};
+use airlock_store::{Approval, ApprovalStatus, Snapshot, SnapshotFile};
+use serde_json::{Value, json};
+
+use crate::broker::Broker;
+use crate::envelopes::{approval_risk, decided_by, failure_for, failure_status, hitl_ref, to_json};
+use crate::error::BrokerError;
+use crate::forward;
+use crate::record::Record;
+use crate::wait::process_alive;
+
+/// One file's hashes in an apply's data and audit record.
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct FileHashes {
+    path: String,
+    before_hash: Option<String>,
+    after_hash: Option<String>,
+}
+
+impl Broker {
+    /// Rolls forward approvals a crash left half way: approved but never
+    /// claimed, or claimed but never finished, by a process that no longer runs.
+    pub(crate) fn recover_applies(&self) -> Result<(), BrokerError> {
+        // Multi-file applies (and undos) interrupted after their commit point
+        // are finished first: then the files say whether an apply happened.
+        self.recover_journals()?;
+        for (orphan, owner) in self.store.orphaned(&process_alive)? {
+            if forward::is_forward(&orphan) && orphan.waiter_pid.is_some_and(process_alive) {
+                // Its holder is alive and will carry it out.
+                continue;
+            }
+            let Some(approval) = self.store.take_over(&orphan.id, owner)? else {
+                continue;
+            };
+            let decision = DecisionInfo {
+                by: decided_by(approval.decided_by.as_deref()),
+                user: approval.decided_user.clone(),
+                channel: approval.channel.clone(),
+                reason: approval.reason.clone(),
+            };
+            match approval.status {
+                ApprovalStatus::Approved => {
+                    self.settle(&approval.id);
+                }
+                ApprovalStatus::Applying => {
+                    self.commit_claimed(&approval, decision, true);
+                }
+                ApprovalStatus::Pending
+                | ApprovalStatus::Applied
+                | ApprovalStatus::Failed
+                | ApprovalStatus::Denied
+                | ApprovalStatus::Expired
+                | ApprovalStatus::Cancelled => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Finishes journaled commits that were interrupted, and audits each.
+    pub(crate) fn recover_journals(&self) -> Result<(), BrokerError> {
+        for recovered in airlock_fs::recover(&self.sandbox, &self.journal_dir)? {
+            let label = recovered.label.clone().unwrap_or_default();
+            let (id, kind) = label.rsplit_once(':').unwrap_or((label.as_str(), ""));
+            if kind == "undo" {
+                self.store.mark_undone(id)?;
+            }
+            let logged = self.log(
+                Record::new("journal_recovered")
+                    .value(
+                        "hitl_id",
+                        (!id.is_empty()).then(|| Value::String(id.to_owned())),
+                    )
+                    .text("kind", kind)
+                    .value("skipped", Some(json!(recovered.skipped)))
+                    .text(
+                        "status",
+                        if recovered.skipped.is_empty() {
+                            "allowed"
+                        } else {
+                            "error"
+                        },
+                    ),
+            );
+            if logged.is_none() {
+                return Err(BrokerError::refused(
+                    ErrorCode::IoError,
+                    "a recovered apply could not be recorded in the audit log",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies an approved approval (if this process wins the claim) or waits for
+    /// whoever did, and returns the final envelope.
+    pub(crate) fn settle(&self, id: &str) -> Envelope {
+        match self.store.get(id) {
+            Ok(approval) if !self.can_apply(&approval) => return self.wait(id),
+            Ok(_) => {}
+            Err(error) => return failure_for(id, &BrokerError::from(error)),
+        }
+        match self.store.claim_apply(id) {
+            Ok(Some(approval)) => {
+                let decision = DecisionInfo {
+                    by: decided_by(approval.decided_by.as_deref()),
+                    user: approval.decided_user.clone(),
+                    channel: approval.channel.clone(),
+                    reason: approval.reason.clone(),
+                };
+                self.commit_claimed(&approval, decision, false)
+            }
+            Ok(None) => self.wait(id),
+            Err(error) => failure_for(id, &BrokerError::from(error)),
+        }
+    }
+
+    /// Commits the plan of an approval this process has claimed, and settles it.
+    pub(crate) fn commit_claimed(
+        &self,
+        approval: &Approval,
+        decision: DecisionInfo,
+        recovering: bool,
+    ) -> Envelope {
+        if forward::is_forward(approval) {
+            return self.commit_forward(approval, decision, recovering);
+        }
+        let path = approval.path.as_deref();
+        let fail = |code: ErrorCode, message: String| {
+            let reason = ErrorReason::of_tool_refusal(code, &message, approval_risk(approval));
+            let mut envelope = Envelope::failure(
+                failure_status(code),
+                "fs.apply_patch",
+                &approval.tool,
+                path,
+                code,
+                message,
+            )
+            .with_reason(reason);
+            envelope.hitl = Some(hitl_ref(approval));
+            envelope.decision = Some(decision.clone());
+            let envelope = self.audited(
+                envelope,
+                Record::for_approval(approval)
+                    .event("write_file_apply")
+                    .text("decided_by", decision.by.as_str())
+                    .text("status", "error")
+                    .text("code", code.as_str()),
+            );
+            let _ = self
+                .store
+                .finish(&approval.id, ApprovalStatus::Failed, &to_json(&envelope));
+            envelope
+        };
+        let plan: ChangePlan = match serde_json::from_str(&approval.plan_json) {
+            Ok(plan) => plan,
+            Err(error) => {
+                return fail(
+                    ErrorCode::IoError,
+                    format!("stored plan is unreadable: {error}"),
+                );
+            }
+        };
+        // An earlier apply interrupted after its commit point is finished (and
+        // audited) before this one compares hashes.
+        if let Err(error) = self.recover_journals() {
+            return fail(error.code(), error.to_string());
+        }
+        let hashes = |plan: &ChangePlan| -> Vec<FileHashes> {
+            plan.changes
+                .iter()
+                .map(|change| FileHashes {
+                    path: change.path.clone(),
+                    before_hash: change.before_hash.clone(),
+                    after_hash: change.after_hash(),
+                })
+                .collect()
+        };
+        if recovering {
+            // A crash may have come after the renames: if every file already holds
+            // its new content, the apply happened.
+            if let Ok(true) = airlock_fs::already_applied(&self.sandbox, &plan) {
+                let files = hashes(&plan);
+                return self.applied(approval, &plan, files, decision, true);
+            }
+        }
+        // Keep the before-content first, so undo survives a crash after the write.
+        let before = match airlock_fs::snapshot(&self.sandbox, &plan) {
+            Ok(before) => before,
+            Err(error) => return fail(error.code(), error.to_string()),
+        };
+        let snapshot = Snapshot {
+            approval_id: approval.id.clone(),
+            files: plan
+                .changes
+                .iter()
+                .zip(before)
+                .map(|(change, before)| SnapshotFile {
+                    path: change.path.clone(),
+                    mode: before.as_ref().map(|(_, mode)| *mode),
+                    before: before.map(|(bytes, _)| bytes),
+                    before_hash: change.before_hash.clone(),
+                    after_hash: change.after_hash(),
+                })
+                .collect(),
+            undone: false,
+        };
+        if let Err(error) = self.store.insert_snapshot(&snapshot) {
+            return fail(ErrorCode::IoError, error.to_string());
+        }
+        let label = format!("{}:apply", approval.id);
+        let options = CommitOptions {
+            journal_dir: Some(&self.journal_dir),
+            label: Some(&label),
+            interrupt_after: None,
+        };
+        match airlock_fs::commit(&self.sandbox, &plan, options) {
+            Ok(done) => {
+                let files = done
+                    .into_iter()
+                    .map(|file| FileHashes {
+                        path: file.path,
+                        before_hash: file.before_hash,
+                        after_hash: file.after_hash,
+                    })
+                    .collect();
+                self.applied(approval, &plan, files, decision, recovering)
+            }
+            Err(error) => fail(error.code(), error.to_string()),
+        }
+    }
+
+    pub(crate) fn applied(
+        &self,
+        approval: &Approval,
+        plan: &ChangePlan,
+        files: Vec<FileHashes>,
+        decision: DecisionInfo,
+        recovered: bool,
+    ) -> Envelope {
+        let path = plan.primary_path();
+        let mut envelope = Envelope::new(Status::Allowed, "fs.apply_patch", &approval.tool, path);
+        let (before_hash, after_hash) = match files.as_slice() {
+            [one] => (one.before_hash.clone(), one.after_hash.clone()),
+            _ => (None, None),
+        };
+        let mut data = json!({
+            "path": path,
+            "created": plan.creates_only(),
+            "before_hash": before_hash,
+            "after_hash": after_hash,
+            "hitl_id": approval.id,
+        });
+        if let Some(object) = data.as_object_mut() {
+            if files.len() > 1 {
+                object.insert("files".to_owned(), json!(files));
+            }
+            for (key, value) in &plan.report {
+                object.insert(key.clone(), value.clone());
+            }
+        }
+        envelope.data = Some(data);
+        envelope.hitl = Some(hitl_ref(approval));
+        let mut record = Record::for_approval(approval)
+            .event("write_file_apply")
+            .text("decision", "approve")
+            .text("decided_by", decision.by.as_str())
+            .value("user", decision.user.clone().map(Value::String))
+            .value("channel", decision.channel.clone().map(Value::String))
+            .flag("created", plan.creates_only())
+            .value("before_hash", before_hash.map(Value::String))
+            .value("after_hash", after_hash.map(Value::String))
+            .value("files", (files.len() > 1).then(|| json!(files)))
+            .text("patch_hash", &plan.patch_hash)
+            .value(
+                "edited",
+                plan.report
+                    .get("edited")
+                    .filter(|edited| edited.as_bool() == Some(true))
+                    .cloned(),
+            )
+            .text("status", "allowed");
+        envelope.decision = Some(decision);
+        // A crash after the record was written but before the row was settled
+        // must not record the apply twice: the existing record stands.
+        let logged = if recovered {
+            self.logged_apply(&approval.id)
+        } else {
+            None
+        };
+        let envelope = match logged {
+            Some(audit) => {
+                envelope.audit = Some(audit);
+                envelope
+            }
+            None => {
+                if recovered {
+                    record = record.flag("recovered", true);
+                }
+                self.audited(envelope, record)
+            }
+        };
+        let _ = self
+            .store
+            .finish(&approval.id, ApprovalStatus::Applied, &to_json(&envelope));
+        envelope
+    }
+
+    /// The audit record of a successful apply of `id`, if the log has one.
+    pub(crate) fn logged_apply(&self, id: &str) -> Option<airlock_core::envelope::AuditRef> {
+        let query = airlock_audit::Query {
+            event_type: Some("write_file_apply".to_owned()),
+            filters: vec![
+                ("hitl_id".to_owned(), id.to_owned()),
+                ("status".to_owned(), "allowed".to_owned()),
+            ],
+            since: None,
+        };
+        let records = airlock_audit::query(&self.audit_path(), &query).ok()?;
+        let record = records.last()?;
+        Some(airlock_core::envelope::AuditRef {
+            prev_hash: record.get("prev_hash")?.as_str()?.to_owned(),
+            event_hash: record.get("event_hash")?.as_str()?.to_owned(),
+        })
+    }
+}

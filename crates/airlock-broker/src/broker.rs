@@ -1,0 +1,281 @@
+//! The broker of one workspace: what it holds, opening it, its state secrets
+//! and accessors.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use airlock_audit::{AuditLog, Durability};
+use airlock_core::config::{Config, LoadedConfig};
+use airlock_core::{ErrorCode, Policy};
+use airlock_fs::Sandbox;
+use airlock_store::{Approval, Store};
+use serde_json::Value;
+
+use crate::error::BrokerError;
+use crate::forward::Forwarder;
+use crate::record::Record;
+
+/// Where the broker lives.
+#[derive(Debug, Clone)]
+pub struct Workspace {
+    /// Canonical sandbox root.
+    pub root: PathBuf,
+    /// The configuration, validated, its policy bound to `root`.
+    pub loaded: LoadedConfig,
+}
+
+/// The pipeline of one workspace.
+pub struct Broker {
+    pub(crate) config: Config,
+    pub(crate) policy: Arc<Policy>,
+    pub(crate) sandbox: Sandbox,
+    pub(crate) store: Arc<Store>,
+    pub(crate) audit: AuditLog,
+    pub(crate) root: PathBuf,
+    /// Where multi-file applies keep their journal and the apply lock.
+    pub(crate) journal_dir: PathBuf,
+    /// Carries approved upstream calls out (only in a process holding the
+    /// upstream connections).
+    pub(crate) forwarder: Option<Arc<dyn Forwarder>>,
+}
+
+/// Milliseconds since the Unix epoch, now.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| {
+            u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
+        })
+}
+
+pub(crate) struct HeadInStore(Arc<Store>);
+
+impl airlock_audit::HeadStore for HeadInStore {
+    fn load_head(&self) -> Result<Option<airlock_audit::Head>, String> {
+        self.0
+            .audit_head()
+            .map(|head| head.map(|(seq, event_hash)| airlock_audit::Head { seq, event_hash }))
+            .map_err(|error| error.to_string())
+    }
+
+    fn save_head(&self, head: &airlock_audit::Head) -> Result<(), String> {
+        self.0
+            .save_audit_head(head.seq, &head.event_hash)
+            .map_err(|error| error.to_string())
+    }
+}
+
+impl Broker {
+    /// Opens the workspace's state: the store, the audit log (recovering a torn
+    /// tail), and finishes applies a crash interrupted.
+    pub fn open(workspace: Workspace) -> Result<Broker, BrokerError> {
+        let config = workspace.loaded.config.clone();
+        let policy = Arc::new(workspace.loaded.policy);
+        let root = workspace.root;
+        let state_dir = root.join(&config.workspace.state_dir);
+        std::fs::create_dir_all(&state_dir).map_err(|error| {
+            BrokerError::refused(
+                ErrorCode::IoError,
+                format!("cannot create {}: {error}", state_dir.display()),
+            )
+        })?;
+        let store = Arc::new(Store::open(&state_dir.join("airlock.db"))?);
+        let key = config
+            .audit
+            .hmac_key_env
+            .as_deref()
+            .and_then(|name| std::env::var(name).ok())
+            .filter(|key| !key.is_empty())
+            .map(String::into_bytes);
+        let audit_path = root.join(&config.audit.path);
+        let (audit, recovery) =
+            AuditLog::open(&audit_path, key, Some(Arc::new(HeadInStore(store.clone()))))?;
+        let sandbox = Sandbox::open(&root, &config.file_broker, policy.clone())?
+            .with_blob_dir(state_dir.join("blobs"));
+        let journal_dir = state_dir.join("journal");
+        let broker = Broker {
+            config,
+            policy,
+            sandbox,
+            store,
+            audit,
+            root,
+            journal_dir,
+            forwarder: None,
+        };
+        // What the log's recovery found is recorded in the log itself.
+        for record in recovery.records() {
+            broker.audit.append(record)?;
+        }
+        broker.note_config()?;
+        broker.recover_applies()?;
+        // Grants made before grants ended by default end grant_ttl after they
+        // were made.
+        if let Some(ttl) = broker.config.approvals.grant_ttl_ms() {
+            broker.store.end_open_grants(ttl)?;
+        }
+        Ok(broker)
+    }
+
+    /// Lets this broker carry out upstream tool calls through `forwarder`.
+    pub fn with_forwarder(mut self, forwarder: Arc<dyn Forwarder>) -> Broker {
+        self.forwarder = Some(forwarder);
+        self
+    }
+
+    /// Records that a new configuration was refused and the one in force stays.
+    pub fn note_config_rejected(&self, source: &str, message: &str) -> Result<(), BrokerError> {
+        let logged = self.log(
+            Record::new("config_rejected")
+                .text("path", source)
+                .text("reason", message)
+                .text("status", "error"),
+        );
+        logged.map(|_| ()).ok_or_else(|| {
+            BrokerError::refused(ErrorCode::IoError, "the audit log could not be written")
+        })
+    }
+
+    /// The content of a stored blob (`sha256:<hex>`), for the MCP resource
+    /// `airlock://blob/sha256/<hex>`; audited as `resource_read`.
+    pub fn read_blob(
+        &self,
+        blob_ref: &str,
+        session: Option<&str>,
+        agent: Option<&str>,
+    ) -> Result<Vec<u8>, BrokerError> {
+        let result = match self.sandbox.blob_dir() {
+            Some(dir) => airlock_fs::read_blob(dir, blob_ref).map_err(BrokerError::from),
+            None => Err(BrokerError::refused(ErrorCode::NotFound, "no blob store")),
+        };
+        let record = Record::new("resource_read")
+            .text("blob_ref", blob_ref)
+            .value("session", session.map(|s| Value::String(s.to_owned())))
+            .value("agent", agent.map(|a| Value::String(a.to_owned())));
+        let record = match &result {
+            Ok(bytes) => record
+                .text("status", "allowed")
+                .number("size_bytes", bytes.len() as u64),
+            Err(error) => record
+                .text("status", "error")
+                .text("code", error.code().as_str()),
+        };
+        if self.log_with(record, Durability::Soon).is_none() {
+            return Err(BrokerError::refused(
+                ErrorCode::IoError,
+                "the audit log could not be written",
+            ));
+        }
+        result
+    }
+
+    /// A 32-byte secret kept in the state dir under `name` (created on first
+    /// use, readable only by its owner): keys for sealing what airlock hands out.
+    pub fn state_secret(&self, name: &str) -> Result<Vec<u8>, BrokerError> {
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let path = self.root.join(&self.config.workspace.state_dir).join(name);
+        let io = |error: std::io::Error| {
+            BrokerError::refused(ErrorCode::IoError, format!("{}: {error}", path.display()))
+        };
+        match std::fs::read(&path) {
+            Ok(key) if key.len() >= 32 => return Ok(key),
+            Ok(_) => {
+                return Err(BrokerError::refused(
+                    ErrorCode::IoError,
+                    format!("{} is shorter than 32 bytes", path.display()),
+                ));
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => return Err(io(error)),
+        }
+        let mut key = Vec::with_capacity(32);
+        key.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
+        key.extend_from_slice(uuid::Uuid::new_v4().as_bytes());
+        let temp = path.with_extension(format!("tmp{}", std::process::id()));
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&temp)
+            .map_err(io)?;
+        file.write_all(&key)
+            .and_then(|()| file.sync_all())
+            .map_err(io)?;
+        // Two processes may race: the first link wins, and both use its key.
+        match std::fs::hard_link(&temp, &path) {
+            Ok(()) => {}
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(error) => {
+                let _ = std::fs::remove_file(&temp);
+                return Err(io(error));
+            }
+        }
+        let _ = std::fs::remove_file(&temp);
+        std::fs::read(&path).map_err(io)
+    }
+
+    /// Spends a one-time token (a sealed `requestState`'s nonce): `Ok(true)` the
+    /// first time only, across processes.
+    pub fn spend_token(&self, token: &str, expires_ms: u64) -> Result<bool, BrokerError> {
+        Ok(self.store.spend_token(token, expires_ms, now_ms())?)
+    }
+
+    /// The workspace root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The compiled policy.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// The audit log's path.
+    pub fn audit_path(&self) -> PathBuf {
+        self.root.join(&self.config.audit.path)
+    }
+
+    /// The audit chain head as the store last saw it.
+    pub fn stored_audit_head(&self) -> Result<Option<airlock_audit::Head>, BrokerError> {
+        Ok(self
+            .store
+            .audit_head()?
+            .map(|(seq, event_hash)| airlock_audit::Head { seq, event_hash }))
+    }
+
+    /// Syncs audit records of reads and denials still waiting for their
+    /// background sync; call it before the process exits.
+    pub fn flush_audit(&self) {
+        self.audit.flush();
+    }
+
+    /// Records `config_loaded` when the configuration differs from the last one
+    /// this workspace ran with.
+    pub(crate) fn note_config(&self) -> Result<(), BrokerError> {
+        let text = serde_json::to_string(&self.config).unwrap_or_default();
+        let hash = airlock_core::canonical::sha256_hex(text.as_bytes());
+        if self.store.get_kv("config_hash")?.as_deref() != Some(hash.as_str()) {
+            self.log(Record::new("config_loaded").text("config_hash", &hash));
+            self.store.set_kv("config_hash", &hash)?;
+        }
+        Ok(())
+    }
+
+    /// Pending approvals, oldest first (expiring overdue ones first).
+    pub fn pending(&self, session: Option<&str>) -> Result<Vec<Approval>, BrokerError> {
+        self.expire_overdue()?;
+        Ok(self.store.pending(session, now_ms())?)
+    }
+
+    /// One approval.
+    pub fn approval(&self, id: &str) -> Result<Approval, BrokerError> {
+        Ok(self.store.get(id)?)
+    }
+}

@@ -1,0 +1,252 @@
+//! Decide: a human approves or denies a pending approval (with a reason,
+//! an edited version, an always-allow).
+
+use airlock_core::ErrorCode;
+use airlock_core::config::ApprovalMode;
+use airlock_core::envelope::{Envelope, ErrorReason, Status};
+use airlock_fs::ChangePlan;
+use airlock_store::{Approval, ApprovalStatus, EditedPlan, StoreError, Verdict};
+use serde_json::Value;
+
+use crate::broker::{Broker, now_ms};
+use crate::envelopes::{approval_risk, hitl_ref, human, to_json};
+use crate::error::BrokerError;
+use crate::forward;
+use crate::grants::grant_scope;
+use crate::record::Record;
+use crate::wait::process_alive;
+
+/// What an approver channel shows, and what it may offer, for one pending
+/// approval.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct AskForm {
+    pub hitl_id: String,
+    pub tool: String,
+    pub risk: String,
+    pub summary: String,
+    pub diff_preview: String,
+    /// "Always allow" may be offered.
+    pub allow_skip: bool,
+    /// A reason is required to approve.
+    pub require_reason: bool,
+    /// The client's human may decide it (no `approvers` restriction, and
+    /// `approval_mode` is not `defer`).
+    pub client_may_decide: bool,
+    pub expires_ms: u64,
+}
+
+/// A human's decision on a pending approval.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecideRequest {
+    pub approve: bool,
+    pub reason: Option<String>,
+    /// "Always allow": only where the risk policy allows skipping.
+    pub always: Option<AlwaysAllow>,
+    pub user: String,
+    /// `terminal`, `http`, `mcp`, `link`…
+    pub channel: String,
+    /// The approver's edited version of a one-file write, applied instead of
+    /// the proposal (audited as edited; the agent's result says so).
+    pub content: Option<Vec<u8>>,
+}
+
+/// The scope and lifetime of an "always allow".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AlwaysAllow {
+    /// Only the approval's session, or every session.
+    pub persistent: bool,
+    /// Lifetime; `None`: `approvals.grant_ttl`.
+    pub for_ms: Option<u64>,
+}
+
+impl Broker {
+    /// What a channel asking a human about `id` shows and may offer.
+    pub fn ask_form(&self, id: &str) -> Result<AskForm, BrokerError> {
+        let approval = self.store.get(id)?;
+        let decision: Value = serde_json::from_str(&approval.decision_json).unwrap_or(Value::Null);
+        let flag = |key: &str| decision.get(key).and_then(Value::as_bool).unwrap_or(false);
+        let restricted = decision
+            .get("approvers")
+            .and_then(Value::as_array)
+            .is_none_or(|approvers| !approvers.is_empty());
+        let max = self.config.file_broker.diff_preview_max_chars;
+        Ok(AskForm {
+            hitl_id: approval.id.clone(),
+            tool: approval.tool.clone(),
+            risk: approval.risk.clone(),
+            summary: approval.summary.clone(),
+            diff_preview: airlock_fs::preview(&approval.diff, max),
+            allow_skip: flag("allow_skip"),
+            require_reason: flag("require_reason"),
+            client_may_decide: !restricted
+                && self.config.security.hitl.approval_mode != ApprovalMode::Defer,
+            expires_ms: approval.expires_ms,
+        })
+    }
+
+    /// A human decides a pending approval. Approving applies the stored plan
+    /// (spec 000's apply_proposal) once; the returned envelope is the call's final
+    /// result.
+    pub fn decide(&self, id: &str, request: &DecideRequest) -> Result<Envelope, BrokerError> {
+        let approval = self.store.get(id)?;
+        let decision: Value = serde_json::from_str(&approval.decision_json).unwrap_or(Value::Null);
+        let flag = |key: &str| decision.get(key).and_then(Value::as_bool).unwrap_or(false);
+        let reason = request
+            .reason
+            .as_deref()
+            .map(str::trim)
+            .filter(|r| !r.is_empty());
+        if request.approve && flag("require_reason") && reason.is_none() {
+            return Err(BrokerError::refused(
+                ErrorCode::InvalidInput,
+                format!("approving a {} risk call requires a reason", approval.risk),
+            ));
+        }
+        // Every check of the always-allow before anything is decided: a
+        // refused grant must not leave an approval approved and unapplied.
+        let grant = match request.always {
+            Some(always) => Some(grant_scope(
+                &approval,
+                always,
+                request.approve,
+                flag("allow_skip"),
+            )?),
+            None => None,
+        };
+        if request.content.is_some() && approval.status != ApprovalStatus::Pending {
+            return Err(BrokerError::Store(StoreError::AlreadyDecided {
+                id: id.to_owned(),
+                status: approval.status,
+            }));
+        }
+        let edited = match &request.content {
+            Some(_) if !request.approve => {
+                return Err(BrokerError::refused(
+                    ErrorCode::InvalidInput,
+                    "an edited version (content) goes with an approval",
+                ));
+            }
+            Some(_) if request.always.is_some() => {
+                return Err(BrokerError::refused(
+                    ErrorCode::InvalidInput,
+                    "always-allow cannot be given with an edited version",
+                ));
+            }
+            Some(content) => Some(self.edited_plan(&approval, content.clone())?),
+            None => None,
+        };
+        // A call whose waiting process is gone is cancelled, never applied for
+        // nobody.
+        if approval.status == ApprovalStatus::Pending
+            && approval.waiter_pid.is_some_and(|pid| !process_alive(pid))
+        {
+            self.cancel(id);
+            return Err(BrokerError::Store(StoreError::AlreadyDecided {
+                id: id.to_owned(),
+                status: ApprovalStatus::Cancelled,
+            }));
+        }
+        let now = now_ms();
+        let verdict = Verdict {
+            approve: request.approve,
+            by: "human".to_owned(),
+            user: Some(request.user.clone()),
+            channel: Some(request.channel.clone()),
+            reason: reason.map(str::to_owned),
+            at_ms: now,
+            edited: match &edited {
+                Some(plan) => Some(EditedPlan {
+                    plan_json: serde_json::to_string(plan).map_err(|error| {
+                        BrokerError::refused(ErrorCode::IoError, error.to_string())
+                    })?,
+                    diff: plan.diff.clone(),
+                }),
+                None => None,
+            },
+        };
+        let decided = match self.store.decide(id, &verdict) {
+            Ok(decided) => decided,
+            Err(StoreError::Expired(_)) => {
+                self.expire(id);
+                return Err(BrokerError::Store(StoreError::Expired(id.to_owned())));
+            }
+            Err(error) => return Err(error.into()),
+        };
+        let logged = self.log(
+            Record::for_approval(&decided)
+                .event("hitl_decision")
+                .text("decision", if request.approve { "approve" } else { "deny" })
+                .text("decided_by", "human")
+                .text("user", &request.user)
+                .text("channel", &request.channel)
+                .value("reason", reason.map(|r| Value::String(r.to_owned())))
+                .value("edited", edited.as_ref().map(|_| Value::Bool(true)))
+                .value(
+                    "edited_patch_hash",
+                    edited
+                        .as_ref()
+                        .map(|plan| Value::String(plan.patch_hash.clone())),
+                )
+                .number("duration_ms", now.saturating_sub(decided.created_ms)),
+        );
+        if logged.is_none() {
+            // Nothing is applied on an unrecorded decision. The approval stays
+            // decided; a later process recovers it once the log can be written.
+            return Err(BrokerError::refused(
+                ErrorCode::IoError,
+                "the decision is stored but the audit log could not be written; nothing was applied",
+            ));
+        }
+        if let Some(scope) = grant {
+            self.grant(&decided, scope, &request.user, now)?;
+        }
+        if !request.approve {
+            let mut envelope = Envelope::failure(
+                Status::Denied,
+                "fs.propose_patch",
+                &decided.tool,
+                decided.path.as_deref(),
+                ErrorCode::PolicyDenied,
+                match reason {
+                    Some(reason) => format!("denied by {}: {reason}", request.user),
+                    None => format!("denied by {}", request.user),
+                },
+            )
+            .with_reason(Some(ErrorReason::new(
+                "human",
+                "human",
+                approval_risk(&decided),
+            )));
+            envelope.hitl = Some(hitl_ref(&decided));
+            envelope.decision = Some(human(request, reason));
+            let _ = self
+                .store
+                .finish(id, ApprovalStatus::Denied, &to_json(&envelope));
+            return Ok(envelope);
+        }
+        Ok(self.settle(id))
+    }
+
+    /// The plan of `approval` with the approver's `content` in place of the
+    /// proposed one.
+    pub(crate) fn edited_plan(
+        &self,
+        approval: &Approval,
+        content: Vec<u8>,
+    ) -> Result<ChangePlan, BrokerError> {
+        if forward::is_forward(approval) {
+            return Err(BrokerError::refused(
+                ErrorCode::InvalidInput,
+                "an upstream call cannot be edited, only approved or denied",
+            ));
+        }
+        let plan: ChangePlan = serde_json::from_str(&approval.plan_json).map_err(|error| {
+            BrokerError::refused(
+                ErrorCode::IoError,
+                format!("stored plan is unreadable: {error}"),
+            )
+        })?;
+        airlock_fs::edited(&self.sandbox, &plan, content)
+            .map_err(|error| BrokerError::refused(error.code(), error.to_string()))
+    }
+}

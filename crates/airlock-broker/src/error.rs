@@ -1,0 +1,43 @@
+//! The broker's own failures (a tool's failure is an envelope, not an error).
+
+use airlock_core::ErrorCode;
+use airlock_store::StoreError;
+
+/// Errors that stop the broker itself (not a tool's error, which is an envelope).
+#[derive(Debug, thiserror::Error)]
+pub enum BrokerError {
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    #[error("audit log: {0}")]
+    Audit(#[from] airlock_audit::AuditError),
+    #[error("sandbox: {0}")]
+    Sandbox(#[from] airlock_fs::FsError),
+    #[error("{code}: {message}")]
+    Refused { code: ErrorCode, message: String },
+    #[error("corrupt approval {id}: {message}")]
+    Corrupt { id: String, message: String },
+}
+
+impl BrokerError {
+    pub(crate) fn refused(code: ErrorCode, message: impl Into<String>) -> BrokerError {
+        BrokerError::Refused {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// The envelope error code this failure maps to.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            BrokerError::Store(StoreError::NotFound(_)) => ErrorCode::NotFound,
+            BrokerError::Store(StoreError::AlreadyDecided { .. }) => ErrorCode::AlreadyDecided,
+            BrokerError::Store(StoreError::Expired(_)) => ErrorCode::Expired,
+            BrokerError::Store(StoreError::RateLimited { .. }) => ErrorCode::RateLimited,
+            BrokerError::Refused { code, .. } => *code,
+            BrokerError::Sandbox(error) => error.code(),
+            BrokerError::Store(_) | BrokerError::Audit(_) | BrokerError::Corrupt { .. } => {
+                ErrorCode::IoError
+            }
+        }
+    }
+}

@@ -1,0 +1,228 @@
+//! Always-allow grants: made with a decision, listed, revoked; each ends.
+
+use airlock_core::ErrorCode;
+use airlock_store::{Approval, GrantRow};
+use serde_json::Value;
+
+use crate::broker::{Broker, now_ms};
+use crate::decide::AlwaysAllow;
+use crate::error::BrokerError;
+use crate::record::Record;
+
+/// The longest an always-allow with an expiry may last (10 years).
+pub(crate) const MAX_GRANT_MS: u64 = 10 * 365 * 24 * 60 * 60 * 1000;
+
+/// What an always-allow grants: the session it is limited to (`None`: every
+/// session) and how long it lasts (`None`: no expiry).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NewGrant {
+    session: Option<String>,
+    for_ms: Option<u64>,
+}
+
+/// The grant `always` asks for on `approval`, or why it is refused: only with
+/// an approval, where the risk allows skipping, for at most
+/// [`MAX_GRANT_MS`], and session-scoped only for a call made in a session.
+pub(crate) fn grant_scope(
+    approval: &Approval,
+    always: AlwaysAllow,
+    approve: bool,
+    allow_skip: bool,
+) -> Result<NewGrant, BrokerError> {
+    let refuse = |message: String| Err(BrokerError::refused(ErrorCode::InvalidInput, message));
+    if !allow_skip {
+        return refuse(format!(
+            "always-allow is not permitted for {} risk",
+            approval.risk
+        ));
+    }
+    if always.for_ms.is_some_and(|for_ms| for_ms > MAX_GRANT_MS) {
+        return refuse(
+            "an always-allow lasts at most 10 years (leave the duration out for approvals.grant_ttl)"
+                .to_owned(),
+        );
+    }
+    let session = match (always.persistent, &approval.session) {
+        (true, _) => None,
+        (false, Some(session)) => Some(session.clone()),
+        (false, None) => {
+            return refuse(
+                "a session grant needs a call made in a session; use --scope persistent".to_owned(),
+            );
+        }
+    };
+    if !approve {
+        return refuse("always-allow applies to approvals".to_owned());
+    }
+    Ok(NewGrant {
+        session,
+        for_ms: always.for_ms,
+    })
+}
+
+/// Escapes glob metacharacters so a grant covers exactly one path.
+pub(crate) fn globset_escape(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for c in path.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '{' | '}' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+impl Broker {
+    pub(crate) fn grant(
+        &self,
+        approval: &Approval,
+        scope: NewGrant,
+        user: &str,
+        now: u64,
+    ) -> Result<(), BrokerError> {
+        let persistent = scope.session.is_none();
+        let row = GrantRow {
+            id: format!("grant-{}", uuid::Uuid::new_v4()),
+            tool: approval.tool.clone(),
+            path_glob: approval.path.as_deref().map(globset_escape),
+            // For the user who asked; a session grant only for the very
+            // principal whose session it is.
+            user: approval.user.clone(),
+            owner: if persistent {
+                None
+            } else {
+                approval.owner.clone()
+            },
+            session: scope.session,
+            // Every grant ends: after --for, else after approvals.grant_ttl.
+            expires_ms: scope
+                .for_ms
+                .or_else(|| self.config.approvals.grant_ttl_ms())
+                .map(|ms| now.saturating_add(ms)),
+            created_ms: now,
+            created_by: Some(user.to_owned()),
+            approval_id: Some(approval.id.clone()),
+        };
+        self.store.insert_grant(&row)?;
+        let logged = self.log(
+            Record::for_approval(approval)
+                .event("grant_created")
+                .text("grant_id", &row.id)
+                .value("path_glob", row.path_glob.clone().map(Value::String))
+                .text("scope", if persistent { "persistent" } else { "session" })
+                .value("expires_ms", row.expires_ms.map(Value::from))
+                .text("user", user),
+        );
+        match logged {
+            Some(_) => Ok(()),
+            None => {
+                // No grant is in force that the log does not show.
+                if let Err(error) = self.store.delete_grant(&row.id) {
+                    eprintln!(
+                        "airlock: grant {} could not be audited nor removed: {error}",
+                        row.id
+                    );
+                }
+                Err(BrokerError::refused(
+                    ErrorCode::IoError,
+                    "the grant could not be recorded in the audit log; it was not made",
+                ))
+            }
+        }
+    }
+
+    /// The "always allow" grants in force, oldest first.
+    pub fn grants(&self) -> Result<Vec<GrantRow>, BrokerError> {
+        Ok(self.store.grants(now_ms())?)
+    }
+
+    /// Revokes the grant in force whose id is `id` or starts with it (a
+    /// unique prefix), as `by` through `channel`; audited as `grant_revoked`.
+    pub fn revoke_grant(&self, id: &str, by: &str, channel: &str) -> Result<GrantRow, BrokerError> {
+        let grants = self.grants()?;
+        let matching: Vec<&GrantRow> = grants
+            .iter()
+            .filter(|grant| grant.id == id || (!id.is_empty() && grant.id.starts_with(id)))
+            .collect();
+        let grant = match matching[..] {
+            [grant] => grant.clone(),
+            [] => {
+                return Err(BrokerError::refused(
+                    ErrorCode::NotFound,
+                    format!(
+                        "no grant in force is named `{id}` (`airlock grants` or GET /hitl/grants lists them)"
+                    ),
+                ));
+            }
+            _ => {
+                return Err(BrokerError::refused(
+                    ErrorCode::Ambiguous,
+                    format!(
+                        "`{id}` names {} grants; give more of the id",
+                        matching.len()
+                    ),
+                ));
+            }
+        };
+        self.revoke(&grant, by, channel)?;
+        Ok(grant)
+    }
+
+    /// Revokes every grant in force; the ones revoked.
+    /// One that another process revoked (or that ended) meanwhile is skipped;
+    /// one whose record fails does not stop the rest from being revoked (the
+    /// first such failure is reported after all of them).
+    pub fn revoke_all_grants(&self, by: &str, channel: &str) -> Result<Vec<GrantRow>, BrokerError> {
+        let mut revoked = Vec::new();
+        let mut failure = None;
+        for grant in self.grants()? {
+            match self.revoke(&grant, by, channel) {
+                Ok(()) => revoked.push(grant),
+                Err(error) if error.code() == ErrorCode::NotFound => {}
+                Err(error) => {
+                    revoked.push(grant);
+                    failure.get_or_insert(error);
+                }
+            }
+        }
+        match failure {
+            Some(error) => Err(error),
+            None => Ok(revoked),
+        }
+    }
+
+    /// Removes `grant` first (the safe direction), then records it.
+    pub(crate) fn revoke(
+        &self,
+        grant: &GrantRow,
+        by: &str,
+        channel: &str,
+    ) -> Result<(), BrokerError> {
+        if !self.store.delete_grant(&grant.id)? {
+            return Err(BrokerError::refused(
+                ErrorCode::NotFound,
+                format!("grant `{}` is no longer in force", grant.id),
+            ));
+        }
+        let logged = self.log(
+            Record::new("grant_revoked")
+                .text("grant_id", &grant.id)
+                .text("tool", &grant.tool)
+                .value("path_glob", grant.path_glob.clone().map(Value::String))
+                .value("session", grant.session.clone().map(Value::String))
+                .value("approval_id", grant.approval_id.clone().map(Value::String))
+                .text("decided_by", by)
+                .text("channel", channel),
+        );
+        match logged {
+            Some(_) => Ok(()),
+            None => Err(BrokerError::refused(
+                ErrorCode::IoError,
+                format!(
+                    "grant `{}` was revoked, but the audit log could not record it",
+                    grant.id
+                ),
+            )),
+        }
+    }
+}

@@ -1,0 +1,480 @@
+//! Propose: a write-class call is planned without side effects, stored as an
+//! approval and audited; then it waits, defers, or is approved now.
+
+use airlock_core::envelope::{Envelope, ErrorReason, HitlInfo, Status};
+use airlock_core::policy::Reason;
+use airlock_core::{Decision, Disposition, ErrorCode, ToolCall, policy};
+use airlock_fs::{ChangePlan, FsError, WriteParams};
+use airlock_store::{Approval, Created, Limits, NewApproval, StoreError, Verdict};
+use serde_json::{Value, json};
+
+use crate::broker::{Broker, now_ms};
+use crate::decide::DecideRequest;
+use crate::envelopes::{
+    FALLBACK_ALLOW, audit_unwritable, call_path, decided_by_policy_or_grant, dedup_key,
+    failure_status, method_of, single_base_hash,
+};
+use crate::error::BrokerError;
+use crate::record::Record;
+use crate::submit::{Handling, Mode};
+
+/// A write-class call, planned.
+pub(crate) enum Planned {
+    Plan(ChangePlan),
+    DryRun(ChangePlan),
+}
+
+impl Broker {
+    /// The plan of a write-class call, without side effects.
+    pub(crate) fn plan(&self, call: &ToolCall) -> Result<Planned, FsError> {
+        let sandbox = &self.sandbox;
+        let args = &call.args;
+        let plan = match call.tool.as_str() {
+            "write_file" => ChangePlan::from(airlock_fs::prepare_write(
+                sandbox,
+                &WriteParams::from_args(args)?,
+            )?),
+            "edit_file" => {
+                airlock_fs::prepare_edit(sandbox, &airlock_fs::EditParams::from_args(args)?)?
+            }
+            "delete_file" => {
+                airlock_fs::prepare_delete(sandbox, &airlock_fs::DeleteParams::from_args(args)?)?
+            }
+            "move_file" => {
+                airlock_fs::prepare_move(sandbox, &airlock_fs::MoveParams::from_args(args)?)?
+            }
+            "apply_patch" => {
+                let params = airlock_fs::PatchParams::from_args(args)?;
+                let plan = airlock_fs::prepare_patch(sandbox, &params)?;
+                if params.dry_run {
+                    return Ok(Planned::DryRun(plan));
+                }
+                plan
+            }
+            other => {
+                return Err(FsError::InvalidInput {
+                    message: format!("{other} is not a write tool"),
+                });
+            }
+        };
+        Ok(Planned::Plan(plan))
+    }
+
+    /// `apply_patch` with `dry_run`: what would change, nothing written, no
+    /// approval needed (the policy's denials still apply).
+    pub(crate) fn dry_run(
+        &self,
+        call: &ToolCall,
+        decision: &Decision,
+        plan: &ChangePlan,
+        base: Record,
+    ) -> Envelope {
+        let path = plan.primary_path();
+        let mut envelope = Envelope::new(Status::Allowed, "fs.propose_patch", &call.tool, path);
+        let mut data = json!({
+            "dry_run": true,
+            "summary": plan.summary,
+            "patch_hash": plan.patch_hash,
+            "diff": plan.diff_preview(self.config.file_broker.diff_preview_max_chars),
+        });
+        if let Some(object) = data.as_object_mut() {
+            for (key, value) in &plan.report {
+                object.insert(key.clone(), value.clone());
+            }
+        }
+        envelope.data = Some(data);
+        self.audited(
+            envelope,
+            base.event("tool_call")
+                .text("decision", "allow")
+                .text("decided_by", decided_by_policy_or_grant(decision))
+                .flag("dry_run", true)
+                .value("changed_paths", Some(json!(plan.changed_paths())))
+                .text("patch_hash", &plan.patch_hash)
+                .text("status", "allowed"),
+        )
+    }
+
+    pub(crate) fn invalid(
+        &self,
+        call: &ToolCall,
+        path: Option<&str>,
+        message: &str,
+        base: Record,
+    ) -> Envelope {
+        let envelope = Envelope::failure(
+            Status::Error,
+            method_of(&call.tool),
+            &call.tool,
+            path,
+            ErrorCode::InvalidInput,
+            format!("invalid arguments: {message}"),
+        );
+        self.audited(
+            envelope,
+            base.event("tool_call")
+                .text("status", "error")
+                .text("code", ErrorCode::InvalidInput.as_str()),
+        )
+    }
+
+    pub(crate) fn write(
+        &self,
+        call: &ToolCall,
+        decision: &Decision,
+        mode: &Mode,
+        on_pending: &dyn Fn(&Approval),
+        base: Record,
+        now: u64,
+    ) -> Envelope {
+        let planned = self.plan(call);
+        // A patch names its files in its text; where they really are (through
+        // symlinks) is known once it is planned, and decided on too.
+        if let Ok(Planned::Plan(plan) | Planned::DryRun(plan)) = &planned
+            && call.tool == "apply_patch"
+            && plan
+                .changes
+                .iter()
+                .any(|change| change.resolved_path != change.path)
+        {
+            let resolved = policy::ResolvedPaths {
+                arguments: Vec::new(),
+                patch: Some(
+                    plan.changes
+                        .iter()
+                        .map(|change| change.resolved_path.clone())
+                        .collect(),
+                ),
+            };
+            let grants = self.live_grants(now);
+            let real = policy::evaluate_resolved(&self.policy, call, &grants, &resolved);
+            if (real.disposition, real.risk) > (decision.disposition, decision.risk) {
+                let base = Record::for_call(call, &real);
+                if real.disposition == Disposition::Deny {
+                    return self.denied_by_policy(call, &real, base);
+                }
+                return self.write_planned(call, &real, planned, mode, on_pending, base, now);
+            }
+        }
+        self.write_planned(call, decision, planned, mode, on_pending, base, now)
+    }
+
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the steps of one call, split where a patch is decided again"
+    )]
+    pub(crate) fn write_planned(
+        &self,
+        call: &ToolCall,
+        decision: &Decision,
+        planned: Result<Planned, FsError>,
+        mode: &Mode,
+        on_pending: &dyn Fn(&Approval),
+        base: Record,
+        now: u64,
+    ) -> Envelope {
+        let path = call_path(call);
+        let handling = self.handling(mode, decision);
+        let asks = decision.disposition == Disposition::Ask;
+        if asks && handling == Handling::Refuse {
+            return self.refused_by_fallback(
+                call,
+                decision,
+                path,
+                "fs.propose_patch",
+                base.event("write_file_propose"),
+            );
+        }
+        let by_fallback = asks && handling == Handling::Allow;
+        let asks = asks && !by_fallback;
+        let plan = match planned {
+            Ok(Planned::Plan(plan)) => plan,
+            Ok(Planned::DryRun(plan)) => return self.dry_run(call, decision, &plan, base),
+            Err(FsError::InvalidInput { message }) => {
+                return self.invalid(call, path, &message, base);
+            }
+            Err(error) => {
+                return self.propose_failed(
+                    &call.tool,
+                    decision,
+                    base,
+                    path,
+                    error.code(),
+                    &error.to_string(),
+                );
+            }
+        };
+
+        let ttl_seconds = self.ttl_seconds(asks, handling, decision);
+        let new = NewApproval {
+            id: format!("hitl-{}", uuid::Uuid::new_v4()),
+            tool: call.tool.clone(),
+            args_json: call.args.to_string(),
+            args_display: airlock_core::redact::redact_params(&call.args).to_string(),
+            dedup_key: dedup_key(call),
+            user: call.principal.user.clone(),
+            agent: call.principal.agent.clone(),
+            owner: Some(call.principal.owner_key()),
+            session: call.session.clone(),
+            tool_call_id: call.tool_call_id.clone(),
+            context_id: call.context_id.clone(),
+            risk: decision.risk.as_str().to_owned(),
+            decision_json: serde_json::to_string(decision).unwrap_or_default(),
+            path: plan.primary_path().map(str::to_owned),
+            summary: plan.summary.clone(),
+            diff: plan.diff.clone(),
+            plan_json: serde_json::to_string(&plan).unwrap_or_default(),
+            created_ms: now,
+            expires_ms: now.saturating_add(ttl_seconds.saturating_mul(1000)),
+            waiter_pid: (asks && handling == Handling::Wait).then(std::process::id),
+        };
+        // Writes the policy allows are recorded too (so they can be undone), but
+        // never count against the pending limits.
+        let limits = if asks {
+            Limits {
+                max_pending: self.config.security.hitl.max_pending,
+                max_pending_per_session: self.config.security.hitl.max_pending_per_session,
+            }
+        } else {
+            Limits {
+                max_pending: u64::MAX,
+                max_pending_per_session: u64::MAX,
+            }
+        };
+        let (approval, proposed) = match self.store.create_approval(&new, limits) {
+            Ok(created) => {
+                let (approval, deduplicated) = match created {
+                    Created::New(approval) => (approval, false),
+                    Created::Existing(approval) => (approval, true),
+                };
+                // A duplicate shows the plan that was stored, not a new one.
+                let plan = match serde_json::from_str::<ChangePlan>(&approval.plan_json) {
+                    Ok(plan) => plan,
+                    Err(error) => {
+                        return self.error_envelope(
+                            call,
+                            path,
+                            &BrokerError::Corrupt {
+                                id: approval.id.clone(),
+                                message: error.to_string(),
+                            },
+                        );
+                    }
+                };
+                let mut record = base
+                    .event("write_file_propose")
+                    .text("hitl_id", &approval.id)
+                    .text("status", if asks { "hitl_required" } else { "allowed" })
+                    .flag("created", plan.creates_only())
+                    .value("base_hash", single_base_hash(&plan).map(Value::String))
+                    .value("changed_paths", Some(json!(plan.changed_paths())))
+                    .text("patch_hash", &plan.patch_hash);
+                if deduplicated {
+                    record = record.flag("deduplicated", true);
+                }
+                let Some(audit) = self.log(record) else {
+                    return audit_unwritable("fs.propose_patch", &call.tool, path);
+                };
+                (approval, (plan, audit))
+            }
+            Err(error) => {
+                let error = BrokerError::from(error);
+                return self.propose_failed(
+                    &call.tool,
+                    decision,
+                    base,
+                    path,
+                    error.code(),
+                    &error.to_string(),
+                );
+            }
+        };
+        let (plan, propose_audit) = proposed;
+
+        if !asks {
+            // Allowed by policy, a grant, or a disabled gate: decide and apply now.
+            let (by, grant) =
+                match decision
+                    .justification
+                    .iter()
+                    .find_map(|step| match &step.reason {
+                        Reason::Grant { id } => Some(id.to_string()),
+                        _ => None,
+                    }) {
+                    Some(grant) => ("grant", Some(grant)),
+                    None => ("policy", None),
+                };
+            if let Some(grant) = &grant {
+                let used = self.log(
+                    Record::for_call(call, decision)
+                        .event("grant_used")
+                        .text("grant_id", grant)
+                        .text("hitl_id", &approval.id),
+                );
+                if used.is_none() {
+                    self.cancel(&approval.id);
+                    return audit_unwritable("fs.propose_patch", &call.tool, path);
+                }
+            }
+            let verdict = Verdict {
+                approve: true,
+                by: by.to_owned(),
+                user: None,
+                channel: None,
+                reason: by_fallback.then(|| FALLBACK_ALLOW.to_owned()),
+                at_ms: now_ms(),
+                edited: None,
+            };
+            if let Err(error) = self.store.decide(&approval.id, &verdict) {
+                return self.store_failure(call, path, error);
+            }
+            return self.settle(&approval.id);
+        }
+
+        match handling {
+            Handling::Defer | Handling::Rounds | Handling::Refuse | Handling::Allow => {
+                let mut envelope = self.hitl_required(&approval, &plan, decision);
+                envelope.audit = Some(propose_audit);
+                envelope
+            }
+            Handling::ApproveNow { user, reason } => {
+                self.approve_now(call, path, "fs.propose_patch", &approval, user, reason)
+            }
+            Handling::Wait => {
+                on_pending(&approval);
+                self.wait(&approval.id)
+            }
+        }
+    }
+
+    /// `--yes`: the person at this terminal approves the new approval now. If
+    /// they cannot (a reason is required, say), nothing is left pending and the
+    /// failure is on record.
+    pub(crate) fn approve_now(
+        &self,
+        call: &ToolCall,
+        path: Option<&str>,
+        method: &str,
+        approval: &Approval,
+        user: &str,
+        reason: Option<&str>,
+    ) -> Envelope {
+        let request = DecideRequest {
+            approve: true,
+            reason: reason.map(str::to_owned),
+            always: None,
+            user: user.to_owned(),
+            channel: "terminal".to_owned(),
+            content: None,
+        };
+        match self.decide(&approval.id, &request) {
+            Ok(envelope) => envelope,
+            Err(error) => {
+                self.cancel(&approval.id);
+                let envelope = Envelope::failure(
+                    Status::Error,
+                    method,
+                    &call.tool,
+                    path,
+                    error.code(),
+                    error.to_string(),
+                );
+                self.audited(
+                    envelope,
+                    Record::for_approval(approval)
+                        .event("tool_call")
+                        .text("status", "error")
+                        .text("code", error.code().as_str()),
+                )
+            }
+        }
+    }
+
+    /// A write that could not be proposed: denied for sandbox refusals, an error
+    /// otherwise; audited as a failed `write_file_propose`.
+    pub(crate) fn propose_failed(
+        &self,
+        tool: &str,
+        decision: &Decision,
+        base: Record,
+        path: Option<&str>,
+        code: ErrorCode,
+        message: &str,
+    ) -> Envelope {
+        let envelope = Envelope::failure(
+            failure_status(code),
+            "fs.propose_patch",
+            tool,
+            path,
+            code,
+            message,
+        )
+        .with_reason(ErrorReason::of_tool_refusal(
+            code,
+            message,
+            Some(decision.risk),
+        ));
+        self.audited(
+            envelope,
+            base.event("write_file_propose")
+                .text("status", "error")
+                .text("code", code.as_str()),
+        )
+    }
+
+    pub(crate) fn store_failure(
+        &self,
+        call: &ToolCall,
+        path: Option<&str>,
+        error: StoreError,
+    ) -> Envelope {
+        self.error_envelope(call, path, &BrokerError::from(error))
+    }
+
+    pub(crate) fn error_envelope(
+        &self,
+        call: &ToolCall,
+        path: Option<&str>,
+        error: &BrokerError,
+    ) -> Envelope {
+        Envelope::failure(
+            Status::Error,
+            method_of(&call.tool),
+            &call.tool,
+            path,
+            error.code(),
+            error.to_string(),
+        )
+    }
+
+    pub(crate) fn hitl_required(
+        &self,
+        approval: &Approval,
+        plan: &ChangePlan,
+        decision: &Decision,
+    ) -> Envelope {
+        let mut envelope = Envelope::new(
+            Status::HitlRequired,
+            "fs.propose_patch",
+            &approval.tool,
+            approval.path.as_deref(),
+        );
+        let ttl = approval.expires_ms.saturating_sub(now_ms()).div_ceil(1000);
+        envelope.hitl = Some(HitlInfo {
+            hitl_id: approval.id.clone(),
+            ttl_seconds: Some(ttl),
+            risk: Some(decision.risk),
+            summary: Some(plan.summary.clone()),
+            diff_preview: Some(plan.diff_preview(self.config.file_broker.diff_preview_max_chars)),
+        });
+        envelope.data = Some(json!({
+            "path": plan.primary_path(),
+            "changed_paths": plan.changed_paths(),
+            "created": plan.creates_only(),
+            "base_hash": single_base_hash(plan),
+            "patch_hash": plan.patch_hash,
+            "patch_format": "unified_diff",
+        }));
+        envelope
+    }
+}

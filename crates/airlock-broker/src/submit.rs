@@ -1,0 +1,486 @@
+//! Submit: every call enters here. The policy decides allow, ask or deny;
+//! read-only tools run at once, write-class and upstream calls go on to be
+//! proposed.
+
+use airlock_core::config::{ApprovalMode, Config, ElicitationFallback};
+use airlock_core::envelope::{DecidedBy, DecisionInfo, Envelope, ErrorReason, Status};
+use airlock_core::{
+    Decision, Disposition, ErrorCode, Grant, GrantHolder, GrantScope, ToolCall, policy,
+};
+use airlock_fs::{FsError, ReadParams};
+use airlock_store::{Approval, ApprovalStatus, StoreError};
+use serde_json::{Value, json};
+
+use crate::broker::{Broker, now_ms};
+use crate::envelopes::{
+    call_path, decided_by_policy_or_grant, failure_status, first_denial, method_of, reason_of,
+    stored_result, to_value,
+};
+use crate::record::Record;
+
+/// How a call that needs approval is handled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mode {
+    /// Block until a decision or the timeout (the configured default).
+    Wait,
+    /// Return `hitl_required` at once.
+    Defer,
+    /// The person at this terminal approves it now (with a reason where the
+    /// risk requires one).
+    ApproveNow {
+        user: String,
+        reason: Option<String>,
+    },
+    /// An MCP client made the call; how its human can be asked decides the
+    /// rest (DESIGN §9). `approval_mode: defer` still defers.
+    Client(ClientAsk),
+}
+
+/// How the human behind an MCP client can be asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientAsk {
+    /// The client answers `elicitation/create` while the call waits.
+    Elicit,
+    /// A 2026-07-28 client: the call returns at once with its approval pending,
+    /// and the client's answer comes with a retry of the call.
+    Rounds,
+    /// The client cannot be asked: the `elicitation_fallback` decides.
+    Unable,
+}
+
+/// What happens to a call the policy makes ask, given the mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Handling<'m> {
+    Wait,
+    Defer,
+    /// Pending, like `Defer`, but expiring with the wait timeout: the client
+    /// answers on a retry.
+    Rounds,
+    ApproveNow {
+        user: &'m str,
+        reason: Option<&'m str>,
+    },
+    /// `elicitation_fallback: deny`.
+    Refuse,
+    /// `elicitation_fallback: allow`.
+    Allow,
+}
+
+/// Whether the configuration's default mode is wait or defer.
+pub fn default_mode(config: &Config) -> Mode {
+    match config.security.hitl.approval_mode {
+        ApprovalMode::Wait => Mode::Wait,
+        ApprovalMode::Defer => Mode::Defer,
+    }
+}
+
+impl Broker {
+    /// Runs one call through the pipeline and returns its envelope.
+    pub fn submit(&self, call: &ToolCall, mode: &Mode, on_pending: &dyn Fn(&Approval)) -> Envelope {
+        let now = now_ms();
+        let grants = self.live_grants(now);
+        // Decided on the paths as written and as the file system resolves
+        // them; the strictest wins (a patch's files are resolved when it is
+        // planned, in `write`).
+        let resolved = self.resolved_paths(call);
+        let decision = policy::evaluate_resolved(&self.policy, call, &grants, &resolved);
+        let base = Record::for_call(call, &decision);
+
+        if decision.disposition == Disposition::Deny {
+            return self.denied_by_policy(call, &decision, base);
+        }
+
+        use airlock_core::ToolOrigin;
+        use airlock_core::tools::BuiltinTool;
+        match &call.origin {
+            ToolOrigin::Builtin(BuiltinTool::ReadFile) => self.read(call, &decision, base),
+            ToolOrigin::Builtin(
+                BuiltinTool::Grep
+                | BuiltinTool::Glob
+                | BuiltinTool::ListDir
+                | BuiltinTool::Stat
+                | BuiltinTool::Exists,
+            ) => self.look(call, &decision, base),
+            ToolOrigin::Builtin(BuiltinTool::ProposalStatus) => {
+                self.read_only(call, &decision, base, "tool_call", || {
+                    self.proposal_status(call)
+                })
+            }
+            ToolOrigin::Builtin(
+                BuiltinTool::WriteFile
+                | BuiltinTool::EditFile
+                | BuiltinTool::ApplyPatch
+                | BuiltinTool::DeleteFile
+                | BuiltinTool::MoveFile,
+            ) => self.write(call, &decision, mode, on_pending, base, now),
+            ToolOrigin::Upstream { .. } => {
+                self.upstream_call(call, &decision, mode, on_pending, base, now)
+            }
+            ToolOrigin::Unknown => {
+                let other = call.tool.as_str();
+                let envelope = Envelope::failure(
+                    Status::Error,
+                    method_of(other),
+                    other,
+                    call.args.get("path").and_then(Value::as_str),
+                    ErrorCode::UnknownTool,
+                    format!("no tool named {other} is available"),
+                );
+                self.observed(
+                    envelope,
+                    base.event("tool_call")
+                        .text("status", "error")
+                        .text("code", ErrorCode::UnknownTool.as_str()),
+                )
+            }
+        }
+    }
+
+    /// The denied envelope of a call the policy refuses, audited.
+    pub(crate) fn denied_by_policy(
+        &self,
+        call: &ToolCall,
+        decision: &Decision,
+        base: Record,
+    ) -> Envelope {
+        let path = call.args.get("path").and_then(Value::as_str);
+        let message = first_denial(decision);
+        let code = decision.deny_code.unwrap_or(ErrorCode::PolicyDenied);
+        let mut envelope = Envelope::failure(
+            Status::Denied,
+            method_of(&call.tool),
+            &call.tool,
+            path,
+            code,
+            message,
+        )
+        .with_reason(decision.deny_reason());
+        envelope.decision = Some(DecisionInfo {
+            by: DecidedBy::Policy,
+            user: None,
+            channel: None,
+            reason: None,
+        });
+        let event = if call.tool == "read_file" {
+            "read_file"
+        } else {
+            "tool_call"
+        };
+        self.observed(
+            envelope,
+            base.event(event)
+                .text("decision", "deny")
+                .text("decided_by", "policy")
+                .text("status", "denied")
+                .text("code", code.as_str()),
+        )
+    }
+
+    /// Where the call's path arguments really lead, for each that leads
+    /// elsewhere than it says: a built-in tool's as its sandbox resolves
+    /// them, another server's as far as they exist (relative ones from the
+    /// root). Nothing is opened.
+    pub(crate) fn resolved_paths(&self, call: &ToolCall) -> policy::ResolvedPaths {
+        let mut resolved = policy::ResolvedPaths::default();
+        let builtin = matches!(call.origin, airlock_core::ToolOrigin::Builtin(_));
+        for argument in policy::path_args::path_arguments(call) {
+            let (real, written) = if builtin {
+                (
+                    self.sandbox.resolved_for_policy(&argument.path),
+                    policy::normalize_relative(&argument.path),
+                )
+            } else {
+                (self.sandbox.resolved_foreign(&argument.path), None)
+            };
+            if let Some(real) = real
+                && Some(&real) != written.as_ref()
+            {
+                resolved.arguments.push((argument.pointer, real));
+            }
+        }
+        resolved
+    }
+
+    pub(crate) fn live_grants(&self, now: u64) -> Vec<Grant> {
+        self.store
+            .grants(now)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|row| {
+                let scope = match row.session {
+                    Some(session) => GrantScope::Session(session),
+                    None => GrantScope::Persistent,
+                };
+                Grant::new(
+                    row.id,
+                    row.tool,
+                    row.path_glob.as_deref(),
+                    scope,
+                    row.expires_ms,
+                    GrantHolder {
+                        user: row.user,
+                        owner: row.owner,
+                    },
+                )
+                .ok()
+            })
+            .collect()
+    }
+
+    pub(crate) fn read(&self, call: &ToolCall, decision: &Decision, base: Record) -> Envelope {
+        self.read_only(call, decision, base, "read_file", || {
+            let params = ReadParams::from_args(&call.args)?;
+            let data = airlock_fs::read_file(&self.sandbox, &params)?;
+            Ok(serde_json::to_value(&data).unwrap_or(Value::Null))
+        })
+    }
+
+    /// grep, glob, list_dir, stat, exists.
+    pub(crate) fn look(&self, call: &ToolCall, decision: &Decision, base: Record) -> Envelope {
+        self.read_only(call, decision, base, "tool_call", || {
+            let sandbox = &self.sandbox;
+            let args = &call.args;
+            let data = match call.tool.as_str() {
+                "grep" => to_value(airlock_fs::grep(
+                    sandbox,
+                    &airlock_fs::GrepParams::from_args(args)?,
+                )?),
+                "glob" => to_value(airlock_fs::glob(
+                    sandbox,
+                    &airlock_fs::GlobParams::from_args(args)?,
+                )?),
+                "list_dir" => to_value(airlock_fs::list_dir(
+                    sandbox,
+                    &airlock_fs::ListDirParams::from_args(args)?,
+                )?),
+                "stat" => to_value(airlock_fs::stat(
+                    sandbox,
+                    &airlock_fs::StatParams::from_args(args)?,
+                )?),
+                _ => to_value(airlock_fs::exists(
+                    sandbox,
+                    &airlock_fs::StatParams::from_args(args)?,
+                )?),
+            };
+            Ok(data)
+        })
+    }
+
+    /// A read-only tool: allowed (or by a grant) runs it at once; one that a
+    /// profile or rule makes ask is refused, never let through: there is
+    /// nothing to apply later, so reads cannot be proposed.
+    pub(crate) fn read_only(
+        &self,
+        call: &ToolCall,
+        decision: &Decision,
+        base: Record,
+        event: &str,
+        run: impl FnOnce() -> Result<Value, FsError>,
+    ) -> Envelope {
+        let path = call_path(call);
+        let method = method_of(&call.tool);
+        let record = base.event(event);
+        if decision.disposition == Disposition::Ask {
+            let envelope = Envelope::failure(
+                Status::Denied,
+                method,
+                &call.tool,
+                path,
+                ErrorCode::PolicyDenied,
+                "this read needs approval, and reads cannot be proposed",
+            )
+            .with_reason(Some(reason_of(
+                "hitl",
+                "reads_cannot_be_proposed",
+                decision,
+            )));
+            return self.observed(
+                envelope,
+                record.text("decision", "deny").text("status", "denied"),
+            );
+        }
+        match run() {
+            Ok(data) => {
+                let mut record = record
+                    .text("decision", "allow")
+                    .text("decided_by", decided_by_policy_or_grant(decision))
+                    .text("status", "allowed");
+                for key in ["base_hash", "returned_range", "match_count", "count"] {
+                    record = record.value(key, data.get(key).cloned());
+                }
+                if let Some(blob) = data.get("blob").and_then(|blob| blob.get("blob_ref")) {
+                    record = record.value("blob_ref", Some(blob.clone()));
+                }
+                let mut envelope = Envelope::new(Status::Allowed, method, &call.tool, path);
+                envelope.data = Some(data);
+                self.observed(envelope, record)
+            }
+            Err(error) => {
+                let message = error.to_string();
+                let envelope = Envelope::failure(
+                    failure_status(error.code()),
+                    method,
+                    &call.tool,
+                    path,
+                    error.code(),
+                    &message,
+                )
+                .with_reason(ErrorReason::of_tool_refusal(
+                    error.code(),
+                    &message,
+                    Some(decision.risk),
+                ));
+                self.observed(
+                    envelope,
+                    record
+                        .text("status", "error")
+                        .text("code", error.code().as_str()),
+                )
+            }
+        }
+    }
+
+    /// `proposal_status {hitl_id}`: where an approval stands, and its final
+    /// envelope once settled. A principal sees only the approvals it made
+    /// (an admin's credential sees all), and a call made in a session only
+    /// that session's; the rest are `not_found`, like unknown ids.
+    pub(crate) fn proposal_status(&self, call: &ToolCall) -> Result<Value, FsError> {
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Params {
+            hitl_id: String,
+        }
+        let params: Params =
+            serde::Deserialize::deserialize(&call.args).map_err(|error: serde_json::Error| {
+                FsError::InvalidInput {
+                    message: error.to_string(),
+                }
+            })?;
+        let not_found = || FsError::NotFound {
+            path: params.hitl_id.clone(),
+        };
+        let approval = match self.store.get(&params.hitl_id) {
+            Ok(approval) => approval,
+            Err(StoreError::NotFound(_)) => return Err(not_found()),
+            Err(error) => {
+                return Err(FsError::Io {
+                    context: "cannot read the approval".to_owned(),
+                    error: std::io::Error::other(error.to_string()),
+                });
+            }
+        };
+        let visible = call.principal.admin
+            || (call.principal.owns(approval.owner.as_deref())
+                && (call.session.is_none() || approval.session == call.session));
+        if !visible {
+            return Err(not_found());
+        }
+        if approval.status == ApprovalStatus::Pending && now_ms() >= approval.expires_ms {
+            // Past its time: it can only expire now.
+            self.expire(&approval.id);
+        }
+        let now = self.store.get(&approval.id).unwrap_or(approval);
+        Ok(json!({
+            "hitl_id": now.id,
+            "status": now.status.as_str(),
+            "tool": now.tool,
+            "path": now.path,
+            "summary": now.summary,
+            "risk": now.risk,
+            "created_ms": now.created_ms,
+            "expires_ms": now.expires_ms,
+            "decided_by": now.decided_by,
+            "result": stored_result(&now),
+        }))
+    }
+
+    /// How a call the policy makes ask is handled in `mode`.
+    pub(crate) fn handling<'m>(&self, mode: &'m Mode, decision: &Decision) -> Handling<'m> {
+        match mode {
+            Mode::Wait => Handling::Wait,
+            Mode::Defer => Handling::Defer,
+            Mode::ApproveNow { user, reason } => Handling::ApproveNow {
+                user,
+                reason: reason.as_deref(),
+            },
+            Mode::Client(ask) => {
+                if self.config.security.hitl.approval_mode == ApprovalMode::Defer {
+                    return Handling::Defer;
+                }
+                // Where only named approvers may decide, the client's human
+                // is not asked: the fallback decides, as for any client that
+                // cannot be asked.
+                let ask = if decision.approvers.is_empty() {
+                    *ask
+                } else {
+                    ClientAsk::Unable
+                };
+                match ask {
+                    ClientAsk::Elicit => Handling::Wait,
+                    ClientAsk::Rounds => Handling::Rounds,
+                    ClientAsk::Unable => match decision.elicitation_fallback {
+                        ElicitationFallback::Deny => Handling::Refuse,
+                        ElicitationFallback::Allow => Handling::Allow,
+                        ElicitationFallback::Defer => Handling::Defer,
+                        ElicitationFallback::Wait => Handling::Wait,
+                    },
+                }
+            }
+        }
+    }
+
+    /// How long an approval lives: the wait timeout while someone waits (or a
+    /// client will answer on a retry), the proposal TTL otherwise.
+    pub(crate) fn ttl_seconds(
+        &self,
+        asks: bool,
+        handling: Handling<'_>,
+        decision: &Decision,
+    ) -> u64 {
+        match (asks, handling) {
+            (true, Handling::Wait | Handling::Rounds) => decision.timeout_seconds,
+            _ => self.config.file_broker.hitl_ttl_seconds,
+        }
+    }
+
+    /// A call that needs a human, from a client that cannot be asked, under
+    /// `elicitation_fallback: deny` (spec 004): denied, nothing proposed.
+    pub(crate) fn refused_by_fallback(
+        &self,
+        call: &ToolCall,
+        decision: &Decision,
+        path: Option<&str>,
+        method: &str,
+        record: Record,
+    ) -> Envelope {
+        let mut envelope = Envelope::failure(
+            Status::Denied,
+            method,
+            &call.tool,
+            path,
+            ErrorCode::PolicyDenied,
+            "this call needs a human's approval and this client cannot ask one \
+             (elicitation_fallback: deny)",
+        )
+        .with_reason(Some(reason_of(
+            "hitl",
+            "elicitation_fallback: deny",
+            decision,
+        )));
+        envelope.decision = Some(DecisionInfo {
+            by: DecidedBy::Policy,
+            user: None,
+            channel: None,
+            reason: Some("elicitation_fallback: deny".to_owned()),
+        });
+        self.audited(
+            envelope,
+            record
+                .text("decision", "deny")
+                .text("decided_by", "policy")
+                .text("reason", "elicitation_fallback: deny")
+                .text("status", "denied")
+                .text("code", ErrorCode::PolicyDenied.as_str()),
+        )
+    }
+}

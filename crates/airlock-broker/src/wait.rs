@@ -1,0 +1,185 @@
+//! Wait: a call blocks until its approval is settled or expires; expiry and
+//! cancellation of approvals nobody decided.
+
+use std::time::Duration;
+
+use airlock_core::ErrorCode;
+use airlock_core::envelope::{DecidedBy, DecisionInfo, Envelope, ErrorReason, Status};
+use airlock_store::ApprovalStatus;
+
+use crate::broker::{Broker, now_ms};
+use crate::envelopes::{
+    approval_risk, failure_for, hitl_ref, settled_from_row, stored_result, to_json,
+};
+use crate::error::BrokerError;
+use crate::record::Record;
+
+/// How long a waiting call sleeps between looks at the store.
+pub(crate) const POLL: Duration = Duration::from_millis(20);
+
+/// Whether a process with this id runs (signal 0 probes without signalling).
+pub(crate) fn process_alive(pid: u32) -> bool {
+    let Ok(pid) = i32::try_from(pid) else {
+        return false;
+    };
+    match rustix::process::Pid::from_raw(pid) {
+        // Only "no such process" means gone: EPERM is a live process of
+        // another user, which must never be raced.
+        Some(pid) => !matches!(
+            rustix::process::test_kill_process(pid),
+            Err(rustix::io::Errno::SRCH)
+        ),
+        None => false,
+    }
+}
+
+impl Broker {
+    /// Blocks until the approval is settled or its time is up (then it expires,
+    /// which denies: a timeout never approves). It never waits for a process that
+    /// is gone: a settled approval without a stored result is answered from its
+    /// row, and an apply whose owner died is recovered here.
+    pub fn wait(&self, id: &str) -> Envelope {
+        let mut last_recovery = std::time::Instant::now();
+        loop {
+            let approval = match self.store.get(id) {
+                Ok(approval) => approval,
+                Err(error) => return failure_for(id, &BrokerError::from(error)),
+            };
+            match approval.status {
+                ApprovalStatus::Pending => {
+                    if now_ms() >= approval.expires_ms {
+                        if let Some(envelope) = self.expire(id) {
+                            return envelope;
+                        }
+                        continue;
+                    }
+                }
+                ApprovalStatus::Approved if self.can_apply(&approval) => return self.settle(id),
+                ApprovalStatus::Approved => {
+                    // Only the process holding the upstream connection can carry
+                    // this out; if it is gone, nobody can.
+                    if !approval.waiter_pid.is_some_and(process_alive)
+                        && let Some(envelope) = self.abandon_forward(&approval)
+                    {
+                        return envelope;
+                    }
+                }
+                ApprovalStatus::Applying => {
+                    if last_recovery.elapsed() >= Duration::from_secs(1) {
+                        last_recovery = std::time::Instant::now();
+                        if let Err(error) = self.recover_applies() {
+                            return failure_for(id, &error);
+                        }
+                    }
+                }
+                ApprovalStatus::Applied
+                | ApprovalStatus::Failed
+                | ApprovalStatus::Denied
+                | ApprovalStatus::Expired
+                | ApprovalStatus::Cancelled => {
+                    return stored_result(&approval).unwrap_or_else(|| settled_from_row(&approval));
+                }
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
+    /// Expires a pending approval whose time is up. `None` when someone decided
+    /// it first.
+    pub fn expire(&self, id: &str) -> Option<Envelope> {
+        let approval = self.store.expire(id, now_ms()).ok().flatten()?;
+        let mut envelope = Envelope::failure(
+            Status::Denied,
+            "fs.propose_patch",
+            &approval.tool,
+            approval.path.as_deref(),
+            ErrorCode::Expired,
+            "no decision before the timeout: denied",
+        )
+        .with_reason(Some(ErrorReason::new(
+            "timeout",
+            "timeout",
+            approval_risk(&approval),
+        )));
+        envelope.hitl = Some(hitl_ref(&approval));
+        envelope.decision = Some(DecisionInfo {
+            by: DecidedBy::Timeout,
+            user: None,
+            channel: None,
+            reason: None,
+        });
+        let envelope = self.audited(
+            envelope,
+            Record::for_approval(&approval)
+                .event("hitl_timeout")
+                .text("decision", "timeout")
+                .text("decided_by", "timeout")
+                .number("duration_ms", now_ms().saturating_sub(approval.created_ms))
+                .text("status", "denied"),
+        );
+        let _ = self
+            .store
+            .finish(id, ApprovalStatus::Expired, &to_json(&envelope));
+        Some(envelope)
+    }
+
+    /// Cancels a pending approval whose waiting call went away (wait mode).
+    /// `None` when it was no longer pending.
+    pub fn cancel(&self, id: &str) -> Option<Envelope> {
+        let approval = self.store.cancel(id, now_ms()).ok().flatten()?;
+        let mut envelope = Envelope::failure(
+            Status::Denied,
+            "fs.propose_patch",
+            &approval.tool,
+            approval.path.as_deref(),
+            ErrorCode::PolicyDenied,
+            "the waiting call went away: cancelled",
+        )
+        .with_reason(Some(ErrorReason::new(
+            "hitl",
+            "cancelled",
+            approval_risk(&approval),
+        )));
+        envelope.hitl = Some(hitl_ref(&approval));
+        let envelope = self.audited(
+            envelope,
+            Record::for_approval(&approval)
+                .event("hitl_cancelled")
+                .text("decision", "cancel")
+                .number("duration_ms", now_ms().saturating_sub(approval.created_ms))
+                .text("status", "denied"),
+        );
+        let _ = self
+            .store
+            .finish(id, ApprovalStatus::Cancelled, &to_json(&envelope));
+        Some(envelope)
+    }
+
+    /// Cancels every pending approval this process waits for: an interrupted
+    /// call, even one interrupted between creating its approval and reporting
+    /// it. Returns their ids.
+    pub fn cancel_own_waits(&self) -> Vec<String> {
+        let me = std::process::id();
+        self.store
+            .abandoned(&|pid| pid != me)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|approval| self.cancel(&approval.id).map(|_| approval.id.clone()))
+            .collect()
+    }
+
+    /// Expires every pending approval whose time is up (for `pending`, `watch`).
+    pub fn expire_overdue(&self) -> Result<usize, BrokerError> {
+        let overdue = self.store.overdue(now_ms())?;
+        let expired = overdue
+            .iter()
+            .filter_map(|approval| self.expire(&approval.id))
+            .count();
+        let abandoned = self.store.abandoned(&process_alive)?;
+        let cancelled = abandoned
+            .iter()
+            .filter_map(|approval| self.cancel(&approval.id))
+            .count();
+        Ok(expired + cancelled)
+    }
+}
