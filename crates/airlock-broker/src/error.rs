@@ -14,6 +14,8 @@ pub enum BrokerError {
     Sandbox(#[from] airlock_fs::FsError),
     #[error("{code}: {message}")]
     Refused { code: ErrorCode, message: String },
+    #[error("upstream {name}: {message}")]
+    Upstream { name: String, message: String },
     #[error("corrupt approval {id}: {message}")]
     Corrupt { id: String, message: String },
 }
@@ -35,6 +37,7 @@ impl BrokerError {
             BrokerError::Store(StoreError::RateLimited { .. }) => ErrorCode::RateLimited,
             BrokerError::Refused { code, .. } => *code,
             BrokerError::Sandbox(error) => error.code(),
+            BrokerError::Upstream { .. } => ErrorCode::UpstreamError,
             BrokerError::Store(_) | BrokerError::Audit(_) | BrokerError::Corrupt { .. } => {
                 ErrorCode::IoError
             }

@@ -26,6 +26,7 @@ mod forward;
 mod grants;
 mod propose;
 mod record;
+mod runtime;
 mod submit;
 mod undo;
 mod views;
@@ -37,6 +38,9 @@ pub use decide::{AlwaysAllow, AskForm, DecideRequest};
 pub use error::BrokerError;
 pub use forward::{ForwardCall, Forwarder};
 pub use record::Record;
+pub use runtime::{
+    NoUpstreams, Notice, Reloader, Runtime, RuntimeOptions, UpstreamTool, Upstreams,
+};
 pub use submit::{ClientAsk, Mode, default_mode};
 pub use views::{
     AuditCheck, AuditQuery, approval_view, check_audit, grant_view, proposed_content, query_audit,

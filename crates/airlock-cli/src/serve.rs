@@ -4,8 +4,9 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use airlock_broker::RuntimeOptions;
 use airlock_core::config::UpstreamConfig;
-use airlock_mcp::{Gateway, GatewayOptions, SessionOptions};
+use airlock_mcp::{McpFace, SessionOptions};
 use anyhow::anyhow;
 use clap::Args;
 
@@ -74,7 +75,7 @@ pub(crate) fn serve(
         global,
         workspace,
         None,
-        GatewayOptions::default(),
+        RuntimeOptions::default(),
         session,
         args.stdio,
         args.http.map(|addr| (addr, args.public_url.clone())),
@@ -111,7 +112,7 @@ pub(crate) fn wrap(
         user: Some(crate::approvals::terminal_user()),
         http: false,
     };
-    let options = GatewayOptions { wrap: Some(name) };
+    let options = RuntimeOptions { wrap: Some(name) };
     run(
         global,
         workspace,
@@ -188,7 +189,7 @@ fn run(
     global: &GlobalArgs,
     workspace: Workspace,
     wrapped: Option<UpstreamConfig>,
-    options: GatewayOptions,
+    options: RuntimeOptions,
     session: SessionOptions,
     stdio: bool,
     http: Option<(SocketAddr, Option<String>)>,
@@ -205,17 +206,20 @@ fn run(
         loaded: workspace.loaded,
     };
     runtime.block_on(async move {
-        let gateway = Gateway::start(broker_workspace, options)
+        let face = McpFace::start(broker_workspace, options)
             .await
             .map_err(|error| Failure::internal(anyhow!("{error}")))?;
+        let runtime = face.runtime().clone();
         reloader.prime();
-        gateway.watch_config(Box::new(move || reloader.check()));
+        runtime
+            .watch_config(Box::new(move || reloader.check()))
+            .map_err(|error| Failure::internal(anyhow!("{error}")))?;
         let result = match (stdio, http) {
-            (true, None) => airlock_mcp::serve_stdio(gateway.clone(), session)
+            (true, None) => airlock_mcp::serve_stdio(face.clone(), session)
                 .await
                 .map_err(|error| Failure::internal(anyhow!("{error}"))),
             (stdio, Some((addr, public_url))) => {
-                let served = airlock_http::serve(gateway.clone(), tokens, addr, public_url, |bound, login| {
+                let served = airlock_http::serve(runtime.clone(), airlock_mcp::streamable_http_service(face.clone()), tokens, addr, public_url, |bound, login| {
                     eprintln!("airlock: serving MCP at http://{bound}/mcp");
                     match login {
                         Some(login) => {
@@ -229,7 +233,7 @@ fn run(
                 if stdio {
                     tokio::select! {
                         result = served => result.map_err(|error| Failure::usage(anyhow!("{error}"))),
-                        result = airlock_mcp::serve_stdio(gateway.clone(), session) =>
+                        result = airlock_mcp::serve_stdio(face.clone(), session) =>
                             result.map_err(|error| Failure::internal(anyhow!("{error}"))),
                     }
                 } else {
@@ -241,15 +245,18 @@ fn run(
             }
             (false, None) => Ok(()),
         };
-        gateway.shutdown().await;
         // Approvals this process held (waiting calls, upstream calls only it
         // can forward) cannot be carried out by anyone else.
-        let broker = gateway.broker();
-        let _ = tokio::task::spawn_blocking(move || {
+        let stopped = tokio::task::spawn_blocking(move || {
+            runtime.shutdown();
+            let broker = runtime.broker();
             broker.cancel_own_waits();
             broker.flush_audit();
         })
         .await;
+        if let Err(error) = stopped {
+            eprintln!("airlock: stopping: {error}");
+        }
         result.map(|()| 0)
     })
 }

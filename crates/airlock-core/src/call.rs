@@ -11,6 +11,17 @@ use crate::tools::BuiltinTool;
 /// the time in.
 pub type UnixMillis = u64;
 
+/// Who an HTTP request comes from, once its bearer token checked out: put
+/// into the request by the HTTP face, read by what serves the request (the
+/// MCP endpoint binds its session to it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpPrincipal {
+    pub user: Option<String>,
+    pub token_name: String,
+    /// The token holds the admin role.
+    pub admin: bool,
+}
+
 /// Who is asking: the human user the agent acts for, and the agent itself.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Principal {

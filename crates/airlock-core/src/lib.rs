@@ -38,7 +38,7 @@ pub mod risk;
 pub mod tools;
 pub mod yaml;
 
-pub use call::{Principal, ToolAnnotations, ToolCall, ToolOrigin, UnixMillis};
+pub use call::{HttpPrincipal, Principal, ToolAnnotations, ToolCall, ToolOrigin, UnixMillis};
 pub use error_code::ErrorCode;
 pub use policy::{
     Decision, Disposition, Grant, GrantHolder, GrantScope, Justification, Layer, Policy, Risk,

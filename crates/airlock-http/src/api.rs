@@ -8,11 +8,11 @@
 
 use std::sync::Arc;
 
+use airlock_broker::Runtime;
 use airlock_broker::{AlwaysAllow, BrokerError, DecideRequest, approval_view};
 use airlock_core::config::Role;
 use airlock_core::envelope::{Envelope, Status};
 use airlock_core::{ErrorCode, Principal, ToolCall};
-use airlock_mcp::Gateway;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -30,11 +30,11 @@ pub(crate) const MAX_BODY: usize = 1024 * 1024;
 
 #[derive(Clone)]
 struct Api {
-    gateway: Arc<Gateway>,
+    runtime: Arc<Runtime>,
     events: Events,
 }
 
-pub(crate) fn routes(gateway: Arc<Gateway>, events: Events) -> Router {
+pub(crate) fn routes(runtime: Arc<Runtime>, events: Events) -> Router {
     // The JSON endpoints take application/json only; the layer sits on their
     // POST alone, so another method is still 405.
     let json_only = || axum::middleware::from_fn(crate::guard::require_json);
@@ -49,7 +49,7 @@ pub(crate) fn routes(gateway: Arc<Gateway>, events: Events) -> Router {
         .route("/hitl/grants/{id}", axum::routing::delete(revoke_grant))
         .route("/audit", get(audit_query))
         .route("/audit/verify", get(audit_verify))
-        .with_state(Api { gateway, events })
+        .with_state(Api { runtime, events })
 }
 
 /// `GET /hitl/events`: server-sent events (`created`, `decided`, `expired`):
@@ -118,7 +118,7 @@ async fn on_broker<T: Send + 'static>(
     api: &Api,
     work: impl FnOnce(&airlock_broker::Broker) -> Result<T, BrokerError> + Send + 'static,
 ) -> Result<T, Response> {
-    let broker = api.gateway.broker();
+    let broker = api.runtime.broker();
     joined(tokio::task::spawn_blocking(move || work(&broker)).await)?
         .map_err(|error| broker_failure(&error))
 }
@@ -240,7 +240,7 @@ async fn tools_call(
     {
         return failure(StatusCode::BAD_REQUEST, ErrorCode::InvalidInput, message);
     }
-    let (tool, origin) = api.gateway.resolve(&body.tool);
+    let (tool, origin) = api.runtime.resolve(&body.tool);
     let call = ToolCall {
         tool,
         args: Value::Object(body.arguments.unwrap_or_default()),
@@ -252,7 +252,7 @@ async fn tools_call(
         context_id: body.context_id,
         received_at: airlock_broker::now_ms(),
     };
-    let broker = api.gateway.broker();
+    let broker = api.runtime.broker();
     let mode = airlock_broker::default_mode(broker.config());
     let (pending_tx, pending_rx) = tokio::sync::oneshot::channel::<Value>();
     let pending_tx = std::sync::Mutex::new(Some(pending_tx));
@@ -510,7 +510,7 @@ async fn decide(
             for_ms: for_seconds.map(|seconds| seconds.saturating_mul(1000)),
         }),
     };
-    let broker = api.gateway.broker();
+    let broker = api.runtime.broker();
     let decided = tokio::task::spawn_blocking(move || {
         let approval = broker
             .approval(&id)
@@ -633,7 +633,7 @@ async fn audit_query(
     }
     let query = airlock_audit_query(params.event_type, filters, params.since);
     let limit = params.limit.unwrap_or(200).min(5000);
-    let path = api.gateway.broker().audit_path();
+    let path = api.runtime.broker().audit_path();
     let found = tokio::task::spawn_blocking(move || {
         if !path.exists() {
             return Ok(Vec::new());
@@ -674,7 +674,7 @@ async fn audit_verify(State(api): State<Api>, caller: Option<axum::Extension<Cal
     if let Err(refused) = admit(caller, Role::Admin) {
         return refused;
     }
-    let broker = api.gateway.broker();
+    let broker = api.runtime.broker();
     let checked = tokio::task::spawn_blocking(move || {
         airlock_broker::check_audit(broker.root(), broker.config())
     })

@@ -9,9 +9,9 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
+use airlock_broker::Runtime;
 use airlock_broker::approval_view;
 use airlock_core::Principal;
-use airlock_mcp::Gateway;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use serde_json::{Value, json};
 use tokio::sync::broadcast;
@@ -40,8 +40,8 @@ pub(crate) struct Events {
 }
 
 impl Events {
-    /// Starts watching the store of `gateway`'s broker.
-    pub(crate) fn start(gateway: Arc<Gateway>) -> Events {
+    /// Starts watching the store of `runtime`'s broker.
+    pub(crate) fn start(runtime: Arc<Runtime>) -> Events {
         let (sender, _) = broadcast::channel(1024);
         let watcher = sender.clone();
         tokio::spawn(async move {
@@ -51,7 +51,7 @@ impl Events {
             let mut settling: HashMap<String, std::time::Instant> = HashMap::new();
             let mut first = true;
             loop {
-                let broker = gateway.broker();
+                let broker = runtime.broker();
                 let looked = tokio::task::spawn_blocking(move || {
                     let _ = broker.expire_overdue();
                     let pending = broker.pending(None).unwrap_or_default();

@@ -9,9 +9,9 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use airlock_broker::Runtime;
 use airlock_core::ErrorCode;
 use airlock_core::origin::Listener;
-use airlock_mcp::Gateway;
 use axum::extract::Request;
 use axum::http::{Method, StatusCode, header};
 use axum::middleware::Next;
@@ -24,14 +24,14 @@ use crate::api::failure;
 /// configuration in force at each request, so a reload applies at once.
 #[derive(Clone)]
 pub(crate) struct Site {
-    pub(crate) gateway: Arc<Gateway>,
+    pub(crate) runtime: Arc<Runtime>,
     pub(crate) bound: SocketAddr,
     pub(crate) public_url: Option<String>,
 }
 
 impl Site {
     fn listener(&self) -> Result<Listener, String> {
-        let broker = self.gateway.broker();
+        let broker = self.runtime.broker();
         let http = &broker.config().http;
         Listener::new(
             self.bound,

@@ -20,12 +20,14 @@ mod notify;
 mod openapi;
 mod web;
 
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use airlock_broker::Runtime;
 use airlock_core::ErrorCode;
+use airlock_core::HttpPrincipal;
 use airlock_core::config::{Role, TokenConfig};
-use airlock_mcp::{Gateway, HttpPrincipal};
 use axum::Router;
 use axum::extract::Request;
 use axum::http::StatusCode;
@@ -192,13 +194,13 @@ async fn require_mcp(mut request: Request, next: Next) -> Response {
 
 /// `/mcp/{profile}` serves only the profiles the configuration in force
 /// has: any other name is a 404, never a session that lists nothing.
-async fn require_profile(gateway: Arc<Gateway>, request: Request, next: Next) -> Response {
+async fn require_profile(runtime: Arc<Runtime>, request: Request, next: Next) -> Response {
     let profile = request
         .uri()
         .path()
         .strip_prefix("/mcp/")
         .unwrap_or_default();
-    if gateway.broker().policy().has_profile(profile) {
+    if runtime.broker().policy().has_profile(profile) {
         return next.run(request).await;
     }
     (
@@ -228,11 +230,43 @@ impl Listening {
     }
 }
 
-/// The router: `/mcp`, `/mcp/{profile}`, the approval API, the web UI and
-/// signed links. Must be made inside the tokio runtime (it starts the
-/// watcher behind `/hitl/events` and the webhook deliveries).
+/// What serves MCP at `/mcp` and `/mcp/{profile}`: any tower service of
+/// HTTP requests (the MCP face's streamable-HTTP service). A request reaches
+/// it only after this face checked its `Host`, `Origin`, token, role and
+/// profile, with the caller put in its extensions as an
+/// [`HttpPrincipal`].
+pub trait McpService:
+    tower_service::Service<
+        Request,
+        Response: IntoResponse,
+        Error = Infallible,
+        Future: Send + 'static,
+    > + Clone
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<S> McpService for S where
+    S: tower_service::Service<
+            Request,
+            Response: IntoResponse,
+            Error = Infallible,
+            Future: Send + 'static,
+        > + Clone
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// The router: `/mcp`, `/mcp/{profile}` (served by `mcp`), the approval API,
+/// the web UI and signed links. Must be made inside the tokio runtime (it
+/// starts the watcher behind `/hitl/events` and the webhook deliveries).
 pub fn router(
-    gateway: Arc<Gateway>,
+    runtime: Arc<Runtime>,
+    mcp: impl McpService,
     auth: Auth,
     listening: Listening,
 ) -> Result<Router, HttpError> {
@@ -243,27 +277,26 @@ pub fn router(
         return Err(HttpError::PublicUrl(url.clone()));
     }
     let site = guard::Site {
-        gateway: gateway.clone(),
+        runtime: runtime.clone(),
         bound: listening.bound,
         public_url: listening.public_url.clone(),
     };
-    let mcp = airlock_mcp::streamable_http_service(gateway.clone());
-    let profile_gateway = gateway.clone();
+    let profile_runtime = runtime.clone();
     let profiled = Router::new()
         .route_service("/mcp/{profile}", mcp.clone())
         .route_layer(axum::middleware::from_fn(move |request, next| {
-            require_profile(profile_gateway.clone(), request, next)
+            require_profile(profile_runtime.clone(), request, next)
         }));
     let mcp_routes = Router::new()
         .route_service("/mcp", mcp)
         .merge(profiled)
         .route_layer(axum::middleware::from_fn(require_mcp));
-    let events = events::Events::start(gateway.clone());
-    let links = links::Links::new(&gateway, base.clone()).map_err(HttpError::LinkKey)?;
-    notify::start(gateway.clone(), &events, links.clone(), base);
+    let events = events::Events::start(runtime.clone());
+    let links = links::Links::new(&runtime, base.clone()).map_err(HttpError::LinkKey)?;
+    notify::start(runtime.clone(), &events, links.clone(), base);
     let guarded = Router::new()
         .merge(mcp_routes)
-        .merge(api::routes(gateway.clone(), events))
+        .merge(api::routes(runtime.clone(), events))
         // Outermost: nothing, not even whether a profile exists, is told
         // before the token checks out.
         .layer(axum::middleware::from_fn(move |request, next| {
@@ -273,7 +306,7 @@ pub fn router(
     // description, and signed links (the signature is the credential).
     let open = Router::new()
         .merge(web::routes())
-        .merge(links::routes(gateway, links))
+        .merge(links::routes(runtime, links))
         .route("/openapi.json", axum::routing::get(api::openapi_json));
     Ok(guarded
         .merge(open)
@@ -287,7 +320,7 @@ pub fn router(
 
 /// Without configured tokens: a new admin token, its SHA-256 kept in
 /// `<state_dir>/http-admin-token.sha256` (mode 0600), replaced at each start.
-fn generate_admin_token(gateway: &Gateway) -> Result<(String, [u8; 32]), HttpError> {
+fn generate_admin_token(runtime: &Runtime) -> Result<(String, [u8; 32]), HttpError> {
     use std::io::Write as _;
     use std::os::unix::fs::OpenOptionsExt as _;
     let token = format!(
@@ -296,7 +329,7 @@ fn generate_admin_token(gateway: &Gateway) -> Result<(String, [u8; 32]), HttpErr
         uuid::Uuid::new_v4().simple()
     );
     let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-    let broker = gateway.broker();
+    let broker = runtime.broker();
     let path = broker
         .root()
         .join(&broker.config().workspace.state_dir)
@@ -319,7 +352,8 @@ fn generate_admin_token(gateway: &Gateway) -> Result<(String, [u8; 32]), HttpErr
 /// `ready` gets the bound address and, without configured tokens, the login
 /// URL with the generated admin token (shown once).
 pub async fn serve(
-    gateway: Arc<Gateway>,
+    runtime: Arc<Runtime>,
+    mcp: impl McpService,
     tokens: Vec<TokenConfig>,
     addr: SocketAddr,
     public_url: Option<String>,
@@ -333,7 +367,7 @@ pub async fn serve(
         .map_err(|error| HttpError::Bind { addr, error })?;
     let bound = listener.local_addr().map_err(HttpError::Serve)?;
     let (auth, login) = if tokens.is_empty() {
-        let (token, digest) = generate_admin_token(&gateway)?;
+        let (token, digest) = generate_admin_token(&runtime)?;
         (
             Auth::new(tokens, Some(digest)),
             Some(format!("http://{bound}/#token={token}")),
@@ -343,7 +377,7 @@ pub async fn serve(
     };
     if public_url.is_none()
         && bound.ip().is_unspecified()
-        && !gateway.broker().config().notify.webhooks.is_empty()
+        && !runtime.broker().config().notify.webhooks.is_empty()
     {
         eprintln!(
             "airlock: webhook links will point at http://{bound}, which no other machine can open; \
@@ -351,7 +385,7 @@ pub async fn serve(
         );
     }
     let listening = Listening { bound, public_url };
-    let app = router(gateway, auth, listening)?;
+    let app = router(runtime, mcp, auth, listening)?;
     ready(bound, login);
     axum::serve(listener, app).await.map_err(HttpError::Serve)
 }

@@ -14,10 +14,10 @@
 use std::fmt::Write as _;
 use std::sync::Arc;
 
+use airlock_broker::Runtime;
 use airlock_broker::{Approval, DecideRequest, approval_view};
 use airlock_core::ErrorCode;
 use airlock_core::config::Config;
-use airlock_mcp::Gateway;
 use axum::Router;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
@@ -64,9 +64,9 @@ impl Decision {
 }
 
 impl Links {
-    /// Links of the workspace of `gateway`, starting with `base`.
-    pub(crate) fn new(gateway: &Gateway, base: String) -> Result<Links, String> {
-        let key = gateway
+    /// Links of the workspace of `runtime`, starting with `base`.
+    pub(crate) fn new(runtime: &Runtime, base: String) -> Result<Links, String> {
+        let key = runtime
             .broker()
             .state_secret(KEY_NAME)
             .map_err(|error| error.to_string())?;
@@ -127,14 +127,14 @@ fn offered(decision: Option<&Value>, user: Option<&Value>, config: &Config) -> b
 
 #[derive(Clone)]
 struct LinkState {
-    gateway: Arc<Gateway>,
+    runtime: Arc<Runtime>,
     links: Links,
 }
 
-pub(crate) fn routes(gateway: Arc<Gateway>, links: Links) -> Router {
+pub(crate) fn routes(runtime: Arc<Runtime>, links: Links) -> Router {
     Router::new()
         .route("/hitl/link/{id}/{decision}", get(open).post(confirm))
-        .with_state(LinkState { gateway, links })
+        .with_state(LinkState { runtime, links })
 }
 
 #[derive(Deserialize)]
@@ -194,7 +194,7 @@ async fn check(
             "This approval has expired; nothing was decided.",
         ));
     }
-    let broker = state.gateway.broker();
+    let broker = state.runtime.broker();
     let found = tokio::task::spawn_blocking(move || broker.approval(&id)).await;
     let approval = match found {
         Ok(Ok(approval)) => approval,
@@ -227,7 +227,7 @@ async fn check(
     if !offered(
         view.get("decision"),
         view.get("user"),
-        state.gateway.broker().config(),
+        state.runtime.broker().config(),
     ) {
         return Err(page(
             StatusCode::FORBIDDEN,
@@ -366,7 +366,7 @@ async fn confirm(
             ),
         );
     }
-    let broker = state.gateway.broker();
+    let broker = state.runtime.broker();
     let id = checked.approval.id.clone();
     // One spelling per link: hex in either case verifies the same.
     let token = format!("link:{}", checked.sig.to_ascii_lowercase());

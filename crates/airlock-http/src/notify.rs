@@ -6,8 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use airlock_broker::Runtime;
 use airlock_core::config::WebhookEvent;
-use airlock_mcp::Gateway;
 use serde_json::{Value, json};
 use tokio::sync::{Semaphore, broadcast};
 
@@ -25,7 +25,7 @@ const IN_FLIGHT: usize = 32;
 
 /// Starts delivering the events of `events` to the hooks of the
 /// configuration in force (a reload applies to the next event).
-pub(crate) fn start(gateway: Arc<Gateway>, events: &Events, links: Links, base: String) {
+pub(crate) fn start(runtime: Arc<Runtime>, events: &Events, links: Links, base: String) {
     // A hook that redirects does not get to hand the links on.
     let client = match reqwest::Client::builder()
         .timeout(ATTEMPT_TIMEOUT)
@@ -51,7 +51,7 @@ pub(crate) fn start(gateway: Arc<Gateway>, events: &Events, links: Links, base: 
                 }
                 Err(broadcast::error::RecvError::Closed) => return,
             };
-            let broker = gateway.broker();
+            let broker = runtime.broker();
             let config = broker.config();
             let event = match change.kind {
                 "created" => WebhookEvent::Created,

@@ -21,7 +21,28 @@ const ADMIN: &str = "router-admin";
 struct App {
     router: Router,
     dir: tempfile::TempDir,
-    _gateway: Arc<airlock_mcp::Gateway>,
+    _runtime: Arc<airlock_broker::Runtime>,
+}
+
+/// Stands in for the MCP face at `/mcp`: answers with who the HTTP face
+/// said the caller is, and the path it was asked on.
+async fn stand_in_mcp(
+    request: Request<Body>,
+) -> Result<axum::http::Response<Body>, std::convert::Infallible> {
+    let principal = request
+        .extensions()
+        .get::<airlock_core::HttpPrincipal>()
+        .cloned();
+    let body = json!({
+        "path": request.uri().path(),
+        "user": principal.as_ref().and_then(|p| p.user.clone()),
+        "token": principal.as_ref().map(|p| p.token_name.clone()),
+        "admin": principal.as_ref().map(|p| p.admin),
+    });
+    Ok(axum::http::Response::builder()
+        .header("content-type", "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap())
 }
 
 async fn app(extra: &str) -> App {
@@ -44,14 +65,19 @@ async fn app(extra: &str) -> App {
     let config_path = format!("{root_text}/airlock.yaml");
     loaded.policy.bind_workspace(&root_text, Some(&config_path));
     let tokens = loaded.config.auth.tokens.clone();
-    let gateway = airlock_mcp::Gateway::start(
-        airlock_broker::Workspace { root, loaded },
-        airlock_mcp::GatewayOptions::default(),
-    )
+    let runtime = tokio::task::spawn_blocking(move || {
+        airlock_broker::Runtime::start(
+            airlock_broker::Workspace { root, loaded },
+            airlock_broker::RuntimeOptions::default(),
+            Arc::new(airlock_broker::NoUpstreams),
+        )
+    })
     .await
+    .unwrap()
     .unwrap();
     let router = router(
-        gateway.clone(),
+        runtime.clone(),
+        tower::service_fn(stand_in_mcp),
         Auth::new(tokens, None),
         Listening {
             bound: "127.0.0.1:7420".parse().unwrap(),
@@ -62,7 +88,7 @@ async fn app(extra: &str) -> App {
     App {
         router,
         dir,
-        _gateway: gateway,
+        _runtime: runtime,
     }
 }
 
@@ -752,4 +778,51 @@ async fn integers_beyond_2_53_in_a_call_are_audited_not_an_io_error() {
         (StatusCode::OK, &json!(true)),
         "{verify}"
     );
+}
+
+/// `/mcp` is whatever MCP service the router is given, reached only past
+/// the token, the role and the profile checks, with the caller attached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mcp_service_is_reached_only_past_the_checks_and_sees_the_caller() {
+    let app = app("profiles:\n  readonly:\n    allowlist: [read_file]\n").await;
+    let (status, body) = app.send("POST", "/mcp", Some(&bearer(AGENT)), "{}").await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        body,
+        json!({"path": "/mcp", "user": "u1", "token": "agent", "admin": false})
+    );
+    let (status, body) = app
+        .send("POST", "/mcp/readonly", Some(&bearer(ADMIN)), "{}")
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        body,
+        json!({"path": "/mcp/readonly", "user": null, "token": "root", "admin": true})
+    );
+    for (path, token, status, code) in [
+        ("/mcp", None, StatusCode::UNAUTHORIZED, "unauthorized"),
+        ("/mcp", Some(APPROVER), StatusCode::FORBIDDEN, "forbidden"),
+    ] {
+        let auth = token.map(bearer);
+        let (got, body) = app.send("POST", path, auth.as_deref(), "{}").await;
+        assert_eq!(
+            (got, body["error"]["code"].as_str()),
+            (status, Some(code)),
+            "{path}: {body}"
+        );
+    }
+    let (status, body) = app
+        .send("POST", "/mcp/nope", Some(&bearer(AGENT)), "{}")
+        .await;
+    assert_eq!(
+        (status, body),
+        (
+            StatusCode::NOT_FOUND,
+            json!("no profile named nope in the configuration\n")
+        )
+    );
+}
+
+fn bearer(token: &str) -> String {
+    format!("Bearer {token}")
 }

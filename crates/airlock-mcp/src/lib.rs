@@ -1,14 +1,14 @@
 //! airlock-mcp: the MCP face of airlock (DESIGN §9). The only crate that knows
 //! rmcp.
 //!
-//! A [`Gateway`] holds the broker of one workspace and the connections to its
-//! upstream MCP servers. Each MCP session gets a [`Session`] (an rmcp
+//! An [`McpFace`] serves the runtime of one workspace (`airlock_broker::Runtime`)
+//! and makes the connections to its upstream MCP servers. Each MCP session gets a [`Session`] (an rmcp
 //! `ServerHandler`) bound to a profile; every `tools/call` becomes a
 //! `ToolCall` handed to the broker, and the human is asked inside the client
 //! where it can be (elicitation, or a 2026-07-28 `InputRequiredResult`).
 
 mod ask;
-mod gateway;
+mod face;
 mod result;
 mod rounds;
 mod server;
@@ -16,8 +16,8 @@ mod stdio;
 mod tools;
 mod upstream;
 
-pub use gateway::{Gateway, GatewayOptions, Reloader};
-pub use server::{HttpPrincipal, Session, SessionOptions};
+pub use face::McpFace;
+pub use server::{Session, SessionOptions};
 
 /// Errors starting the MCP face.
 #[derive(Debug, thiserror::Error)]
@@ -40,10 +40,9 @@ use std::sync::Arc;
 /// subprocess) they are driven by the runtime's event loop; tokio's
 /// `stdin()`/`stdout()` hand each read and write to a blocking thread, which
 /// costs a thread hand-off per message on the read path.
-pub async fn serve_stdio(gateway: Arc<Gateway>, options: SessionOptions) -> Result<(), McpError> {
-    let max =
-        usize::try_from(gateway.broker().config().mcp.max_message_bytes).unwrap_or(usize::MAX);
-    let session = Session::new(gateway, options);
+pub async fn serve_stdio(face: Arc<McpFace>, options: SessionOptions) -> Result<(), McpError> {
+    let max = usize::try_from(face.broker().config().mcp.max_message_bytes).unwrap_or(usize::MAX);
+    let session = Session::new(face, options);
     match stdio_pipes() {
         Some((input, output)) => {
             serve_on(session, stdio::LineTransport::new(input, output, max)).await
@@ -99,10 +98,10 @@ where
 
 /// The streamable-HTTP MCP endpoint as a tower service: one session per MCP
 /// session (the profile and user of each come from the request, see
-/// [`HttpPrincipal`]). It checks neither `Host` nor `Origin`: whatever
+/// `airlock_core::HttpPrincipal`). It checks neither `Host` nor `Origin`: whatever
 /// mounts it must (airlock-http does, for every route).
 pub fn streamable_http_service(
-    gateway: Arc<Gateway>,
+    face: Arc<McpFace>,
 ) -> rmcp::transport::StreamableHttpService<
     Session,
     rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
@@ -110,7 +109,7 @@ pub fn streamable_http_service(
     rmcp::transport::StreamableHttpService::new(
         move || {
             Ok(Session::new(
-                gateway.clone(),
+                face.clone(),
                 SessionOptions {
                     profile: None,
                     user: None,

@@ -16,7 +16,7 @@ use rmcp::model::{
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::Gateway;
+use crate::McpFace;
 use crate::ask::{decide_request, decision_form, decision_message};
 use crate::result::to_result;
 
@@ -48,7 +48,7 @@ fn call_digest(call: &ToolCall) -> Vec<u8> {
 /// Turns a `hitl_required` envelope into an `InputRequiredResult` asking the
 /// client's human, where the client may decide it; otherwise the envelope.
 pub(crate) async fn input_required(
-    gateway: &Gateway,
+    face: &McpFace,
     call: &ToolCall,
     envelope: &Envelope,
 ) -> Result<CallToolResponse, ErrorData> {
@@ -56,7 +56,7 @@ pub(crate) async fn input_required(
     let Some(hitl) = &envelope.hitl else {
         return complete();
     };
-    let broker = gateway.broker();
+    let broker = face.broker();
     let id = hitl.hitl_id.clone();
     let form = match tokio::task::spawn_blocking(move || broker.ask_form(&id)).await {
         Ok(Ok(form)) => form,
@@ -65,13 +65,13 @@ pub(crate) async fn input_required(
     if !form.client_may_decide {
         return complete();
     }
-    ask(gateway, call, &form, decision_message(&form))
+    ask(face, call, &form, decision_message(&form))
 }
 
 /// An `InputRequiredResult` asking the human about `form`'s approval, with a
 /// fresh sealed state bound to this call.
 fn ask(
-    gateway: &Gateway,
+    face: &McpFace,
     call: &ToolCall,
     form: &airlock_broker::AskForm,
     message: String,
@@ -84,7 +84,7 @@ fn ask(
     };
     let digest = call_digest(call);
     let ttl = Duration::from_millis(form.expires_ms.saturating_sub(now).max(1));
-    let sealed = gateway
+    let sealed = face
         .codec
         .seal_json_with(
             &state,
@@ -111,7 +111,7 @@ fn ask(
 
 /// The retry of a call with the human's answer.
 pub(crate) async fn resume(
-    gateway: &Gateway,
+    face: &McpFace,
     call: &ToolCall,
     request: &CallToolRequestParams,
 ) -> Result<CallToolResponse, ErrorData> {
@@ -130,7 +130,7 @@ pub(crate) async fn resume(
         return refuse("no requestState");
     };
     let digest = call_digest(call);
-    let state: State = match gateway.codec.open_json_with(sealed, &digest) {
+    let state: State = match face.codec.open_json_with(sealed, &digest) {
         Ok(state) => state,
         Err(_) => {
             return refuse(
@@ -139,7 +139,7 @@ pub(crate) async fn resume(
             );
         }
     };
-    let broker = gateway.broker();
+    let broker = face.broker();
     let id = state.hitl_id.clone();
     let form = match tokio::task::spawn_blocking(move || broker.ask_form(&id)).await {
         Ok(Ok(form)) => form,
@@ -151,7 +151,7 @@ pub(crate) async fn resume(
     if !form.client_may_decide {
         return refuse("this proposal is no longer decided in the MCP client");
     }
-    let broker = gateway.broker();
+    let broker = face.broker();
     let nonce = state.nonce.clone();
     let expires = state.expires_ms;
     let spent = tokio::task::spawn_blocking(move || broker.spend_token(&nonce, expires)).await;
@@ -183,9 +183,9 @@ pub(crate) async fn resume(
             "A reason is required to approve this call.\n\n{}",
             decision_message(&form)
         );
-        return ask(gateway, call, &form, message);
+        return ask(face, call, &form, message);
     };
-    let broker = gateway.broker();
+    let broker = face.broker();
     let id = state.hitl_id.clone();
     let envelope = tokio::task::spawn_blocking(move || match broker.decide(&id, &decide) {
         Ok(envelope) => envelope,

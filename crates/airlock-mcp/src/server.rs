@@ -18,9 +18,9 @@ use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::{Value, json};
 
-use crate::Gateway;
+use crate::McpFace;
 use crate::ask::{decide_request, decision_form, decision_message};
-use crate::gateway::LogLevel;
+use crate::face::LogLevel;
 use crate::result::to_result;
 use crate::tools;
 
@@ -34,16 +34,6 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(2);
 /// How often the client's human is asked again after approving without the
 /// reason the risk requires.
 const REASON_ATTEMPTS: u32 = 3;
-
-/// Who an HTTP request comes from, put into the request's extensions by the
-/// HTTP layer once its bearer token checked out.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HttpPrincipal {
-    pub user: Option<String>,
-    pub token_name: String,
-    /// The token holds the admin role.
-    pub admin: bool,
-}
 
 /// How a session is bound.
 #[derive(Debug, Clone, Default)]
@@ -70,7 +60,7 @@ struct Binding {
 /// One MCP session (an rmcp `ServerHandler`).
 #[derive(Clone)]
 pub struct Session {
-    gateway: Arc<Gateway>,
+    face: Arc<McpFace>,
     options: SessionOptions,
     id: String,
     /// HTTP: the profile and token the session started with; later requests
@@ -81,9 +71,9 @@ pub struct Session {
 }
 
 impl Session {
-    pub fn new(gateway: Arc<Gateway>, options: SessionOptions) -> Session {
+    pub fn new(face: Arc<McpFace>, options: SessionOptions) -> Session {
         Session {
-            gateway,
+            face,
             options,
             id: format!("mcp-{}", random_id()),
             bound: Arc::new(Mutex::new(None)),
@@ -111,7 +101,8 @@ impl Session {
                 .map(|rest| rest.trim_end_matches('/').to_owned())
                 .filter(|rest| !rest.is_empty())
         });
-        let principal = parts.and_then(|parts| parts.extensions.get::<HttpPrincipal>());
+        let principal =
+            parts.and_then(|parts| parts.extensions.get::<airlock_core::call::HttpPrincipal>());
         let now = Binding {
             profile,
             user: principal.and_then(|principal| principal.user.clone()),
@@ -137,8 +128,9 @@ impl Session {
 
     /// The tools this session may see.
     fn visible_tools(&self, profile: Option<&str>) -> Vec<Tool> {
-        let policy = self.gateway.compiled_policy();
-        let wrap = self.gateway.options.wrap.as_deref();
+        let broker = self.face.broker();
+        let policy = broker.policy();
+        let wrap = self.face.wrap();
         let mut out = Vec::new();
         for tool in tools::builtin() {
             let name = tool.name.as_ref();
@@ -149,7 +141,7 @@ impl Session {
                 out.push(tool.clone());
             }
         }
-        for upstream in self.gateway.upstreams.all() {
+        for upstream in self.face.upstreams.all() {
             let upstream_name = &upstream.config.name;
             if wrap.is_some_and(|wrap| wrap != upstream_name) {
                 continue;
@@ -186,7 +178,7 @@ impl Session {
             admin,
         } = self.binding(&context.extensions)?;
         let args = Value::Object(request.arguments.clone().unwrap_or_default());
-        let (tool, origin) = self.gateway.resolve(&request.name);
+        let (tool, origin) = self.face.runtime().resolve(&request.name);
         let agent = context.client_info().map(|info| info.name);
         let version = context.protocol_version();
         let rounds = version
@@ -230,9 +222,9 @@ impl Session {
             received_at: airlock_broker::now_ms(),
         };
         if rounds && request.request_state.is_some() {
-            return crate::rounds::resume(&self.gateway, &call, &request).await;
+            return crate::rounds::resume(&self.face, &call, &request).await;
         }
-        let broker = self.gateway.broker();
+        let broker = self.face.broker();
         // The broker runs on this thread (`block_in_place`): an allowed call
         // answers without handing work to another thread and back. While a
         // human decides, a companion task asks the client, sends progress
@@ -254,7 +246,7 @@ impl Session {
         });
         companion.stop();
         if rounds && envelope.status == Status::HitlRequired {
-            return crate::rounds::input_required(&self.gateway, &call, &envelope).await;
+            return crate::rounds::input_required(&self.face, &call, &envelope).await;
         }
         Ok(CallToolResponse::Complete(to_result(&envelope)))
     }
@@ -447,7 +439,7 @@ impl ServerHandler for Session {
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        self.gateway
+        self.face
             .register_peer(context.peer, self.log_level.clone());
     }
 
@@ -506,7 +498,7 @@ impl ServerHandler for Session {
             ));
         };
         let blob_ref = format!("sha256:{hex}");
-        let broker = self.gateway.broker();
+        let broker = self.face.broker();
         let session = self.id.clone();
         let agent = context.client_info().map(|info| info.name);
         let bytes = tokio::task::spawn_blocking(move || {

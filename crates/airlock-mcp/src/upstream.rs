@@ -254,7 +254,7 @@ impl Upstream {
     }
 }
 
-/// All upstreams of a gateway.
+/// All upstreams of a workspace.
 pub(crate) struct Upstreams {
     list: RwLock<Vec<Arc<Upstream>>>,
     on_change: OnChange,
@@ -333,19 +333,38 @@ impl Upstreams {
     }
 }
 
-/// Carries approved (or allowed) upstream calls from the broker's blocking
-/// threads onto the runtime.
-pub(crate) struct UpstreamForwarder {
+/// The upstream connections as the runtime sees them: calls from its
+/// blocking threads carried onto the tokio runtime.
+pub(crate) struct UpstreamPool {
     pub upstreams: Arc<Upstreams>,
     pub runtime: tokio::runtime::Handle,
 }
 
-impl Forwarder for UpstreamForwarder {
+impl Forwarder for UpstreamPool {
     fn forward(&self, call: &ForwardCall) -> Result<Value, String> {
         let Some(upstream) = self.upstreams.get(&call.upstream) else {
             return Err(format!("no upstream named {}", call.upstream));
         };
         self.runtime
             .block_on(async { upstream.call(&call.tool, &call.args).await })
+    }
+}
+
+impl airlock_broker::Upstreams for UpstreamPool {
+    fn reconcile(&self, configs: &[UpstreamConfig]) -> Vec<(String, String)> {
+        self.runtime.block_on(self.upstreams.reconcile(configs))
+    }
+
+    fn find_tool(&self, upstream: &str, tool: &str) -> Option<airlock_broker::UpstreamTool> {
+        let upstream = self.upstreams.get(upstream)?;
+        let tools = upstream.tools();
+        let listed = tools.iter().find(|listed| listed.name == tool)?;
+        Some(airlock_broker::UpstreamTool {
+            annotations: crate::tools::annotations_of(listed),
+        })
+    }
+
+    fn stop_all(&self) {
+        self.runtime.block_on(self.upstreams.stop_all());
     }
 }

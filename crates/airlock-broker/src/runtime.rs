@@ -1,0 +1,288 @@
+//! The runtime of a long-running airlock (`serve`, `wrap`): the broker in
+//! force, swapped when `airlock.yaml` changes; the upstream MCP servers,
+//! kept in line with the configuration; the approved upstream calls this
+//! process holds, carried out when a decision taken elsewhere arrives.
+//!
+//! The faces (MCP, HTTP) share one runtime. The upstream connections are
+//! made by the face that speaks MCP, behind the [`Upstreams`] trait, so the
+//! broker knows no protocol.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::Duration;
+
+use airlock_core::config::UpstreamConfig;
+use airlock_core::{Policy, ToolAnnotations, ToolOrigin};
+
+use crate::broker::{Broker, Workspace};
+use crate::error::BrokerError;
+use crate::forward::Forwarder;
+
+/// How often the configuration file is looked at.
+const RELOAD_POLL: Duration = Duration::from_millis(300);
+/// How often approved upstream calls held by this process are looked for.
+const HELD_POLL: Duration = Duration::from_millis(100);
+
+/// The upstream MCP servers of a workspace, connected by the MCP face.
+/// Every method may block (the runtime calls them from its own threads or
+/// a blocking task, never from an async worker).
+pub trait Upstreams: Forwarder {
+    /// Starts, restarts and stops servers so that they match `configs`;
+    /// returns the ones that could not start, with why.
+    fn reconcile(&self, configs: &[UpstreamConfig]) -> Vec<(String, String)>;
+    /// The tool `tool` of upstream `upstream` as it is offered now; `None`
+    /// when that upstream does not offer it (or does not exist).
+    fn find_tool(&self, upstream: &str, tool: &str) -> Option<UpstreamTool>;
+    /// Stops every server.
+    fn stop_all(&self);
+}
+
+/// What the runtime knows of one upstream tool.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UpstreamTool {
+    /// The tool's own hints (`readOnlyHint`, …), if it gave any.
+    pub annotations: Option<ToolAnnotations>,
+}
+
+/// A runtime without upstream servers (a configuration with none, tests).
+#[derive(Debug, Default)]
+pub struct NoUpstreams;
+
+impl Forwarder for NoUpstreams {
+    fn forward(&self, call: &crate::ForwardCall) -> Result<serde_json::Value, String> {
+        Err(format!("no upstream named {}", call.upstream))
+    }
+}
+
+impl Upstreams for NoUpstreams {
+    fn reconcile(&self, configs: &[UpstreamConfig]) -> Vec<(String, String)> {
+        configs
+            .iter()
+            .map(|config| {
+                (
+                    config.name.clone(),
+                    "no upstream connections here".to_owned(),
+                )
+            })
+            .collect()
+    }
+
+    fn find_tool(&self, _upstream: &str, _tool: &str) -> Option<UpstreamTool> {
+        None
+    }
+
+    fn stop_all(&self) {}
+}
+
+/// How the tools are presented.
+#[derive(Debug, Clone, Default)]
+pub struct RuntimeOptions {
+    /// `airlock wrap`: only this upstream's tools, under their own names (and
+    /// `proposal_status`); no built-in file tools.
+    pub wrap: Option<String>,
+}
+
+/// Reads the configuration again: `Ok(None)` when it did not change,
+/// `Ok(Some(workspace))` for a new valid one, `Err(reason)` for an invalid one.
+pub type Reloader = Box<dyn FnMut() -> Result<Option<Workspace>, String> + Send>;
+
+/// What the runtime tells the faces about the configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    /// A new configuration is in force (tool lists may have changed).
+    Reloaded,
+    /// A new configuration was refused; the old one stays. The reason.
+    Rejected(String),
+}
+
+type Listener = Box<dyn Fn(&Notice) + Send + Sync>;
+
+/// One workspace, served.
+pub struct Runtime {
+    broker: RwLock<Arc<Broker>>,
+    upstreams: Arc<dyn Upstreams>,
+    options: RuntimeOptions,
+    listeners: Mutex<Vec<Listener>>,
+    stopped: AtomicBool,
+}
+
+impl Runtime {
+    /// Opens the broker and starts the upstreams (and, where there are any,
+    /// the carrying out of held upstream calls). Blocks: call it from a
+    /// thread that may (not an async worker).
+    pub fn start(
+        workspace: Workspace,
+        options: RuntimeOptions,
+        upstreams: Arc<dyn Upstreams>,
+    ) -> Result<Arc<Runtime>, BrokerError> {
+        let configs = workspace.loaded.config.upstreams.clone();
+        if let Some(name) = &options.wrap
+            && !configs.iter().any(|config| config.name == *name)
+        {
+            return Err(BrokerError::Upstream {
+                name: name.clone(),
+                message: "no such upstream to wrap".to_owned(),
+            });
+        }
+        let forwarder: Arc<dyn Forwarder> = upstreams.clone();
+        let broker = Broker::open(workspace)?.with_forwarder(forwarder);
+        let runtime = Arc::new(Runtime {
+            broker: RwLock::new(Arc::new(broker)),
+            upstreams,
+            options,
+            listeners: Mutex::new(Vec::new()),
+            stopped: AtomicBool::new(false),
+        });
+        for (name, message) in runtime.upstreams.reconcile(&configs) {
+            if runtime.options.wrap.as_deref() == Some(name.as_str()) {
+                // The one server `wrap` stands for must be there.
+                runtime.upstreams.stop_all();
+                return Err(BrokerError::Upstream { name, message });
+            }
+        }
+        if !configs.is_empty() {
+            let held = Arc::downgrade(&runtime);
+            spawn_loop("airlock-held", HELD_POLL, held, |runtime| {
+                runtime.broker().apply_held_forwards();
+            })?;
+        }
+        Ok(runtime)
+    }
+
+    /// The broker in force (a reload swaps it; calls in flight keep theirs).
+    pub fn broker(&self) -> Arc<Broker> {
+        match self.broker.read() {
+            Ok(broker) => broker.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// How the tools are presented.
+    pub fn options(&self) -> &RuntimeOptions {
+        &self.options
+    }
+
+    /// Calls `listener` with every notice from now on.
+    pub fn subscribe(&self, listener: impl Fn(&Notice) + Send + Sync + 'static) {
+        if let Ok(mut listeners) = self.listeners.lock() {
+            listeners.push(Box::new(listener));
+        }
+    }
+
+    fn tell(&self, notice: &Notice) {
+        if let Ok(listeners) = self.listeners.lock() {
+            for listener in listeners.iter() {
+                listener(notice);
+            }
+        }
+    }
+
+    /// Watches the configuration: a valid change is taken into use (a new
+    /// broker, upstreams reconciled, the faces told); an invalid one is
+    /// logged and audited as `config_rejected`, and the old one stays.
+    pub fn watch_config(self: &Arc<Self>, mut reloader: Reloader) -> Result<(), BrokerError> {
+        spawn_loop(
+            "airlock-reload",
+            RELOAD_POLL,
+            Arc::downgrade(self),
+            move |runtime| match reloader() {
+                Ok(None) => {}
+                Ok(Some(workspace)) => runtime.take(workspace),
+                Err(reason) => runtime.reject(reason),
+            },
+        )
+    }
+
+    fn take(&self, workspace: Workspace) {
+        let configs = workspace.loaded.config.upstreams.clone();
+        let forwarder: Arc<dyn Forwarder> = self.upstreams.clone();
+        match Broker::open(workspace) {
+            Ok(broker) => {
+                let broker = Arc::new(broker.with_forwarder(forwarder));
+                if let Ok(mut slot) = self.broker.write() {
+                    *slot = broker;
+                }
+                eprintln!("airlock: configuration reloaded");
+                self.upstreams.reconcile(&configs);
+                self.tell(&Notice::Reloaded);
+            }
+            Err(error) => self.reject(error.to_string()),
+        }
+    }
+
+    /// A configuration that cannot be used: logged (to stderr and the
+    /// faces), audited as `config_rejected`; the old one stays.
+    fn reject(&self, reason: String) {
+        eprintln!("airlock: configuration rejected, the old one stays: {reason}");
+        self.tell(&Notice::Rejected(reason.clone()));
+        if let Err(error) = self.broker().note_config_rejected("airlock.yaml", &reason) {
+            eprintln!("airlock: {error}");
+        }
+    }
+
+    /// Stops the background work and the upstream servers. Blocks.
+    pub fn shutdown(&self) {
+        self.stopped.store(true, Ordering::Relaxed);
+        self.upstreams.stop_all();
+    }
+
+    /// The name the policy sees for the tool a client calls `name`, and
+    /// where the tool comes from (an upstream's, a built-in, or unknown).
+    pub fn resolve(&self, name: &str) -> (String, ToolOrigin) {
+        let broker = self.broker();
+        let policy: &Policy = broker.policy();
+        if let Some(wrap) = self.options.wrap.as_deref() {
+            let offered = |tool: &str| self.upstreams.find_tool(wrap, tool);
+            if name == "proposal_status" && offered(name).is_none() {
+                return (name.to_owned(), policy.origin_of(name, None));
+            }
+            let gated = format!("{wrap}__{name}");
+            return match offered(name) {
+                Some(tool) => {
+                    let origin = policy.origin_of(&gated, tool.annotations);
+                    (gated, origin)
+                }
+                None => (gated, ToolOrigin::Unknown),
+            };
+        }
+        if let Some((prefix, rest)) = name.split_once("__") {
+            return match self.upstreams.find_tool(prefix, rest) {
+                Some(tool) => (name.to_owned(), policy.origin_of(name, tool.annotations)),
+                // Not (or no longer) offered by that upstream: never forwarded.
+                None => (name.to_owned(), ToolOrigin::Unknown),
+            };
+        }
+        (name.to_owned(), policy.origin_of(name, None))
+    }
+}
+
+/// Runs `step` every `every` on a thread of its own while the runtime lives
+/// and is not shut down.
+fn spawn_loop(
+    name: &str,
+    every: Duration,
+    runtime: Weak<Runtime>,
+    mut step: impl FnMut(&Runtime) + Send + 'static,
+) -> Result<(), BrokerError> {
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(every);
+                let Some(runtime) = runtime.upgrade() else {
+                    return;
+                };
+                if runtime.stopped.load(Ordering::Relaxed) {
+                    return;
+                }
+                step(&runtime);
+            }
+        })
+        .map(|_| ())
+        .map_err(|error| {
+            BrokerError::refused(
+                airlock_core::ErrorCode::IoError,
+                format!("cannot start a thread: {error}"),
+            )
+        })
+}
