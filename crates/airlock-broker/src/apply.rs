@@ -68,7 +68,7 @@ impl Broker {
             let label = recovered.label.clone().unwrap_or_default();
             let (id, kind) = label.rsplit_once(':').unwrap_or((label.as_str(), ""));
             if kind == "undo" {
-                self.store.mark_undone(id)?;
+                self.store.mark_undone(id, self.now_ms())?;
             }
             let logged = self.log(
                 Record::new("journal_recovered")
@@ -152,9 +152,12 @@ impl Broker {
                     .text("status", "error")
                     .text("code", code.as_str()),
             );
-            let _ = self
-                .store
-                .finish(&approval.id, ApprovalStatus::Failed, &to_json(&envelope));
+            let _ = self.store.finish(
+                &approval.id,
+                ApprovalStatus::Failed,
+                &to_json(&envelope),
+                self.now_ms(),
+            );
             envelope
         };
         let plan: ChangePlan = match serde_json::from_str(&approval.plan_json) {
@@ -305,9 +308,12 @@ impl Broker {
                 self.audited(envelope, record)
             }
         };
-        let _ = self
-            .store
-            .finish(&approval.id, ApprovalStatus::Applied, &to_json(&envelope));
+        let _ = self.store.finish(
+            &approval.id,
+            ApprovalStatus::Applied,
+            &to_json(&envelope),
+            self.now_ms(),
+        );
         envelope
     }
 

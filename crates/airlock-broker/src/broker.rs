@@ -3,7 +3,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use airlock_audit::{AuditLog, Durability};
 use airlock_core::config::{Config, LoadedConfig};
@@ -12,6 +11,7 @@ use airlock_fs::Sandbox;
 use airlock_store::{Approval, Store};
 use serde_json::Value;
 
+use crate::clock::{Clock, SystemClock};
 use crate::error::BrokerError;
 use crate::forward::Forwarder;
 use crate::record::Record;
@@ -38,15 +38,14 @@ pub struct Broker {
     /// Carries approved upstream calls out (only in a process holding the
     /// upstream connections).
     pub(crate) forwarder: Option<Arc<dyn Forwarder>>,
+    /// Where the time comes from.
+    pub(crate) clock: Arc<dyn Clock>,
 }
 
-/// Milliseconds since the Unix epoch, now.
+/// Milliseconds since the Unix epoch, now, by the system's clock (for
+/// callers outside a broker; a broker reads its own [`Clock`]).
 pub fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |elapsed| {
-            u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
-        })
+    SystemClock.now_ms()
 }
 
 pub(crate) struct HeadInStore(Arc<Store>);
@@ -70,6 +69,14 @@ impl Broker {
     /// Opens the workspace's state: the store, the audit log (recovering a torn
     /// tail), and finishes applies a crash interrupted.
     pub fn open(workspace: Workspace) -> Result<Broker, BrokerError> {
+        Broker::open_with_clock(workspace, Arc::new(SystemClock))
+    }
+
+    /// [`Broker::open`] with time read from `clock`.
+    pub fn open_with_clock(
+        workspace: Workspace,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Broker, BrokerError> {
         let config = workspace.loaded.config.clone();
         let policy = Arc::new(workspace.loaded.policy);
         let root = workspace.root;
@@ -103,6 +110,7 @@ impl Broker {
             root,
             journal_dir,
             forwarder: None,
+            clock,
         };
         // What the log's recovery found is recorded in the log itself.
         for record in recovery.records() {
@@ -126,6 +134,7 @@ impl Broker {
 
     /// Records that a new configuration was refused and the one in force stays.
     pub fn note_config_rejected(&self, source: &str, message: &str) -> Result<(), BrokerError> {
+        self.note_config_refused(message)?;
         let logged = self.log(
             Record::new("config_rejected")
                 .text("path", source)
@@ -219,7 +228,17 @@ impl Broker {
     /// Spends a one-time token (a sealed `requestState`'s nonce): `Ok(true)` the
     /// first time only, across processes.
     pub fn spend_token(&self, token: &str, expires_ms: u64) -> Result<bool, BrokerError> {
-        Ok(self.store.spend_token(token, expires_ms, now_ms())?)
+        Ok(self.store.spend_token(token, expires_ms, self.now_ms())?)
+    }
+
+    /// Milliseconds since the Unix epoch, by this broker's clock.
+    pub fn now_ms(&self) -> u64 {
+        self.clock.now_ms()
+    }
+
+    /// This broker's clock.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
     }
 
     /// The workspace root.
@@ -271,7 +290,7 @@ impl Broker {
     /// Pending approvals, oldest first (expiring overdue ones first).
     pub fn pending(&self, session: Option<&str>) -> Result<Vec<Approval>, BrokerError> {
         self.expire_overdue()?;
-        Ok(self.store.pending(session, now_ms())?)
+        Ok(self.store.pending(session, self.now_ms())?)
     }
 
     /// One approval.

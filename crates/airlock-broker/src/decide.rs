@@ -8,7 +8,7 @@ use airlock_fs::ChangePlan;
 use airlock_store::{Approval, ApprovalStatus, EditedPlan, StoreError, Verdict};
 use serde_json::Value;
 
-use crate::broker::{Broker, now_ms};
+use crate::broker::Broker;
 use crate::envelopes::{approval_risk, hitl_ref, human, to_json};
 use crate::error::BrokerError;
 use crate::forward;
@@ -146,7 +146,7 @@ impl Broker {
                 status: ApprovalStatus::Cancelled,
             }));
         }
-        let now = now_ms();
+        let now = self.now_ms();
         let verdict = Verdict {
             approve: request.approve,
             by: "human".to_owned(),
@@ -219,9 +219,12 @@ impl Broker {
             )));
             envelope.hitl = Some(hitl_ref(&decided));
             envelope.decision = Some(human(request, reason));
-            let _ = self
-                .store
-                .finish(id, ApprovalStatus::Denied, &to_json(&envelope));
+            let _ = self.store.finish(
+                id,
+                ApprovalStatus::Denied,
+                &to_json(&envelope),
+                self.now_ms(),
+            );
             return Ok(envelope);
         }
         Ok(self.settle(id))

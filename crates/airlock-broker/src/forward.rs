@@ -13,7 +13,7 @@ use airlock_store::{Approval, ApprovalStatus, Created, Limits, NewApproval};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::broker::{Broker, now_ms};
+use crate::broker::Broker;
 use crate::envelopes::{
     FALLBACK_ALLOW, audit_unwritable, decided_by_policy_or_grant, dedup_key, hitl_ref, to_json,
 };
@@ -216,7 +216,10 @@ impl Broker {
             }
             Handling::Defer | Handling::Rounds | Handling::Refuse | Handling::Allow => {
                 let mut envelope = Envelope::new(Status::HitlRequired, METHOD, &call.tool, path);
-                let ttl = approval.expires_ms.saturating_sub(now_ms()).div_ceil(1000);
+                let ttl = approval
+                    .expires_ms
+                    .saturating_sub(self.now_ms())
+                    .div_ceil(1000);
                 let max = self.config.file_broker.diff_preview_max_chars;
                 envelope.hitl = Some(HitlInfo {
                     hitl_id: approval.id.clone(),
@@ -289,7 +292,9 @@ impl Broker {
                 },
             ),
         );
-        let _ = self.store.finish(&approval.id, status, &to_json(&envelope));
+        let _ = self
+            .store
+            .finish(&approval.id, status, &to_json(&envelope), self.now_ms());
         envelope
     }
 
@@ -322,9 +327,12 @@ impl Broker {
                 .text("status", "error")
                 .text("code", ErrorCode::UpstreamError.as_str()),
         );
-        let _ = self
-            .store
-            .finish(&claimed.id, ApprovalStatus::Failed, &to_json(&envelope));
+        let _ = self.store.finish(
+            &claimed.id,
+            ApprovalStatus::Failed,
+            &to_json(&envelope),
+            self.now_ms(),
+        );
         Some(envelope)
     }
 }

@@ -4,7 +4,7 @@ use airlock_core::ErrorCode;
 use airlock_store::{Approval, GrantRow};
 use serde_json::Value;
 
-use crate::broker::{Broker, now_ms};
+use crate::broker::Broker;
 use crate::decide::AlwaysAllow;
 use crate::error::BrokerError;
 use crate::record::Record;
@@ -117,7 +117,7 @@ impl Broker {
             Some(_) => Ok(()),
             None => {
                 // No grant is in force that the log does not show.
-                if let Err(error) = self.store.delete_grant(&row.id) {
+                if let Err(error) = self.store.delete_grant(&row.id, self.now_ms()) {
                     eprintln!(
                         "airlock: grant {} could not be audited nor removed: {error}",
                         row.id
@@ -133,7 +133,7 @@ impl Broker {
 
     /// The "always allow" grants in force, oldest first.
     pub fn grants(&self) -> Result<Vec<GrantRow>, BrokerError> {
-        Ok(self.store.grants(now_ms())?)
+        Ok(self.store.grants(self.now_ms())?)
     }
 
     /// Revokes the grant in force whose id is `id` or starts with it (a
@@ -198,7 +198,7 @@ impl Broker {
         by: &str,
         channel: &str,
     ) -> Result<(), BrokerError> {
-        if !self.store.delete_grant(&grant.id)? {
+        if !self.store.delete_grant(&grant.id, self.now_ms())? {
             return Err(BrokerError::refused(
                 ErrorCode::NotFound,
                 format!("grant `{}` is no longer in force", grant.id),

@@ -19,9 +19,11 @@
 
 mod apply;
 mod broker;
+mod clock;
 mod decide;
 mod envelopes;
 mod error;
+mod feed;
 mod forward;
 mod grants;
 mod propose;
@@ -33,9 +35,12 @@ mod views;
 mod wait;
 
 pub use airlock_store::{Approval, GrantRow};
+pub use airlock_store::{EventKind, FeedEvent, Notifier};
 pub use broker::{Broker, Workspace, now_ms};
+pub use clock::{Clock, ManualClock, SystemClock};
 pub use decide::{AlwaysAllow, AskForm, DecideRequest};
 pub use error::BrokerError;
+pub use feed::{Cursor, FEED_POLL};
 pub use forward::{ForwardCall, Forwarder};
 pub use record::Record;
 pub use runtime::{

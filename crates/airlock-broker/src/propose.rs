@@ -8,7 +8,7 @@ use airlock_fs::{ChangePlan, FsError, WriteParams};
 use airlock_store::{Approval, Created, Limits, NewApproval, StoreError, Verdict};
 use serde_json::{Value, json};
 
-use crate::broker::{Broker, now_ms};
+use crate::broker::Broker;
 use crate::decide::DecideRequest;
 use crate::envelopes::{
     FALLBACK_ALLOW, audit_unwritable, call_path, decided_by_policy_or_grant, dedup_key,
@@ -322,7 +322,7 @@ impl Broker {
                 user: None,
                 channel: None,
                 reason: by_fallback.then(|| FALLBACK_ALLOW.to_owned()),
-                at_ms: now_ms(),
+                at_ms: self.now_ms(),
                 edited: None,
             };
             if let Err(error) = self.store.decide(&approval.id, &verdict) {
@@ -459,7 +459,10 @@ impl Broker {
             &approval.tool,
             approval.path.as_deref(),
         );
-        let ttl = approval.expires_ms.saturating_sub(now_ms()).div_ceil(1000);
+        let ttl = approval
+            .expires_ms
+            .saturating_sub(self.now_ms())
+            .div_ceil(1000);
         envelope.hitl = Some(HitlInfo {
             hitl_id: approval.id.clone(),
             ttl_seconds: Some(ttl),

@@ -15,13 +15,12 @@ use airlock_core::config::UpstreamConfig;
 use airlock_core::{Policy, ToolAnnotations, ToolOrigin};
 
 use crate::broker::{Broker, Workspace};
+use crate::clock::{Clock, SystemClock};
 use crate::error::BrokerError;
 use crate::forward::Forwarder;
 
 /// How often the configuration file is looked at.
 const RELOAD_POLL: Duration = Duration::from_millis(300);
-/// How often approved upstream calls held by this process are looked for.
-const HELD_POLL: Duration = Duration::from_millis(100);
 
 /// The upstream MCP servers of a workspace, connected by the MCP face.
 /// Every method may block (the runtime calls them from its own threads or
@@ -74,12 +73,14 @@ impl Upstreams for NoUpstreams {
     fn stop_all(&self) {}
 }
 
-/// How the tools are presented.
+/// How the tools are presented, and where time comes from.
 #[derive(Debug, Clone, Default)]
 pub struct RuntimeOptions {
     /// `airlock wrap`: only this upstream's tools, under their own names (and
     /// `proposal_status`); no built-in file tools.
     pub wrap: Option<String>,
+    /// The clock of every broker the runtime opens (default: the system's).
+    pub clock: Option<Arc<dyn Clock>>,
 }
 
 /// Reads the configuration again: `Ok(None)` when it did not change,
@@ -102,6 +103,7 @@ pub struct Runtime {
     broker: RwLock<Arc<Broker>>,
     upstreams: Arc<dyn Upstreams>,
     options: RuntimeOptions,
+    clock: Arc<dyn Clock>,
     listeners: Mutex<Vec<Listener>>,
     stopped: AtomicBool,
 }
@@ -125,8 +127,13 @@ impl Runtime {
             });
         }
         let forwarder: Arc<dyn Forwarder> = upstreams.clone();
-        let broker = Broker::open(workspace)?.with_forwarder(forwarder);
+        let clock = options
+            .clock
+            .clone()
+            .unwrap_or_else(|| Arc::new(SystemClock));
+        let broker = Broker::open_with_clock(workspace, clock.clone())?.with_forwarder(forwarder);
         let runtime = Arc::new(Runtime {
+            clock,
             broker: RwLock::new(Arc::new(broker)),
             upstreams,
             options,
@@ -140,12 +147,7 @@ impl Runtime {
                 return Err(BrokerError::Upstream { name, message });
             }
         }
-        if !configs.is_empty() {
-            let held = Arc::downgrade(&runtime);
-            spawn_loop("airlock-held", HELD_POLL, held, |runtime| {
-                runtime.broker().apply_held_forwards();
-            })?;
-        }
+        sweep(Arc::downgrade(&runtime))?;
         Ok(runtime)
     }
 
@@ -196,7 +198,7 @@ impl Runtime {
     fn take(&self, workspace: Workspace) {
         let configs = workspace.loaded.config.upstreams.clone();
         let forwarder: Arc<dyn Forwarder> = self.upstreams.clone();
-        match Broker::open(workspace) {
+        match Broker::open_with_clock(workspace, self.clock.clone()) {
             Ok(broker) => {
                 let broker = Arc::new(broker.with_forwarder(forwarder));
                 if let Ok(mut slot) = self.broker.write() {
@@ -204,6 +206,9 @@ impl Runtime {
                 }
                 eprintln!("airlock: configuration reloaded");
                 self.upstreams.reconcile(&configs);
+                if let Err(error) = self.broker().note_config_reloaded() {
+                    eprintln!("airlock: {error}");
+                }
                 self.tell(&Notice::Reloaded);
             }
             Err(error) => self.reject(error.to_string()),
@@ -254,6 +259,49 @@ impl Runtime {
         }
         (name.to_owned(), policy.origin_of(name, None))
     }
+}
+
+/// Expires approvals when their time is up, cancels those whose waiting
+/// process is gone, and carries out the upstream calls this process holds
+/// once they are approved elsewhere: woken by the feed and by the next
+/// deadline, on a thread of its own while the runtime lives.
+fn sweep(runtime: Weak<Runtime>) -> Result<(), BrokerError> {
+    std::thread::Builder::new()
+        .name("airlock-sweep".to_owned())
+        .spawn(move || {
+            loop {
+                let Some(broker) = runtime
+                    .upgrade()
+                    .filter(|runtime| !runtime.stopped.load(Ordering::Relaxed))
+                    .map(|runtime| runtime.broker())
+                else {
+                    return;
+                };
+                let Ok(cursor) = broker.cursor() else {
+                    std::thread::sleep(crate::FEED_POLL);
+                    continue;
+                };
+                if let Err(error) = broker.expire_overdue() {
+                    eprintln!("airlock: expiring approvals: {error}");
+                }
+                broker.apply_held_forwards();
+                // A deadline already past (an approval that could not be
+                // expired) would spin: look again after the usual pause.
+                let next = broker
+                    .next_expiry()
+                    .ok()
+                    .flatten()
+                    .filter(|at| *at > broker.now_ms());
+                broker.park(cursor, next);
+            }
+        })
+        .map(|_| ())
+        .map_err(|error| {
+            BrokerError::refused(
+                airlock_core::ErrorCode::IoError,
+                format!("cannot start a thread: {error}"),
+            )
+        })
 }
 
 /// Runs `step` every `every` on a thread of its own while the runtime lives

@@ -11,7 +11,7 @@ use airlock_fs::{FsError, ReadParams};
 use airlock_store::{Approval, ApprovalStatus, StoreError};
 use serde_json::{Value, json};
 
-use crate::broker::{Broker, now_ms};
+use crate::broker::Broker;
 use crate::envelopes::{
     call_path, decided_by_policy_or_grant, failure_status, first_denial, method_of, reason_of,
     stored_result, to_value,
@@ -77,7 +77,7 @@ pub fn default_mode(config: &Config) -> Mode {
 impl Broker {
     /// Runs one call through the pipeline and returns its envelope.
     pub fn submit(&self, call: &ToolCall, mode: &Mode, on_pending: &dyn Fn(&Approval)) -> Envelope {
-        let now = now_ms();
+        let now = self.now_ms();
         let grants = self.live_grants(now);
         // Decided on the paths as written and as the file system resolves
         // them; the strictest wins (a patch's files are resolved when it is
@@ -375,7 +375,7 @@ impl Broker {
         if !visible {
             return Err(not_found());
         }
-        if approval.status == ApprovalStatus::Pending && now_ms() >= approval.expires_ms {
+        if approval.status == ApprovalStatus::Pending && self.now_ms() >= approval.expires_ms {
             // Past its time: it can only expire now.
             self.expire(&approval.id);
         }

@@ -62,7 +62,7 @@ impl Broker {
             .text("user", user);
         match result {
             Ok(done) => {
-                if !self.store.mark_undone(id)? {
+                if !self.store.mark_undone(id, self.now_ms())? {
                     return Err(BrokerError::refused(
                         ErrorCode::AlreadyDecided,
                         format!("{id} was already undone"),

@@ -1,21 +1,16 @@
 //! Wait: a call blocks until its approval is settled or expires; expiry and
 //! cancellation of approvals nobody decided.
 
-use std::time::Duration;
-
 use airlock_core::ErrorCode;
 use airlock_core::envelope::{DecidedBy, DecisionInfo, Envelope, ErrorReason, Status};
 use airlock_store::ApprovalStatus;
 
-use crate::broker::{Broker, now_ms};
+use crate::broker::Broker;
 use crate::envelopes::{
     approval_risk, failure_for, hitl_ref, settled_from_row, stored_result, to_json,
 };
 use crate::error::BrokerError;
 use crate::record::Record;
-
-/// How long a waiting call sleeps between looks at the store.
-pub(crate) const POLL: Duration = Duration::from_millis(20);
 
 /// Whether a process with this id runs (signal 0 probes without signalling).
 pub(crate) fn process_alive(pid: u32) -> bool {
@@ -41,13 +36,17 @@ impl Broker {
     pub fn wait(&self, id: &str) -> Envelope {
         let mut last_recovery = std::time::Instant::now();
         loop {
+            let cursor = match self.cursor() {
+                Ok(cursor) => cursor,
+                Err(error) => return failure_for(id, &error),
+            };
             let approval = match self.store.get(id) {
                 Ok(approval) => approval,
                 Err(error) => return failure_for(id, &BrokerError::from(error)),
             };
             match approval.status {
                 ApprovalStatus::Pending => {
-                    if now_ms() >= approval.expires_ms {
+                    if self.now_ms() >= approval.expires_ms {
                         if let Some(envelope) = self.expire(id) {
                             return envelope;
                         }
@@ -65,7 +64,7 @@ impl Broker {
                     }
                 }
                 ApprovalStatus::Applying => {
-                    if last_recovery.elapsed() >= Duration::from_secs(1) {
+                    if last_recovery.elapsed() >= std::time::Duration::from_secs(1) {
                         last_recovery = std::time::Instant::now();
                         if let Err(error) = self.recover_applies() {
                             return failure_for(id, &error);
@@ -80,14 +79,16 @@ impl Broker {
                     return stored_result(&approval).unwrap_or_else(|| settled_from_row(&approval));
                 }
             }
-            std::thread::sleep(POLL);
+            let deadline =
+                (approval.status == ApprovalStatus::Pending).then_some(approval.expires_ms);
+            self.park(cursor, deadline);
         }
     }
 
     /// Expires a pending approval whose time is up. `None` when someone decided
     /// it first.
     pub fn expire(&self, id: &str) -> Option<Envelope> {
-        let approval = self.store.expire(id, now_ms()).ok().flatten()?;
+        let approval = self.store.expire(id, self.now_ms()).ok().flatten()?;
         let mut envelope = Envelope::failure(
             Status::Denied,
             "fs.propose_patch",
@@ -114,19 +115,25 @@ impl Broker {
                 .event("hitl_timeout")
                 .text("decision", "timeout")
                 .text("decided_by", "timeout")
-                .number("duration_ms", now_ms().saturating_sub(approval.created_ms))
+                .number(
+                    "duration_ms",
+                    self.now_ms().saturating_sub(approval.created_ms),
+                )
                 .text("status", "denied"),
         );
-        let _ = self
-            .store
-            .finish(id, ApprovalStatus::Expired, &to_json(&envelope));
+        let _ = self.store.finish(
+            id,
+            ApprovalStatus::Expired,
+            &to_json(&envelope),
+            self.now_ms(),
+        );
         Some(envelope)
     }
 
     /// Cancels a pending approval whose waiting call went away (wait mode).
     /// `None` when it was no longer pending.
     pub fn cancel(&self, id: &str) -> Option<Envelope> {
-        let approval = self.store.cancel(id, now_ms()).ok().flatten()?;
+        let approval = self.store.cancel(id, self.now_ms()).ok().flatten()?;
         let mut envelope = Envelope::failure(
             Status::Denied,
             "fs.propose_patch",
@@ -146,12 +153,18 @@ impl Broker {
             Record::for_approval(&approval)
                 .event("hitl_cancelled")
                 .text("decision", "cancel")
-                .number("duration_ms", now_ms().saturating_sub(approval.created_ms))
+                .number(
+                    "duration_ms",
+                    self.now_ms().saturating_sub(approval.created_ms),
+                )
                 .text("status", "denied"),
         );
-        let _ = self
-            .store
-            .finish(id, ApprovalStatus::Cancelled, &to_json(&envelope));
+        let _ = self.store.finish(
+            id,
+            ApprovalStatus::Cancelled,
+            &to_json(&envelope),
+            self.now_ms(),
+        );
         Some(envelope)
     }
 
@@ -168,9 +181,14 @@ impl Broker {
             .collect()
     }
 
+    /// When the next pending approval expires, if any is pending.
+    pub fn next_expiry(&self) -> Result<Option<u64>, BrokerError> {
+        Ok(self.store.next_expiry()?)
+    }
+
     /// Expires every pending approval whose time is up (for `pending`, `watch`).
     pub fn expire_overdue(&self) -> Result<usize, BrokerError> {
-        let overdue = self.store.overdue(now_ms())?;
+        let overdue = self.store.overdue(self.now_ms())?;
         let expired = overdue
             .iter()
             .filter_map(|approval| self.expire(&approval.id))

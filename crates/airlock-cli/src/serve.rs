@@ -112,7 +112,10 @@ pub(crate) fn wrap(
         user: Some(crate::approvals::terminal_user()),
         http: false,
     };
-    let options = RuntimeOptions { wrap: Some(name) };
+    let options = RuntimeOptions {
+        wrap: Some(name),
+        ..RuntimeOptions::default()
+    };
     run(
         global,
         workspace,

@@ -6,12 +6,12 @@
 //! whole diff; `a` approves and always allows (where the policy lets it); anything
 //! else denies. At the deadline the request is denied as a timeout.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::io::{BufRead, IsTerminal, Write};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::Duration;
 
-use airlock_broker::{AlwaysAllow, Broker, DecideRequest, now_ms};
+use airlock_broker::{AlwaysAllow, Broker, DecideRequest, EventKind, FEED_POLL, FeedEvent};
 use airlock_store::{Approval, ApprovalStatus};
 use serde_json::Value;
 
@@ -20,31 +20,125 @@ use crate::Painted;
 use crate::approvals::{describe, terminal_user};
 use airlock_core::display::{safe_line, safe_text};
 
-/// How often the queue is looked at, and the countdown refreshed.
+/// How often the countdown is redrawn while a request is shown.
 const TICK: Duration = Duration::from_millis(100);
 
+/// Reads the event feed from where it stood at the start: every new
+/// approval is queued and shown in turn (those already pending first); what
+/// happens to an approval elsewhere is told in one line, in the order it
+/// happened.
 pub(crate) fn run(broker: &Broker) -> Result<u8, Failure> {
     let lines = stdin_lines();
     let colour = std::io::stdout().is_terminal();
-    let mut seen: HashSet<String> = HashSet::new();
+    // The feed's position first: whatever happens once the user is told
+    // that watching began is seen.
+    let mut cursor = broker.cursor().map_err(Failure::internal)?.seq;
     say("watching for approvals (ctrl-d to stop)");
+    broker.expire_overdue().map_err(Failure::internal)?;
+    let mut queue: VecDeque<String> = broker
+        .pending(None)
+        .map_err(Failure::internal)?
+        .into_iter()
+        .map(|approval| approval.id.clone())
+        .collect();
+    // Approvals shown at this terminal: their later events are not news.
+    let mut mine: HashSet<String> = HashSet::new();
+    // Approvals whose creation was told (or that were shown).
+    let mut told: HashSet<String> = HashSet::new();
     loop {
-        broker.expire_overdue().map_err(Failure::internal)?;
-        let pending = broker.pending(None).map_err(Failure::internal)?;
-        let Some(next) = pending
-            .into_iter()
-            .find(|approval| !seen.contains(&approval.id))
-        else {
-            match lines.recv_timeout(TICK) {
-                Ok(Some(_)) | Err(RecvTimeoutError::Timeout) => continue,
-                Ok(None) | Err(RecvTimeoutError::Disconnected) => return Ok(0),
+        for event in broker
+            .events_after(cursor, 256)
+            .map_err(Failure::internal)?
+        {
+            cursor = event.seq;
+            tell(broker, &event, &mut queue, &mine, &mut told);
+        }
+        if let Some(id) = queue.pop_front() {
+            let approval = broker.approval(&id).map_err(Failure::internal)?;
+            if approval.status != ApprovalStatus::Pending {
+                // Settled before its turn: its events say how.
+                continue;
             }
-        };
-        seen.insert(next.id.clone());
-        if !present(broker, &next, &lines, colour)? {
-            return Ok(0);
+            if broker.now_ms() >= approval.expires_ms {
+                broker.expire(&approval.id);
+                continue;
+            }
+            mine.insert(approval.id.clone());
+            told.insert(approval.id.clone());
+            if !present(broker, &approval, &lines, colour)? {
+                return Ok(0);
+            }
+            continue;
+        }
+        // Nothing to show: wait for the feed (or the end of input), and
+        // expire what runs out meanwhile.
+        match lines.recv_timeout(FEED_POLL) {
+            Ok(Some(_)) | Err(RecvTimeoutError::Timeout) => {}
+            Ok(None) | Err(RecvTimeoutError::Disconnected) => return Ok(0),
+        }
+        if broker
+            .next_expiry()
+            .map_err(Failure::internal)?
+            .is_some_and(|at| broker.now_ms() >= at)
+        {
+            broker.expire_overdue().map_err(Failure::internal)?;
         }
     }
+}
+
+/// What one event means here: a new approval joins the queue; any other
+/// event about an approval not shown at this terminal is told, after its
+/// creation if that was not told yet (it never came up here).
+fn tell(
+    broker: &Broker,
+    event: &FeedEvent,
+    queue: &mut VecDeque<String>,
+    mine: &HashSet<String>,
+    told: &mut HashSet<String>,
+) {
+    let Some(id) = event
+        .subject
+        .as_deref()
+        .filter(|_| event.kind.is_approval())
+    else {
+        return;
+    };
+    if event.kind == EventKind::ApprovalCreated {
+        if !queue.iter().any(|queued| queued == id) {
+            queue.push_back(id.to_owned());
+        }
+        return;
+    }
+    if mine.contains(id) {
+        return;
+    }
+    queue.retain(|queued| queued != id);
+    let what = match event.kind {
+        EventKind::ApprovalDecided => format!(
+            "{} elsewhere{}",
+            event.data["status"].as_str().unwrap_or("decided"),
+            event.data["channel"]
+                .as_str()
+                .map(|channel| format!(" (via {})", safe_line(channel)))
+                .unwrap_or_default()
+        ),
+        EventKind::ApprovalApplied => "applied".to_owned(),
+        EventKind::ApprovalFailed => "failed".to_owned(),
+        EventKind::ApprovalExpired => "timed out, denied".to_owned(),
+        EventKind::ApprovalCancelled => "cancelled".to_owned(),
+        EventKind::ApprovalUndone => "undone".to_owned(),
+        _ => return,
+    };
+    if told.insert(id.to_owned())
+        && let Ok(approval) = broker.approval(id)
+    {
+        say(&format!(
+            "{id}: new: {} ({} risk)",
+            safe_line(&approval.summary),
+            safe_line(&approval.risk)
+        ));
+    }
+    say(&format!("{id}: {what}"));
 }
 
 /// Shows one approval and takes the decision. `Ok(false)` when input ended.
@@ -76,7 +170,7 @@ fn present(
     loop {
         prompt(&format!(
             "{choices}  (auto-deny in {}s) > ",
-            seconds_left(approval)
+            seconds_left(broker, approval)
         ));
         let Some(answer) = next_answer(broker, approval, lines, Some(choices))? else {
             return Ok(false);
@@ -170,10 +264,11 @@ fn next_answer(
     lines: &Receiver<Option<String>>,
     countdown: Option<&str>,
 ) -> Result<Option<Answer>, Failure> {
-    let mut shown = seconds_left(approval);
+    let mut shown = seconds_left(broker, approval);
+    let mut cursor = broker.cursor().map_err(Failure::internal)?.seq;
     loop {
         if let Some(choices) = countdown {
-            let left = seconds_left(approval);
+            let left = seconds_left(broker, approval);
             if left != shown {
                 shown = left;
                 prompt(&format!("\r{choices}  (auto-deny in {left}s) > "));
@@ -184,6 +279,12 @@ fn next_answer(
             Ok(None) | Err(RecvTimeoutError::Disconnected) => return Ok(None),
             Err(RecvTimeoutError::Timeout) => {}
         }
+        // Something happened (here or elsewhere) only if the feed moved.
+        let now = broker.cursor().map_err(Failure::internal)?.seq;
+        if now == cursor && broker.now_ms() < approval.expires_ms {
+            continue;
+        }
+        cursor = now;
         let current = broker.approval(&approval.id).map_err(Failure::internal)?;
         if current.status != ApprovalStatus::Pending {
             return Ok(Some(Answer::Settled(format!(
@@ -197,7 +298,7 @@ fn next_answer(
                     .unwrap_or_default()
             ))));
         }
-        if now_ms() >= current.expires_ms {
+        if broker.now_ms() >= current.expires_ms {
             broker.expire(&approval.id);
             return Ok(Some(Answer::Settled(format!(
                 "\n{}: timed out, denied",
@@ -207,8 +308,11 @@ fn next_answer(
     }
 }
 
-fn seconds_left(approval: &Approval) -> u64 {
-    approval.expires_ms.saturating_sub(now_ms()).div_ceil(1000)
+fn seconds_left(broker: &Broker, approval: &Approval) -> u64 {
+    approval
+        .expires_ms
+        .saturating_sub(broker.now_ms())
+        .div_ceil(1000)
 }
 
 /// Reads standard input line by line on a thread; `None` marks its end.

@@ -761,16 +761,33 @@ fn too_many_pending_approvals_are_refused_with_429() {
 
 /// Reads `/hitl/events` on another thread: each `(event, data)` as it comes.
 fn subscribe(server: &Server, token: &str) -> std::sync::mpsc::Receiver<(String, Value)> {
+    subscribe_after(server, token, None)
+}
+
+/// [`subscribe`] with `Last-Event-ID: last`: the events after that one.
+fn subscribe_after(
+    server: &Server,
+    token: &str,
+    last: Option<&str>,
+) -> std::sync::mpsc::Receiver<(String, Value)> {
     let mut stream = TcpStream::connect(&server.addr).unwrap();
+    let resume = last
+        .map(|last| format!("Last-Event-ID: {last}\r\n"))
+        .unwrap_or_default();
     write!(
         stream,
-        "GET /hitl/events HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\n\r\n",
+        "GET /hitl/events HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\n{resume}\r\n",
         server.addr
     )
     .unwrap();
+    // The answer's head comes once the subscription reads the feed: what
+    // happens after it is seen.
+    let mut reader = BufReader::new(stream);
+    let mut head = String::new();
+    while reader.read_line(&mut head).unwrap_or(0) > 0 && !head.ends_with("\r\n\r\n") {}
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     let (sender, receiver) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let mut reader = BufReader::new(stream);
         let mut event = String::new();
         let mut line = String::new();
         while reader.read_line(&mut line).unwrap_or(0) > 0 {
@@ -803,8 +820,6 @@ fn events_tell_approvers_of_created_decided_and_expired_approvals() {
     // Approvers hear of every approval, an agent only of its own.
     let events = subscribe(&server, APPROVER);
     let other_agents = subscribe(&server, OTHER_AGENT);
-    // Let the subscription settle before anything happens.
-    std::thread::sleep(Duration::from_millis(300));
 
     let (_, pending) = server.post("/v1/tools/call", Some(AGENT), &write_call("e1.txt"));
     let first = pending["approval_id"].as_str().unwrap().to_owned();
@@ -824,8 +839,18 @@ fn events_tell_approvers_of_created_decided_and_expired_approvals() {
     );
     let (kind, data) = next_event(&events);
     assert_eq!(
+        (
+            kind.as_str(),
+            data["approval"]["id"].as_str(),
+            data["data"]["status"].as_str()
+        ),
+        ("decided", Some(first.as_str()), Some("approved")),
+        "{data}"
+    );
+    let (kind, data) = next_event(&events);
+    assert_eq!(
         (kind.as_str(), data["approval"]["id"].as_str()),
-        ("decided", Some(first.as_str())),
+        ("applied", Some(first.as_str())),
         "{data}"
     );
     assert_eq!(data["approval"]["status"], "applied");
@@ -850,6 +875,73 @@ fn events_tell_approvers_of_created_decided_and_expired_approvals() {
         ("created", Some(third.as_str())),
         "{data}"
     );
+}
+
+/// An approval created and decided within a millisecond, by another
+/// process (`call --yes`), is on the stream as both events, in order, each
+/// with its place in the feed; a reader that comes back with the id of the
+/// last event it saw gets what came after it, once.
+#[test]
+fn events_made_at_once_elsewhere_come_in_order_and_resume_after_last_event_id() {
+    let server = Server::start(&config(""));
+    let events = subscribe(&server, APPROVER);
+    let output = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args(["call", "write_file", "--yes", "--args"])
+        .arg(json!({"path": "at-once.txt", "content": "x\n"}).to_string())
+        .current_dir(server.dir.path())
+        .env("AIRLOCK_USER", "tester")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let envelope: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(envelope["status"], "allowed", "{envelope}");
+    let id = envelope["hitl"]["hitl_id"].as_str().unwrap().to_owned();
+    let seen: Vec<(String, Value)> = (0..3).map(|_| next_event(&events)).collect();
+    let names: Vec<(&str, Option<&str>)> = seen
+        .iter()
+        .map(|(name, data)| (name.as_str(), data["approval"]["id"].as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("created", Some(id.as_str())),
+            ("decided", Some(id.as_str())),
+            ("applied", Some(id.as_str()))
+        ]
+    );
+    let seqs: Vec<u64> = seen
+        .iter()
+        .map(|(_, data)| data["seq"].as_u64().unwrap())
+        .collect();
+    assert!(seqs.windows(2).all(|pair| pair[0] < pair[1]), "{seqs:?}");
+    assert_eq!(seen[1].1["data"]["status"], "approved");
+    assert_eq!(seen[1].1["data"]["channel"], "terminal");
+
+    // Back after the first: the other two, and nothing twice.
+    let again = subscribe_after(&server, APPROVER, Some(&seqs[0].to_string()));
+    let resumed: Vec<(String, u64)> = (0..2)
+        .map(|_| {
+            let (name, data) = next_event(&again);
+            (name, data["seq"].as_u64().unwrap())
+        })
+        .collect();
+    assert_eq!(
+        resumed,
+        [
+            ("decided".to_owned(), seqs[1]),
+            ("applied".to_owned(), seqs[2])
+        ]
+    );
+    assert!(
+        again.recv_timeout(Duration::from_millis(200)).is_err(),
+        "an event came twice"
+    );
+    // A Last-Event-ID that is no event id is refused.
+    let mut headers = format!("Authorization: Bearer {APPROVER}\r\n");
+    headers.push_str("Last-Event-ID: yesterday\r\n");
+    let (status, _, body) = exchange(&server.addr, "GET", "/hitl/events", &headers, b"");
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("invalid_input"), "{body}");
 }
 
 fn proposal_status(server: &Server, token: &str, id: &str, session: Option<&str>) -> Value {

@@ -247,3 +247,24 @@ fn watch_shows_hostile_strings_as_visible_escapes_and_keeps_its_own_colours() {
         rest = &tail[length..];
     }
 }
+
+/// An approval created and decided at once elsewhere (`call --yes`: within
+/// a millisecond) is told in watch as both events, in order.
+#[test]
+fn an_approval_created_and_decided_at_once_elsewhere_is_told_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut child, mut terminal) = start_watch(dir.path());
+    terminal.expect("watching for approvals");
+    let args = json!({"path": "quick.txt", "content": "x\n"}).to_string();
+    let envelope = airlock(
+        dir.path(),
+        &["call", "write_file", "--args", &args, "--yes"],
+    );
+    assert_eq!(envelope["status"], "allowed", "{envelope}");
+    let id = envelope["hitl"]["hitl_id"].as_str().unwrap().to_owned();
+    terminal.expect(&format!("{id}: new: CREATE FILE quick.txt (medium risk)"));
+    terminal.expect(&format!("{id}: approved elsewhere (via terminal)"));
+    terminal.expect(&format!("{id}: applied"));
+    terminal.send("\x04");
+    assert!(child.wait().unwrap().success());
+}

@@ -58,6 +58,7 @@ pub(crate) fn routes(runtime: Arc<Runtime>, events: Events) -> Router {
 async fn events_stream(
     State(api): State<Api>,
     caller: Option<axum::Extension<Caller>>,
+    headers: axum::http::HeaderMap,
 ) -> Response {
     let caller = caller.map(|axum::Extension(caller)| caller);
     let sees_all = caller
@@ -67,7 +68,25 @@ async fn events_stream(
         return refused;
     }
     let only = (!sees_all).then(|| principal_of(caller.as_ref()));
-    api.events.subscribe(only).into_response()
+    // A reconnecting reader says where it stopped; a new one starts now.
+    let cursor = match headers.get("last-event-id") {
+        Some(value) => match value
+            .to_str()
+            .ok()
+            .and_then(|text| text.trim().parse::<u64>().ok())
+        {
+            Some(seq) => seq,
+            None => {
+                return failure(
+                    StatusCode::BAD_REQUEST,
+                    ErrorCode::InvalidInput,
+                    "Last-Event-ID must be the id of an event (a whole number)",
+                );
+            }
+        },
+        None => api.events.now().await,
+    };
+    api.events.subscribe(only, cursor).into_response()
 }
 
 /// An error answer.

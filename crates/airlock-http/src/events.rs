@@ -1,161 +1,190 @@
-//! `GET /hitl/events`: server-sent events for approvals created, decided
-//! and expired, whichever process made or decided them (the store is
-//! shared): the server looks at the store every [`POLL`], expiring overdue
-//! approvals as it goes, and tells every subscriber what changed (`decided`
-//! once the outcome is known: applied, failed, denied).
+//! `GET /hitl/events`: the broker's event feed as server-sent events. Each
+//! subscriber reads the feed from its own cursor (the newest event when it
+//! connects, or the `Last-Event-ID` it sends back after a reconnect), so it
+//! sees every change once and in order, whichever process made it. Each
+//! event's `id` is its place in the feed.
+//!
+//! Readers are woken at once by changes made in this process and look for
+//! other processes' changes every [`FEED_POLL`].
 
-use std::collections::HashMap;
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
 
-use airlock_broker::Runtime;
-use airlock_broker::approval_view;
+use airlock_broker::{EventKind, FEED_POLL, FeedEvent, Runtime, approval_view};
 use airlock_core::Principal;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use serde_json::{Value, json};
-use tokio::sync::broadcast;
+use tokio::sync::Notify;
 
-/// How often the store is looked at.
-const POLL: Duration = Duration::from_millis(200);
-/// How long a `decided` event waits for the approval's outcome (applied,
-/// failed) before it is sent with the status of the moment.
-const SETTLE_WAIT: Duration = Duration::from_secs(10);
+/// How many events one read takes from the feed.
+const PAGE: usize = 256;
 
-/// One change: `created`, `decided` or `expired`, with the approval as the
-/// API shows it.
+/// What a face shows of one event: its name on the stream, and the approval
+/// as the API shows it now (for an approval's events).
 #[derive(Debug, Clone)]
 pub(crate) struct Change {
-    pub kind: &'static str,
-    pub approval: Value,
-    /// Who made the call (`Principal::owner_key`): an agent's stream shows
-    /// only its own approvals.
+    pub seq: u64,
+    pub kind: EventKind,
+    /// `created`, `decided`, `applied`, … (the feed's kind without the
+    /// `approval_` of an approval's events).
+    pub name: &'static str,
+    pub at_ms: u64,
+    pub data: Value,
+    pub approval: Option<Value>,
+    /// Who made the call: an agent's stream shows only its own approvals.
     pub owner: Option<String>,
 }
 
-/// The subscribers' channel.
+impl Change {
+    /// The JSON an SSE subscriber (and a webhook) gets.
+    pub(crate) fn payload(&self) -> Value {
+        let mut data = self.data.clone();
+        if let Some(object) = data.as_object_mut() {
+            object.remove("v");
+        }
+        json!({
+            "type": self.name,
+            "seq": self.seq,
+            "at_ms": self.at_ms,
+            "approval": self.approval,
+            "data": data,
+        })
+    }
+}
+
+/// The name a feed event has on the stream.
+pub(crate) fn stream_name(kind: EventKind) -> &'static str {
+    match kind {
+        EventKind::ApprovalCreated => "created",
+        EventKind::ApprovalDecided => "decided",
+        EventKind::ApprovalApplied => "applied",
+        EventKind::ApprovalFailed => "failed",
+        EventKind::ApprovalExpired => "expired",
+        EventKind::ApprovalCancelled => "cancelled",
+        EventKind::ApprovalUndone => "undone",
+        EventKind::GrantCreated => "grant_created",
+        EventKind::GrantRevoked => "grant_revoked",
+        EventKind::ConfigReloaded => "config_reloaded",
+        EventKind::ConfigRejected => "config_rejected",
+    }
+}
+
+/// The feed of one server's runtime.
 #[derive(Clone)]
 pub(crate) struct Events {
-    sender: broadcast::Sender<Change>,
+    runtime: Arc<Runtime>,
+    wake: Arc<Notify>,
 }
 
 impl Events {
-    /// Starts watching the store of `runtime`'s broker.
-    pub(crate) fn start(runtime: Arc<Runtime>) -> Events {
-        let (sender, _) = broadcast::channel(1024);
-        let watcher = sender.clone();
-        tokio::spawn(async move {
-            let mut known: HashMap<String, ()> = HashMap::new();
-            // Decided but not settled yet (being applied), since when: the
-            // `decided` event waits for the outcome, up to `SETTLE_WAIT`.
-            let mut settling: HashMap<String, std::time::Instant> = HashMap::new();
-            let mut first = true;
-            loop {
-                let broker = runtime.broker();
-                let looked = tokio::task::spawn_blocking(move || {
-                    let _ = broker.expire_overdue();
-                    let pending = broker.pending(None).unwrap_or_default();
-                    (broker, pending)
-                })
-                .await;
-                let Ok((broker, pending)) = looked else {
-                    tokio::time::sleep(POLL).await;
-                    continue;
-                };
-                let now: HashMap<String, ()> = pending
-                    .iter()
-                    .map(|approval| (approval.id.clone(), ()))
-                    .collect();
-                if !first {
-                    for approval in pending.iter().filter(|a| !known.contains_key(&a.id)) {
-                        let _ = watcher.send(Change {
-                            kind: "created",
-                            approval: approval_view(approval),
-                            owner: approval.owner.clone(),
-                        });
-                    }
-                    let mut gone: Vec<String> = known
-                        .keys()
-                        .filter(|id| !now.contains_key(*id))
-                        .cloned()
-                        .collect();
-                    gone.extend(settling.keys().cloned());
-                    if !gone.is_empty() {
-                        let settled = tokio::task::spawn_blocking(move || {
-                            gone.iter()
-                                .filter_map(|id| broker.approval(id).ok())
-                                .collect::<Vec<_>>()
-                        })
-                        .await
-                        .unwrap_or_default();
-                        for approval in settled {
-                            if !approval.status.is_final() {
-                                let since = settling
-                                    .entry(approval.id.clone())
-                                    .or_insert_with(std::time::Instant::now);
-                                if since.elapsed() < SETTLE_WAIT {
-                                    continue;
-                                }
-                            }
-                            settling.remove(&approval.id);
-                            let kind = if approval.status.as_str() == "expired" {
-                                "expired"
-                            } else {
-                                "decided"
-                            };
-                            let _ = watcher.send(Change {
-                                kind,
-                                approval: approval_view(&approval),
-                                owner: approval.owner.clone(),
-                            });
-                        }
-                    }
-                }
-                first = false;
-                known = now;
-                tokio::time::sleep(POLL).await;
+    /// Readers of `runtime`'s feed, woken by the changes of this process.
+    pub(crate) fn new(runtime: Arc<Runtime>) -> Events {
+        let wake = Arc::new(Notify::new());
+        let woken = wake.clone();
+        airlock_store_notifier().listen(move || woken.notify_waiters());
+        Events { runtime, wake }
+    }
+
+    /// The newest event's `seq`: where a reader that wants only what comes
+    /// next starts.
+    pub(crate) async fn now(&self) -> u64 {
+        let broker = self.runtime.broker();
+        tokio::task::spawn_blocking(move || broker.cursor().map(|cursor| cursor.seq))
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or(0)
+    }
+
+    /// The changes after `cursor`, waiting until there is at least one.
+    pub(crate) async fn after(&self, cursor: u64) -> Vec<Change> {
+        loop {
+            let woken = self.wake.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            let broker = self.runtime.broker();
+            let read = tokio::task::spawn_blocking(move || {
+                let events = broker.events_after(cursor, PAGE).unwrap_or_default();
+                events
+                    .into_iter()
+                    .map(|event| change_of(&broker, event))
+                    .collect::<Vec<_>>()
+            })
+            .await
+            .unwrap_or_default();
+            if !read.is_empty() {
+                return read;
             }
-        });
-        Events { sender }
+            tokio::select! {
+                () = woken => {}
+                () = tokio::time::sleep(FEED_POLL) => {}
+            }
+        }
     }
 
-    /// Every change from now on.
-    pub(crate) fn receiver(&self) -> broadcast::Receiver<Change> {
-        self.sender.subscribe()
-    }
-
-    /// The stream one subscriber reads: every change, or (`only`: an agent's
-    /// principal) the changes of that principal's own approvals.
+    /// The stream one subscriber reads, from `cursor` on: every change, or
+    /// (`only`: an agent's principal) the changes of that principal's own
+    /// approvals.
     pub(crate) fn subscribe(
         &self,
         only: Option<Principal>,
+        cursor: u64,
     ) -> Sse<impl futures_util::Stream<Item = Result<Event, Infallible>> + use<>> {
-        let receiver = self.sender.subscribe();
-        let stream = futures_util::stream::unfold(receiver, move |mut receiver| {
+        let events = self.clone();
+        let state = (events, cursor, VecDeque::<Change>::new());
+        let stream = futures_util::stream::unfold(state, move |(events, mut cursor, mut queue)| {
             let only = only.clone();
             async move {
-                let event = loop {
-                    match receiver.recv().await {
-                        Ok(change) => {
-                            if only
-                                .as_ref()
-                                .is_some_and(|principal| !principal.owns(change.owner.as_deref()))
-                            {
-                                continue;
-                            }
-                            let data = json!({"type": change.kind, "approval": change.approval});
-                            break Event::default().event(change.kind).data(data.to_string());
-                        }
-                        // A slow subscriber missed some: it is told to reload.
-                        Err(broadcast::error::RecvError::Lagged(_)) => {
-                            break Event::default().event("resync").data("{}");
-                        }
-                        Err(broadcast::error::RecvError::Closed) => return None,
+                let change = loop {
+                    if let Some(change) = queue.pop_front() {
+                        break change;
                     }
+                    let read = events.after(cursor).await;
+                    if let Some(last) = read.last() {
+                        cursor = last.seq;
+                    }
+                    queue.extend(read.into_iter().filter(|change| match &only {
+                        None => true,
+                        Some(principal) => {
+                            change.kind.is_approval() && principal.owns(change.owner.as_deref())
+                        }
+                    }));
                 };
-                Some((Ok(event), receiver))
+                let event = Event::default()
+                    .id(change.seq.to_string())
+                    .event(change.name)
+                    .data(change.payload().to_string());
+                Some((Ok(event), (events, cursor, queue)))
             }
         });
         Sse::new(stream).keep_alive(KeepAlive::default())
+    }
+}
+
+/// The notifier of this process's store.
+fn airlock_store_notifier() -> &'static airlock_broker::Notifier {
+    airlock_broker::Notifier::get()
+}
+
+/// `event` as the faces show it, with its approval as it is now.
+fn change_of(broker: &airlock_broker::Broker, event: FeedEvent) -> Change {
+    let approval = if event.kind.is_approval() {
+        event
+            .subject
+            .as_deref()
+            .and_then(|id| broker.approval(id).ok())
+            .map(|approval| approval_view(&approval))
+    } else {
+        None
+    };
+    Change {
+        seq: event.seq,
+        kind: event.kind,
+        name: stream_name(event.kind),
+        at_ms: event.at_ms,
+        data: event.data,
+        approval,
+        owner: event.owner,
     }
 }

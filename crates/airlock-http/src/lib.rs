@@ -291,7 +291,7 @@ pub fn router(
         .route_service("/mcp", mcp)
         .merge(profiled)
         .route_layer(axum::middleware::from_fn(require_mcp));
-    let events = events::Events::start(runtime.clone());
+    let events = events::Events::new(runtime.clone());
     let links = links::Links::new(&runtime, base.clone()).map_err(HttpError::LinkKey)?;
     notify::start(runtime.clone(), &events, links.clone(), base);
     let guarded = Router::new()

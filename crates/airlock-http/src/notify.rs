@@ -1,15 +1,17 @@
 //! Webhooks (`notify.webhooks`): each approval event a hook asked for is
 //! POSTed to its URL as JSON, new approvals with their signed approve/deny
-//! links. Deliveries run on their own tasks, retried with backoff; a failure
-//! is logged and never holds up an approval or a decision.
+//! links. The events are read from the feed with a cursor of their own
+//! (from the server's start on), so none is missed or sent twice.
+//! Deliveries run on their own tasks, retried with backoff; a failure is
+//! logged and never holds up an approval or a decision.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use airlock_broker::Runtime;
+use airlock_broker::{EventKind, Runtime};
 use airlock_core::config::WebhookEvent;
 use serde_json::{Value, json};
-use tokio::sync::{Semaphore, broadcast};
+use tokio::sync::Semaphore;
 
 use crate::events::{Change, Events};
 use crate::links::Links;
@@ -39,52 +41,84 @@ pub(crate) fn start(runtime: Arc<Runtime>, events: &Events, links: Links, base: 
             return;
         }
     };
-    let mut receiver = events.receiver();
+    let events = events.clone();
     let slots = Arc::new(Semaphore::new(IN_FLIGHT));
+    // From the server's start on: taken now, so nothing made after it is
+    // missed.
+    let Ok(start) = runtime.broker().cursor() else {
+        eprintln!("airlock: webhooks are off: cannot read the event feed");
+        return;
+    };
     tokio::spawn(async move {
+        let mut cursor = start.seq;
         loop {
-            let change = match receiver.recv().await {
-                Ok(change) => change,
-                Err(broadcast::error::RecvError::Lagged(missed)) => {
-                    eprintln!("airlock: webhooks: {missed} events were dropped (too many at once)");
-                    continue;
-                }
-                Err(broadcast::error::RecvError::Closed) => return,
-            };
-            let broker = runtime.broker();
-            let config = broker.config();
-            let event = match change.kind {
-                "created" => WebhookEvent::Created,
-                "decided" => WebhookEvent::Decided,
-                _ => WebhookEvent::Expired,
-            };
-            let hooks: Vec<String> = config
-                .notify
-                .webhooks
-                .iter()
-                .filter(|hook| hook.events.contains(&event))
-                .map(|hook| hook.url.clone())
-                .collect();
-            if hooks.is_empty() {
-                continue;
-            }
-            let body = Arc::new(payload(&change, &links, config, &base).to_string());
-            for url in hooks {
-                // A slot before the task: when hooks are slow, this loop
-                // waits, the channel lags, and the dropped events are
-                // logged, rather than tasks piling up.
-                let Ok(slot) = slots.clone().acquire_owned().await else {
+            for change in events.after(cursor).await {
+                cursor = change.seq;
+                if let Some(event) = hook_event(&change)
+                    && !deliver_all(&runtime, &client, &slots, &links, &base, &change, event).await
+                {
                     return;
-                };
-                let client = client.clone();
-                let body = body.clone();
-                tokio::spawn(async move {
-                    deliver(&client, &url, &body).await;
-                    drop(slot);
-                });
+                }
             }
         }
     });
+}
+
+/// The hook event a feed event is: a new approval, an outcome (denied,
+/// applied, failed, cancelled; an approval is told once, when its outcome
+/// is known), or an expiry.
+fn hook_event(change: &Change) -> Option<WebhookEvent> {
+    match change.kind {
+        EventKind::ApprovalCreated => Some(WebhookEvent::Created),
+        EventKind::ApprovalDecided if change.data["status"] == "denied" => {
+            Some(WebhookEvent::Decided)
+        }
+        EventKind::ApprovalApplied | EventKind::ApprovalFailed | EventKind::ApprovalCancelled => {
+            Some(WebhookEvent::Decided)
+        }
+        EventKind::ApprovalExpired => Some(WebhookEvent::Expired),
+        _ => None,
+    }
+}
+
+/// Starts the deliveries of `change` to the hooks that asked for `event`;
+/// `false` when no more can be started.
+async fn deliver_all(
+    runtime: &Arc<Runtime>,
+    client: &reqwest::Client,
+    slots: &Arc<Semaphore>,
+    links: &Links,
+    base: &str,
+    change: &Change,
+    event: WebhookEvent,
+) -> bool {
+    let broker = runtime.broker();
+    let config = broker.config();
+    let hooks: Vec<String> = config
+        .notify
+        .webhooks
+        .iter()
+        .filter(|hook| hook.events.contains(&event))
+        .map(|hook| hook.url.clone())
+        .collect();
+    if hooks.is_empty() {
+        return true;
+    }
+    let body = Arc::new(payload(change, event, links, config, base).to_string());
+    for url in hooks {
+        // A slot before the task: when hooks are slow, reading the feed
+        // waits (the events stay in the feed), rather than tasks piling up.
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return false;
+        };
+        let client = client.clone();
+        let body = body.clone();
+        tokio::spawn(async move {
+            deliver(&client, &url, &body).await;
+            drop(slot);
+        });
+    }
+    true
 }
 
 /// What a hook receives: the event, the approval as the API shows it, the
@@ -93,18 +127,27 @@ pub(crate) fn start(runtime: Arc<Runtime>, events: &Events, links: Links, base: 
 /// requesting user may decide).
 fn payload(
     change: &Change,
+    event: WebhookEvent,
     links: &Links,
     config: &airlock_core::config::Config,
     base: &str,
 ) -> Value {
-    let links = if change.kind == "created" {
-        links.for_view(&change.approval, config)
+    let approval = change.approval.clone().unwrap_or(Value::Null);
+    let links = if event == WebhookEvent::Created {
+        links.for_view(&approval, config)
     } else {
         None
     };
+    let name = match event {
+        WebhookEvent::Created => "created",
+        WebhookEvent::Decided => "decided",
+        WebhookEvent::Expired => "expired",
+    };
     json!({
-        "event": change.kind,
-        "approval": change.approval,
+        "event": name,
+        "seq": change.seq,
+        "status": change.data.get("status"),
+        "approval": approval,
         "links": links,
         "ui": format!("{base}/"),
     })

@@ -22,8 +22,13 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, Row, Transaction, TransactionBehavior, params};
 use serde::{Deserialize, Serialize};
+
+mod feed;
+
+pub use feed::{EVENT_FORMAT, EventKind, FeedEvent, Notifier};
+use feed::{NewEvent, write_event};
 
 /// Milliseconds since the Unix epoch.
 pub type Millis = u64;
@@ -335,6 +340,16 @@ const MIGRATIONS: &[&str] = &[
      ALTER TABLE grants ADD COLUMN owner TEXT;",
     // 2: the caller's correlation id (spec 000's context_id).
     "ALTER TABLE approvals ADD COLUMN context_id TEXT;",
+    // 3: the event feed. AUTOINCREMENT: a seq is never used twice, not even
+    // after the newest events are gone.
+    "CREATE TABLE events (
+         seq INTEGER PRIMARY KEY AUTOINCREMENT,
+         kind TEXT NOT NULL,
+         subject TEXT,
+         owner TEXT,
+         at_ms INTEGER NOT NULL,
+         data TEXT NOT NULL
+     );",
 ];
 
 const APPROVAL_COLUMNS: &str = "seq, id, tool, args_json, args_display, dedup_key, user, agent, \
@@ -401,6 +416,25 @@ impl Store {
         f(&mut conn)
     }
 
+    /// Runs `f` in an immediate transaction: a change and the events it
+    /// writes commit together or not at all. Once committed, this process's
+    /// readers are woken.
+    fn changing<T>(
+        &self,
+        f: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let result = self.with(|conn| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let result = f(&tx)?;
+            tx.commit()?;
+            Ok(result)
+        });
+        if result.is_ok() {
+            Notifier::get().bump();
+        }
+        result
+    }
+
     /// Records a new pending approval, unless an identical call is already
     /// pending (then that one is returned), or the pending limits are reached.
     pub fn create_approval(
@@ -408,8 +442,7 @@ impl Store {
         new: &NewApproval,
         limits: Limits,
     ) -> Result<Created, StoreError> {
-        self.with(|conn| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        self.changing(|tx| {
             let now = new.created_ms as i64;
             let existing = tx
                 .query_row(
@@ -484,8 +517,17 @@ impl Store {
                     new.context_id,
                 ],
             )?;
-            let created = get_in(&tx, &new.id)?;
-            tx.commit()?;
+            let created = get_in(tx, &new.id)?;
+            write_event(
+                tx,
+                NewEvent {
+                    kind: EventKind::ApprovalCreated,
+                    subject: Some(&created.id),
+                    owner: created.owner.as_deref(),
+                    at_ms: created.created_ms,
+                    data: serde_json::json!({"tool": created.tool, "risk": created.risk}),
+                },
+            )?;
             Ok(Created::New(created))
         })
     }
@@ -493,6 +535,18 @@ impl Store {
     /// One approval.
     pub fn get(&self, id: &str) -> Result<Approval, StoreError> {
         self.with(|conn| get_in(conn, id))
+    }
+
+    /// When the next pending approval expires, if any is pending.
+    pub fn next_expiry(&self) -> Result<Option<Millis>, StoreError> {
+        self.with(|conn| {
+            let next: Option<i64> = conn.query_row(
+                "SELECT min(expires_ms) FROM approvals WHERE status = 'pending'",
+                [],
+                |row| row.get(0),
+            )?;
+            Ok(next.map(|ms| ms.max(0) as u64))
+        })
     }
 
     /// Pending approvals that have not expired, oldest first (per-session FIFO).
@@ -542,7 +596,7 @@ impl Store {
             "denied"
         };
         let edited = verdict.edited.as_ref();
-        self.with(|conn| {
+        self.changing(|conn| {
             let changed = conn.execute(
                 "UPDATE approvals SET status = ?2, decided_by = ?3, decided_user = ?4, \
                  channel = ?5, reason = ?6, decided_ms = ?7, owner_pid = ?8, \
@@ -562,7 +616,24 @@ impl Store {
                 ],
             )?;
             if changed == 1 {
-                return get_in(conn, id);
+                let decided = get_in(conn, id)?;
+                write_event(
+                    conn,
+                    NewEvent {
+                        kind: EventKind::ApprovalDecided,
+                        subject: Some(id),
+                        owner: decided.owner.as_deref(),
+                        at_ms: verdict.at_ms,
+                        data: serde_json::json!({
+                            "status": status,
+                            "by": verdict.by,
+                            "user": verdict.user,
+                            "channel": verdict.channel,
+                            "edited": edited.is_some(),
+                        }),
+                    },
+                )?;
+                return Ok(decided);
             }
             let current = get_in(conn, id)?;
             if current.status == ApprovalStatus::Pending {
@@ -582,7 +653,8 @@ impl Store {
             id,
             "pending",
             "status = 'expired', decided_by = 'timeout', decided_ms = ?3",
-            Some(at_ms),
+            at_ms,
+            EventKind::ApprovalExpired,
         )
     }
 
@@ -592,7 +664,8 @@ impl Store {
             id,
             "pending",
             "status = 'cancelled', decided_ms = ?3",
-            Some(at_ms),
+            at_ms,
+            EventKind::ApprovalCancelled,
         )
     }
 
@@ -701,26 +774,35 @@ impl Store {
         })
     }
 
-    /// `UPDATE … SET {set} WHERE id = ?1 AND status = ?2`; `set` may use `?3` for
-    /// `at_ms`. `Ok(None)` when the approval was not in `from`.
+    /// `UPDATE … SET {set} WHERE id = ?1 AND status = ?2`, with `event`;
+    /// `set` may use `?3` for `at_ms`. `Ok(None)` when the approval was not
+    /// in `from`.
     fn cas(
         &self,
         id: &str,
         from: &str,
         set: &str,
-        at_ms: Option<Millis>,
+        at_ms: Millis,
+        event: EventKind,
     ) -> Result<Option<Approval>, StoreError> {
-        self.with(|conn| {
+        self.changing(|conn| {
             let sql = format!("UPDATE approvals SET {set} WHERE id = ?1 AND status = ?2");
-            let changed = match at_ms {
-                Some(at_ms) => conn.execute(&sql, params![id, from, at_ms as i64])?,
-                None => conn.execute(&sql, params![id, from])?,
-            };
-            if changed == 1 {
-                get_in(conn, id).map(Some)
-            } else {
-                get_in(conn, id).map(|_| None)
+            let changed = conn.execute(&sql, params![id, from, at_ms as i64])?;
+            let approval = get_in(conn, id)?;
+            if changed != 1 {
+                return Ok(None);
             }
+            write_event(
+                conn,
+                NewEvent {
+                    kind: event,
+                    subject: Some(id),
+                    owner: approval.owner.as_deref(),
+                    at_ms,
+                    data: serde_json::json!({"status": approval.status.as_str()}),
+                },
+            )?;
+            Ok(Some(approval))
         })
     }
 
@@ -732,6 +814,7 @@ impl Store {
         id: &str,
         status: ApprovalStatus,
         result_json: &str,
+        at_ms: Millis,
     ) -> Result<(), StoreError> {
         let from: &[&str] = match status {
             ApprovalStatus::Applied | ApprovalStatus::Failed => &["applying"],
@@ -740,7 +823,12 @@ impl Store {
             ApprovalStatus::Cancelled => &["cancelled"],
             ApprovalStatus::Pending | ApprovalStatus::Approved | ApprovalStatus::Applying => &[],
         };
-        self.with(|conn| {
+        let event = match status {
+            ApprovalStatus::Applied => Some(EventKind::ApprovalApplied),
+            ApprovalStatus::Failed => Some(EventKind::ApprovalFailed),
+            _ => None,
+        };
+        self.changing(|conn| {
             let changed = conn.execute(
                 "UPDATE approvals SET status = ?2, result_json = ?3 \
                  WHERE id = ?1 AND (status = ?4 OR status = ?5)",
@@ -753,6 +841,19 @@ impl Store {
                 ],
             )?;
             if changed == 1 {
+                if let Some(kind) = event {
+                    let approval = get_in(conn, id)?;
+                    write_event(
+                        conn,
+                        NewEvent {
+                            kind,
+                            subject: Some(id),
+                            owner: approval.owner.as_deref(),
+                            at_ms,
+                            data: serde_json::json!({"status": status.as_str()}),
+                        },
+                    )?;
+                }
                 Ok(())
             } else {
                 let current = get_in(conn, id)?;
@@ -766,8 +867,23 @@ impl Store {
 
     /// Removes a grant (revoked, or one whose creation could not be
     /// audited); whether there was one to remove.
-    pub fn delete_grant(&self, id: &str) -> Result<bool, StoreError> {
-        self.with(|conn| Ok(conn.execute("DELETE FROM grants WHERE id = ?1", params![id])? > 0))
+    pub fn delete_grant(&self, id: &str, at_ms: Millis) -> Result<bool, StoreError> {
+        self.changing(|conn| {
+            let deleted = conn.execute("DELETE FROM grants WHERE id = ?1", params![id])? > 0;
+            if deleted {
+                write_event(
+                    conn,
+                    NewEvent {
+                        kind: EventKind::GrantRevoked,
+                        subject: Some(id),
+                        owner: None,
+                        at_ms,
+                        data: serde_json::json!({}),
+                    },
+                )?;
+            }
+            Ok(deleted)
+        })
     }
 
     /// Gives every grant without an end (made before grants ended by default)
@@ -783,7 +899,7 @@ impl Store {
 
     /// Stores an "always allow" grant.
     pub fn insert_grant(&self, grant: &GrantRow) -> Result<(), StoreError> {
-        self.with(|conn| {
+        self.changing(|conn| {
             conn.execute(
                 "INSERT INTO grants (id, tool, path_glob, session, expires_ms, created_ms, created_by, approval_id, user, owner) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
@@ -799,6 +915,19 @@ impl Store {
                     grant.user,
                     grant.owner,
                 ],
+            )?;
+            write_event(
+                conn,
+                NewEvent {
+                    kind: EventKind::GrantCreated,
+                    subject: Some(&grant.id),
+                    owner: None,
+                    at_ms: grant.created_ms,
+                    data: serde_json::json!({
+                        "tool": grant.tool,
+                        "approval_id": grant.approval_id,
+                    }),
+                },
             )?;
             Ok(())
         })
@@ -899,8 +1028,8 @@ impl Store {
     }
 
     /// Marks a snapshot undone: `Ok(false)` when it already was.
-    pub fn mark_undone(&self, approval_id: &str) -> Result<bool, StoreError> {
-        self.with(|conn| {
+    pub fn mark_undone(&self, approval_id: &str, at_ms: Millis) -> Result<bool, StoreError> {
+        self.changing(|conn| {
             let mut changed = conn.execute(
                 "UPDATE snapshot_files SET undone = 1 WHERE approval_id = ?1 AND undone = 0",
                 params![approval_id],
@@ -909,6 +1038,19 @@ impl Store {
                 changed += conn.execute(
                     "UPDATE snapshots SET undone = 1 WHERE approval_id = ?1 AND undone = 0",
                     params![approval_id],
+                )?;
+            }
+            if changed >= 1 {
+                let owner = get_in(conn, approval_id).ok().and_then(|a| a.owner.clone());
+                write_event(
+                    conn,
+                    NewEvent {
+                        kind: EventKind::ApprovalUndone,
+                        subject: Some(approval_id),
+                        owner: owner.as_deref(),
+                        at_ms,
+                        data: serde_json::json!({}),
+                    },
                 )?;
             }
             Ok(changed >= 1)

@@ -189,11 +189,12 @@ fn an_approval_is_claimed_for_apply_once() {
             "hitl-1",
             ApprovalStatus::Applied,
             "{\"status\":\"allowed\"}",
+            5,
         )
         .unwrap();
     assert!(
         store
-            .finish("hitl-1", ApprovalStatus::Applied, "{}")
+            .finish("hitl-1", ApprovalStatus::Applied, "{}", 6)
             .is_err()
     );
     let approval = store.get("hitl-1").unwrap();
@@ -398,8 +399,8 @@ fn undo_snapshots_of_earlier_versions_are_still_found() {
             undone: false,
         }
     );
-    assert!(store.mark_undone("hitl-old").unwrap());
-    assert!(!store.mark_undone("hitl-old").unwrap());
+    assert!(store.mark_undone("hitl-old", 7).unwrap());
+    assert!(!store.mark_undone("hitl-old", 7).unwrap());
     assert!(store.snapshot("hitl-old").unwrap().undone);
     assert!(store.snapshot("hitl-none").is_err());
 }
@@ -414,7 +415,7 @@ fn a_version_0_database_is_migrated_and_its_old_rows_belong_to_nobody() {
             .unwrap();
     }
     let store = Store::open(&path).unwrap();
-    assert_eq!(store.schema_version().unwrap(), 2);
+    assert_eq!(store.schema_version().unwrap(), 3);
     let old = store.get("hitl-old").unwrap();
     assert_eq!(old.status, ApprovalStatus::Pending);
     // Migration 2: rows older than context_id have none.
@@ -432,7 +433,7 @@ fn a_version_0_database_is_migrated_and_its_old_rows_belong_to_nobody() {
     drop(store);
     // Opening it again changes nothing.
     let again = Store::open(&path).unwrap();
-    assert_eq!(again.schema_version().unwrap(), 2);
+    assert_eq!(again.schema_version().unwrap(), 3);
     assert_eq!(again.get("hitl-old").unwrap(), old);
 }
 
@@ -484,4 +485,95 @@ fn open_grants_are_given_an_end() {
     assert_eq!(ids(10_999), ["grant-ends", "grant-open"]);
     assert_eq!(ids(11_000), ["grant-ends"]);
     assert_eq!(ids(500_000), Vec::<String>::new());
+}
+
+/// Every state change writes one event, in the order the changes were
+/// made, with a greater `seq` each time; a change that does not happen (a
+/// lost compare-and-set, a duplicate call) writes none. Readers from a
+/// cursor see each once.
+#[test]
+fn every_state_change_is_one_event_and_a_cursor_sees_each_once() {
+    use airlock_store::EventKind;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("airlock.db")).unwrap();
+    assert_eq!(store.last_event().unwrap(), 0);
+    let mut first = new("hitl-1", "s", "k1");
+    first.owner = Some("agent-a".into());
+    created(&store, &first);
+    // The same call again is the same approval: no event.
+    assert!(matches!(
+        store.create_approval(&first, LIMITS).unwrap(),
+        Created::Existing(_)
+    ));
+    let cursor = store.last_event().unwrap();
+    store.decide("hitl-1", &approve(2_000)).unwrap();
+    assert!(store.decide("hitl-1", &approve(2_001)).is_err());
+    store.claim_apply("hitl-1").unwrap().unwrap();
+    store
+        .finish("hitl-1", ApprovalStatus::Applied, "{}", 3_000)
+        .unwrap();
+    created(&store, &new("hitl-2", "s", "k2"));
+    store.expire("hitl-2", 70_000).unwrap().unwrap();
+    assert!(store.cancel("hitl-2", 70_001).unwrap().is_none());
+    created(&store, &new("hitl-3", "s", "k3"));
+    store.cancel("hitl-3", 4_000).unwrap().unwrap();
+    let grant = airlock_store::GrantRow {
+        id: "grant-1".into(),
+        tool: "write_file".into(),
+        path_glob: None,
+        session: None,
+        user: None,
+        owner: None,
+        expires_ms: None,
+        created_ms: 5_000,
+        created_by: None,
+        approval_id: Some("hitl-1".into()),
+    };
+    store.insert_grant(&grant).unwrap();
+    assert!(store.delete_grant("grant-1", 6_000).unwrap());
+    assert!(!store.delete_grant("grant-1", 6_001).unwrap());
+    store
+        .record_event(EventKind::ConfigReloaded, 7_000, serde_json::json!({}))
+        .unwrap();
+
+    let all = store.events_after(0, 100).unwrap();
+    let seen: Vec<(EventKind, Option<&str>, u64)> = all
+        .iter()
+        .map(|event| (event.kind, event.subject.as_deref(), event.at_ms))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (EventKind::ApprovalCreated, Some("hitl-1"), 1_000),
+            (EventKind::ApprovalDecided, Some("hitl-1"), 2_000),
+            (EventKind::ApprovalApplied, Some("hitl-1"), 3_000),
+            (EventKind::ApprovalCreated, Some("hitl-2"), 1_000),
+            (EventKind::ApprovalExpired, Some("hitl-2"), 70_000),
+            (EventKind::ApprovalCreated, Some("hitl-3"), 1_000),
+            (EventKind::ApprovalCancelled, Some("hitl-3"), 4_000),
+            (EventKind::GrantCreated, Some("grant-1"), 5_000),
+            (EventKind::GrantRevoked, Some("grant-1"), 6_000),
+            (EventKind::ConfigReloaded, None, 7_000),
+        ]
+    );
+    assert!(all.windows(2).all(|pair| pair[0].seq < pair[1].seq));
+    assert_eq!(all[0].owner.as_deref(), Some("agent-a"));
+    assert_eq!(
+        all[1].data,
+        serde_json::json!({"v": 1, "status": "approved", "by": "human", "user": "alice",
+                           "channel": "terminal", "edited": false})
+    );
+    // From a cursor: what came after it, each once, in pages.
+    let after: Vec<u64> = store
+        .events_after(cursor, 2)
+        .unwrap()
+        .iter()
+        .map(|event| event.seq)
+        .collect();
+    assert_eq!(after, [all[1].seq, all[2].seq]);
+    assert_eq!(store.events_after(all[9].seq, 10).unwrap(), []);
+    assert_eq!(store.last_event().unwrap(), all[9].seq);
+    // Another connection (another process) reads the same feed.
+    let again = Store::open(&dir.path().join("airlock.db")).unwrap();
+    assert_eq!(again.events_after(0, 100).unwrap(), all);
 }

@@ -8,6 +8,7 @@ const state = {
   approvals: new Map(), // id -> approval view
   skewMs: 0,            // server clock minus browser clock
   streamAbort: null,
+  lastEventId: null,    // the feed position of the last event read
   view: "pending",
 };
 
@@ -333,8 +334,11 @@ async function listen() {
     const controller = new AbortController();
     state.streamAbort = controller;
     try {
+      const headers = { Authorization: "Bearer " + state.token, Accept: "text/event-stream" };
+      // After a reconnect, the feed goes on where it stopped.
+      if (state.lastEventId) headers["Last-Event-ID"] = state.lastEventId;
       const response = await fetch("/hitl/events", {
-        headers: { Authorization: "Bearer " + state.token, Accept: "text/event-stream" },
+        headers,
         signal: controller.signal,
         cache: "no-store",
       });
@@ -365,18 +369,22 @@ async function listen() {
   }
 }
 
+// Events after which an approval is no longer pending.
+const SETTLED = new Set(["decided", "applied", "failed", "expired", "cancelled"]);
+
 function handleEvent(block) {
   let type = "message";
   const data = [];
   for (const line of block.split("\n")) {
     if (line.startsWith("event:")) type = line.slice(6).trim();
     else if (line.startsWith("data:")) data.push(line.slice(5).replace(/^ /, ""));
+    else if (line.startsWith("id:")) state.lastEventId = line.slice(3).trim();
   }
   if (data.length === 0) return;
   let payload;
   try { payload = JSON.parse(data.join("\n")); } catch (_) { return; }
   if (type === "created" && payload.approval) addApproval(payload.approval);
-  else if ((type === "decided" || type === "expired") && payload.approval) removeApproval(payload.approval.id);
+  else if (SETTLED.has(type) && payload.approval) removeApproval(payload.approval.id);
   else if (type === "resync") loadPending().catch(() => {});
   if (state.view === "audit" && type !== "created") loadAudit().catch(() => {});
 }
