@@ -47,7 +47,7 @@ fn main() {
                 "write_file",
                 json!({"path": format!("f{round}.txt"), "content": "x\n"}),
                 waiter.policy().origin_of("write_file", None),
-                airlock_broker::now_ms(),
+                waiter.now_ms(),
             );
             let envelope = waiter.submit(&call, &Mode::Wait, &|approval| {
                 ids.send(approval.id.clone()).unwrap();

@@ -42,12 +42,6 @@ pub struct Broker {
     pub(crate) clock: Arc<dyn Clock>,
 }
 
-/// Milliseconds since the Unix epoch, now, by the system's clock (for
-/// callers outside a broker; a broker reads its own [`Clock`]).
-pub fn now_ms() -> u64 {
-    SystemClock.now_ms()
-}
-
 pub(crate) struct HeadInStore(Arc<Store>);
 
 impl airlock_audit::HeadStore for HeadInStore {

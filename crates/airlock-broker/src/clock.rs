@@ -2,6 +2,7 @@
 //! all come from the [`Clock`] the broker was opened with, so a test moves
 //! time forward instead of sleeping.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -56,5 +57,38 @@ impl ManualClock {
 impl Clock for ManualClock {
     fn now_ms(&self) -> u64 {
         self.now.load(Ordering::SeqCst)
+    }
+}
+
+/// The clock a process uses: the system's; in a build with the `test-clock`
+/// feature (the test suite's), moved forward by the whole number of
+/// milliseconds in the file `AIRLOCK_TEST_CLOCK` names, when it is set.
+pub fn clock_from_env() -> Arc<dyn Clock> {
+    #[cfg(feature = "test-clock")]
+    if let Some(path) = std::env::var_os("AIRLOCK_TEST_CLOCK") {
+        return Arc::new(OffsetClock {
+            path: std::path::PathBuf::from(path),
+        });
+    }
+    Arc::new(SystemClock)
+}
+
+/// The system's clock plus the offset written in a file (0 while the file
+/// is missing or unreadable). Read on every look, so a test that moves it
+/// moves every process that shares the file.
+#[cfg(feature = "test-clock")]
+#[derive(Debug)]
+struct OffsetClock {
+    path: std::path::PathBuf,
+}
+
+#[cfg(feature = "test-clock")]
+impl Clock for OffsetClock {
+    fn now_ms(&self) -> u64 {
+        let offset = std::fs::read_to_string(&self.path)
+            .ok()
+            .and_then(|text| text.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+        system_now_ms().saturating_add(offset)
     }
 }

@@ -36,8 +36,8 @@ mod wait;
 
 pub use airlock_store::{Approval, GrantRow};
 pub use airlock_store::{EventKind, FeedEvent, Notifier};
-pub use broker::{Broker, Workspace, now_ms};
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use broker::{Broker, Workspace};
+pub use clock::{Clock, ManualClock, SystemClock, clock_from_env};
 pub use decide::{AlwaysAllow, AskForm, DecideRequest};
 pub use error::BrokerError;
 pub use feed::{Cursor, FEED_POLL};

@@ -19,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use airlock_broker::Clock as _;
 use airlock_broker::{Broker, Mode, Workspace};
 use airlock_core::{ToolCall, config};
 use proptest::prelude::*;
@@ -299,7 +300,7 @@ proptest! {
             let other: Vec<&str> = other.iter().map(|&i| NAMES[i]).collect();
             let other = format!("docs/{}", other.join("/"));
             let args = arguments(tool, &path, &other, n);
-            let call = ToolCall::new(tool, args.clone(), loaded.policy.origin_of(tool, None), airlock_broker::now_ms());
+            let call = ToolCall::new(tool, args.clone(), loaded.policy.origin_of(tool, None), airlock_broker::SystemClock.now_ms());
             let mode = if approve {
                 Mode::ApproveNow { user: "tester".to_owned(), reason: Some("property".to_owned()) }
             } else {
@@ -394,7 +395,7 @@ fn a_read_through_a_link_into_a_denied_directory_is_denied() {
             tool,
             args.clone(),
             loaded.policy.origin_of(tool, None),
-            airlock_broker::now_ms(),
+            airlock_broker::SystemClock.now_ms(),
         );
         let envelope = run_with_deadline(&broker, call, Mode::Defer);
         assert_eq!(envelope["status"], "denied", "{tool} {args}: {envelope}");

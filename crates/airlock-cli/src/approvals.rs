@@ -6,7 +6,9 @@ use std::io::IsTerminal;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use airlock_broker::{AlwaysAllow, Broker, DecideRequest, Mode, now_ms};
+use airlock_broker::{AlwaysAllow, Broker, DecideRequest, Mode};
+
+use crate::now_ms;
 use airlock_core::display::{safe_line, safe_text};
 use airlock_core::envelope::Envelope;
 use airlock_store::Approval;

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use airlock_broker::now_ms;
+use crate::now_ms;
 use airlock_core::config::is_profile_name;
 use airlock_core::{Decision, Disposition, Policy, Principal, ToolAnnotations, ToolCall, policy};
 use anyhow::anyhow;

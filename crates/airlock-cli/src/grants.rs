@@ -4,7 +4,9 @@
 
 use std::fmt::Write as _;
 
-use airlock_broker::{Broker, GrantRow, grant_view, now_ms};
+use airlock_broker::{Broker, GrantRow, grant_view};
+
+use crate::now_ms;
 use airlock_core::display::safe_line;
 use anyhow::anyhow;
 use clap::{Args, Subcommand};

@@ -170,6 +170,12 @@ fn run(cli: Cli) -> Result<u8, Failure> {
 /// shown as a visible escape; a closed stdout is not an error worth a panic.
 /// Text built from an agent's strings must also escape each one-line field
 /// with `safe_line`, so a newline in it cannot pose as a line of ours.
+/// Milliseconds since the Unix epoch by this process's clock (the one its
+/// brokers read).
+pub(crate) fn now_ms() -> u64 {
+    airlock_broker::clock_from_env().now_ms()
+}
+
 pub(crate) fn print(text: &str) {
     let mut stdout = std::io::stdout().lock();
     let _ = writeln!(stdout, "{}", airlock_core::display::safe_text(text));

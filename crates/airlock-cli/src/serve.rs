@@ -208,6 +208,10 @@ fn run(
         root: workspace.root.clone(),
         loaded: workspace.loaded,
     };
+    let options = RuntimeOptions {
+        clock: Some(airlock_broker::clock_from_env()),
+        ..options
+    };
     runtime.block_on(async move {
         let face = McpFace::start(broker_workspace, options)
             .await

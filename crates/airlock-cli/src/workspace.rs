@@ -137,10 +137,13 @@ impl Workspace {
 
     /// Opens the workspace's broker (store, audit log, sandbox).
     pub fn broker(self) -> Result<airlock_broker::Broker, Failure> {
-        airlock_broker::Broker::open(airlock_broker::Workspace {
-            root: self.root,
-            loaded: self.loaded,
-        })
+        airlock_broker::Broker::open_with_clock(
+            airlock_broker::Workspace {
+                root: self.root,
+                loaded: self.loaded,
+            },
+            airlock_broker::clock_from_env(),
+        )
         .map_err(|error| {
             // A log that cannot be continued is the audit's verdict (6), not
             // an internal error.

@@ -13,6 +13,8 @@ use serde_json::{Value, json};
 
 struct Ws {
     dir: tempfile::TempDir,
+    /// Holds the file of the spawned processes' clock (`AIRLOCK_TEST_CLOCK`).
+    clock: tempfile::TempDir,
 }
 
 struct Run {
@@ -31,7 +33,20 @@ impl Ws {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("airlock.yaml"), config).unwrap();
         std::fs::create_dir_all(dir.path().join("src")).unwrap();
-        Ws { dir }
+        Ws {
+            dir,
+            clock: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    /// Moves the clock of every process of this workspace `ms` forward.
+    fn advance(&self, ms: u64) {
+        let file = self.clock.path().join("offset");
+        let now: u64 = std::fs::read_to_string(&file)
+            .ok()
+            .and_then(|text| text.trim().parse().ok())
+            .unwrap_or(0);
+        std::fs::write(&file, (now + ms).to_string()).unwrap();
     }
 
     fn path(&self, rel: &str) -> PathBuf {
@@ -52,6 +67,7 @@ impl Ws {
             .args(args)
             .current_dir(self.dir.path())
             .env("AIRLOCK_USER", "tester")
+            .env("AIRLOCK_TEST_CLOCK", self.clock.path().join("offset"))
             .env_remove("AIRLOCK_AUDIT_KEY")
             .stdin(Stdio::null());
         command
@@ -300,7 +316,7 @@ fn a_file_changed_after_the_proposal_is_stale_on_modify_and_on_create() {
 fn an_expired_proposal_is_denied_as_a_timeout() {
     let ws = Ws::new("file_broker:\n  hitl_ttl_seconds: 1\n");
     let id = ws.propose("a.txt", "x\n");
-    std::thread::sleep(Duration::from_millis(1_100));
+    ws.advance(1_000);
     let run = ws.run(&["approve", &id]);
     assert_eq!(run.code, 5);
     assert!(run.stderr.contains("expired"), "{}", run.stderr);
@@ -405,9 +421,12 @@ fn an_interrupted_waiting_call_cancels_its_approval() {
 fn a_waiting_call_times_out_denied_never_approved() {
     let ws = Ws::new("security:\n  hitl:\n    rules:\n      - {tools: [write_file], timeout: 1}\n");
     let args = json!({"path": "a.txt", "content": "x"}).to_string();
-    let start = Instant::now();
-    let run = ws.run(&["call", "write_file", "--args", &args]);
-    assert!(start.elapsed() >= Duration::from_secs(1));
+    let mut call = ws.spawn(&["call", "write_file", "--args", &args]);
+    // Pending, and waiting; then its second runs out.
+    let id = wait_for_pending_of(&ws, Some(&mut call));
+    assert_eq!(ws.run(&["show", &id, "--json"]).json["tool"], "write_file");
+    ws.advance(1_000);
+    let run = finish(call.wait_with_output().unwrap());
     assert_eq!(run.code, 4, "{}", run.stderr);
     assert_eq!(run.json["status"], "denied");
     assert_eq!(run.json["error"]["code"], "expired");
@@ -1871,7 +1890,7 @@ fn every_rule_is_decided_on_the_resolved_path_too_and_the_diff_names_the_real_fi
 fn grants_expire_by_default_and_are_listed_and_revoked() {
     let ws = Ws::new("approvals:\n  grant_ttl: 2h\n");
     let first = ws.propose("a.txt", "one\n");
-    let before = airlock_broker::now_ms();
+    let before = system_ms();
     let run = ws.run(&["approve", &first, "--always", "--scope", "persistent"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     let second = ws.propose("b.txt", "two\n");
@@ -1885,7 +1904,7 @@ fn grants_expire_by_default_and_are_listed_and_revoked() {
         let expires = grant["expires_ms"].as_u64().unwrap();
         let two_hours = 2 * 3_600_000;
         assert!(
-            expires >= before + two_hours && expires <= airlock_broker::now_ms() + two_hours,
+            expires >= before + two_hours && expires <= system_ms() + two_hours,
             "{grant}"
         );
         assert!(grant["created_by"].is_string(), "{grant}");
@@ -2306,4 +2325,12 @@ fn arguments_over_128_kib_come_from_a_file_or_standard_input() {
         "{}",
         missing.stderr
     );
+}
+
+/// Milliseconds since the Unix epoch by the system's clock.
+fn system_ms() -> u64 {
+    let elapsed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap();
+    u64::try_from(elapsed.as_millis()).unwrap()
 }

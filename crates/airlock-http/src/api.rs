@@ -269,7 +269,7 @@ async fn tools_call(
         profile: None,
         tool_call_id: body.tool_call_id,
         context_id: body.context_id,
-        received_at: airlock_broker::now_ms(),
+        received_at: api.runtime.broker().now_ms(),
     };
     let broker = api.runtime.broker();
     let mode = airlock_broker::default_mode(broker.config());
@@ -335,11 +335,10 @@ async fn pending(State(api): State<Api>, caller: Option<axum::Extension<Caller>>
     if let Err(refused) = admit(caller, Role::Approver) {
         return refused;
     }
-    match on_broker(&api, |broker| broker.pending(None)).await {
-        Ok(mut approvals) => {
+    match on_broker(&api, |broker| Ok((broker.pending(None)?, broker.now_ms()))).await {
+        Ok((mut approvals, now_ms)) => {
             approvals.reverse();
             let views: Vec<Value> = approvals.iter().map(approval_view).collect();
-            let now_ms = airlock_broker::now_ms();
             axum::Json(json!({"approvals": views, "now_ms": now_ms})).into_response()
         }
         Err(refused) => refused,
@@ -351,10 +350,10 @@ async fn grants(State(api): State<Api>, caller: Option<axum::Extension<Caller>>)
     if let Err(refused) = admit(caller, Role::Approver) {
         return refused;
     }
-    match on_broker(&api, |broker| broker.grants()).await {
-        Ok(grants) => {
+    match on_broker(&api, |broker| Ok((broker.grants()?, broker.now_ms()))).await {
+        Ok((grants, now_ms)) => {
             let views: Vec<Value> = grants.iter().map(airlock_broker::grant_view).collect();
-            axum::Json(json!({"grants": views, "now_ms": airlock_broker::now_ms()})).into_response()
+            axum::Json(json!({"grants": views, "now_ms": now_ms})).into_response()
         }
         Err(refused) => refused,
     }

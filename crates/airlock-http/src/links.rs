@@ -186,7 +186,7 @@ async fn check(
     if !state.links.verify(&id, decision, expires_ms, &sig) {
         return Err(bad());
     }
-    if airlock_broker::now_ms() >= expires_ms {
+    if state.runtime.broker().now_ms() >= expires_ms {
         return Err(page(
             StatusCode::CONFLICT,
             ErrorCode::Expired,

@@ -76,7 +76,7 @@ fn ask(
     form: &airlock_broker::AskForm,
     message: String,
 ) -> Result<CallToolResponse, ErrorData> {
-    let now = airlock_broker::now_ms();
+    let now = face.broker().now_ms();
     let state = State {
         hitl_id: form.hitl_id.clone(),
         nonce: uuid::Uuid::new_v4().to_string(),

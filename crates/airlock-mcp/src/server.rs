@@ -219,7 +219,7 @@ impl Session {
             profile,
             tool_call_id: Some(context.id.to_string()),
             context_id,
-            received_at: airlock_broker::now_ms(),
+            received_at: self.face.broker().now_ms(),
         };
         if rounds && request.request_state.is_some() {
             return crate::rounds::resume(&self.face, &call, &request).await;
@@ -374,7 +374,7 @@ async fn elicit(
                 return;
             }
         };
-        let left = form.expires_ms.saturating_sub(airlock_broker::now_ms());
+        let left = form.expires_ms.saturating_sub(broker.now_ms());
         if left == 0 {
             return;
         }
