@@ -1999,7 +1999,10 @@ fn every_denial_carries_a_machine_readable_reason() {
         json!({"layer": "human", "rule": "human", "risk": "medium"})
     );
     // Nobody decides within the second the medium policy gives.
-    let timeout = ws.run(&["call", "write_file", "--args", &args]);
+    let mut waiting = ws.spawn(&["call", "write_file", "--args", &args]);
+    wait_for_pending_of(&ws, Some(&mut waiting));
+    ws.advance(1_000);
+    let timeout = finish(waiting.wait_with_output().unwrap());
     assert_eq!(timeout.code, 4, "{}", timeout.stdout);
     assert_eq!(timeout.json["error"]["code"], "expired");
     assert_eq!(

@@ -41,6 +41,8 @@ struct Server {
     child: Child,
     addr: String,
     dir: tempfile::TempDir,
+    /// Holds the file of the server's clock (`AIRLOCK_TEST_CLOCK`).
+    clock: tempfile::TempDir,
     /// Everything the server wrote to stderr up to "serving".
     banner: String,
 }
@@ -55,11 +57,13 @@ impl Server {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("airlock.yaml"), config).unwrap();
         std::fs::write(dir.path().join("a.txt"), "hello\n").unwrap();
+        let clock = tempfile::tempdir().unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_airlock"))
             .args(["serve", "--http", "127.0.0.1:0"])
             .args(extra)
             .current_dir(dir.path())
             .env("AIRLOCK_USER", "tester")
+            .env("AIRLOCK_TEST_CLOCK", clock.path().join("offset"))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -91,8 +95,19 @@ impl Server {
             child,
             addr,
             dir,
+            clock,
             banner,
         }
+    }
+
+    /// Moves the server's clock `ms` forward.
+    fn advance(&self, ms: u64) {
+        let file = self.clock.path().join("offset");
+        let now: u64 = std::fs::read_to_string(&file)
+            .ok()
+            .and_then(|text| text.trim().parse().ok())
+            .unwrap_or(0);
+        std::fs::write(&file, (now + ms).to_string()).unwrap();
     }
 
     fn path(&self, rel: &str) -> std::path::PathBuf {
@@ -859,6 +874,7 @@ fn events_tell_approvers_of_created_decided_and_expired_approvals() {
     let (_, pending) = server.post("/v1/tools/call", Some(AGENT), &write_call("e2.txt"));
     let second = pending["approval_id"].as_str().unwrap().to_owned();
     assert_eq!(next_event(&events).0, "created");
+    server.advance(2_000);
     let (kind, data) = next_event(&events);
     assert_eq!(
         (kind.as_str(), data["approval"]["id"].as_str()),
@@ -1272,10 +1288,7 @@ fn a_link_expires_with_its_approval() {
     let created = hooked.recv_timeout(Duration::from_secs(20)).unwrap();
     assert_eq!(created["approval"]["risk"], "high");
     let approve = link_path(&created["links"]["approve"], &server).to_owned();
-    let expires_ms = created["approval"]["expires_ms"].as_u64().unwrap();
-    while airlock_now_ms() <= expires_ms + 50 {
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    server.advance(1_000);
     let form = "Content-Type: application/x-www-form-urlencoded\r\n";
     for method in ["GET", "POST"] {
         let (status, head, _) = exchange(&server.addr, method, &approve, form, b"");
@@ -1328,13 +1341,6 @@ fn links_start_with_the_public_url_when_one_is_given() {
         String::from_utf8_lossy(&out.stderr).contains("--public-url must be"),
         "{out:?}"
     );
-}
-
-fn airlock_now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
 }
 
 #[test]

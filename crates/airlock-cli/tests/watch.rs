@@ -61,6 +61,7 @@ fn start_watch(dir: &std::path::Path) -> (std::process::Child, Terminal) {
         .arg("watch")
         .current_dir(dir)
         .env("AIRLOCK_USER", "tester")
+        .env("AIRLOCK_TEST_CLOCK", clock_file(dir))
         .stdin(slave.try_clone().unwrap())
         .stdout(slave.try_clone().unwrap())
         .stderr(slave)
@@ -87,11 +88,29 @@ fn start_watch(dir: &std::path::Path) -> (std::process::Child, Terminal) {
     )
 }
 
+/// The file of the clock every process of the workspace `dir` reads
+/// (`AIRLOCK_TEST_CLOCK`), in its state dir, which no tool reaches.
+fn clock_file(dir: &std::path::Path) -> std::path::PathBuf {
+    dir.join(".airlock").join("test-clock")
+}
+
+/// Moves the clock of the processes of workspace `dir` `ms` forward.
+fn advance(dir: &std::path::Path, ms: u64) {
+    let file = clock_file(dir);
+    let now: u64 = std::fs::read_to_string(&file)
+        .ok()
+        .and_then(|text| text.trim().parse().ok())
+        .unwrap_or(0);
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, (now + ms).to_string()).unwrap();
+}
+
 fn airlock(dir: &std::path::Path, args: &[&str]) -> Value {
     let output = Command::new(env!("CARGO_BIN_EXE_airlock"))
         .args(args)
         .current_dir(dir)
         .env("AIRLOCK_USER", "tester")
+        .env("AIRLOCK_TEST_CLOCK", clock_file(dir))
         .stdin(Stdio::null())
         .output()
         .unwrap();
@@ -199,8 +218,11 @@ fn the_countdown_runs_out_and_denies() {
     terminal.expect("watching for approvals");
     let id = propose(dir.path(), "late.txt", "x\n");
     terminal.expect(&id);
-    // The countdown is redrawn as it runs, then the request is denied.
+    // The countdown is redrawn as time runs, then the request is denied.
+    terminal.expect("(auto-deny in 2s) > ");
+    advance(dir.path(), 1_000);
     terminal.expect("(auto-deny in 1s) > ");
+    advance(dir.path(), 1_000);
     terminal.expect(&format!("{id}: timed out, denied"));
     let show = airlock(dir.path(), &["show", &id, "--json"]);
     assert_eq!(show["status"], "expired");
