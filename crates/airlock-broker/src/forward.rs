@@ -203,7 +203,11 @@ impl Broker {
             record = record.flag("deduplicated", true);
         }
         let Some(propose_audit) = self.log(record) else {
-            self.cancel(&approval.id);
+            // No approval is left pending that the log does not show; one
+            // that an identical call made earlier stays its caller's.
+            if !deduplicated {
+                self.cancel(&approval.id);
+            }
             return audit_unwritable(METHOD, &call.tool, path);
         };
         match handling {

@@ -273,6 +273,10 @@ impl Broker {
                     record = record.flag("deduplicated", true);
                 }
                 let Some(audit) = self.log(record) else {
+                    // No approval is left pending that the log does not show.
+                    if !deduplicated {
+                        self.cancel(&approval.id);
+                    }
                     return audit_unwritable("fs.propose_patch", &call.tool, path);
                 };
                 (approval, (plan, audit))
