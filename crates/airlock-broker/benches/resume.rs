@@ -70,6 +70,7 @@ fn main() {
                     approve: true,
                     reason: None,
                     always: None,
+                    authority: airlock_broker::Authority::Terminal,
                     user: "bench".into(),
                     channel: "terminal".into(),
                     content: None,

@@ -35,6 +35,25 @@ pub struct AskForm {
     pub expires_ms: u64,
 }
 
+/// On whose authority a decision is taken. The faces say who asks; who may
+/// decide what is the broker's rule ([`Broker::may_decide`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Authority {
+    /// The person at this machine's terminal (the OS user running airlock):
+    /// holds every role.
+    Terminal,
+    /// The holder of a bearer token: its roles' names and the user it is for.
+    Token {
+        roles: Vec<String>,
+        user: Option<String>,
+    },
+    /// A signed approve/deny link: only where any approver may decide.
+    Link,
+    /// The human behind the MCP client that made the call, answering
+    /// airlock's own question: only where the client may decide.
+    Client,
+}
+
 /// A human's decision on a pending approval.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DecideRequest {
@@ -42,6 +61,8 @@ pub struct DecideRequest {
     pub reason: Option<String>,
     /// "Always allow": only where the risk policy allows skipping.
     pub always: Option<AlwaysAllow>,
+    /// Who may decide is checked against this.
+    pub authority: Authority,
     pub user: String,
     /// `terminal`, `http`, `mcp`, `link`…
     pub channel: String,
@@ -65,10 +86,6 @@ impl Broker {
         let approval = self.store.get(id)?;
         let decision: Value = serde_json::from_str(&approval.decision_json).unwrap_or(Value::Null);
         let flag = |key: &str| decision.get(key).and_then(Value::as_bool).unwrap_or(false);
-        let restricted = decision
-            .get("approvers")
-            .and_then(Value::as_array)
-            .is_none_or(|approvers| !approvers.is_empty());
         let max = self.config.file_broker.diff_preview_max_chars;
         Ok(AskForm {
             hitl_id: approval.id.clone(),
@@ -78,10 +95,73 @@ impl Broker {
             diff_preview: airlock_fs::preview(&approval.diff, max),
             allow_skip: flag("allow_skip"),
             require_reason: flag("require_reason"),
-            client_may_decide: !restricted
-                && self.config.security.hitl.approval_mode != ApprovalMode::Defer,
+            client_may_decide: self.client_may_decide(&approval),
             expires_ms: approval.expires_ms,
         })
+    }
+
+    /// Whether `authority` may decide `approval`: the terminal always; a
+    /// token where its role or user is among the risk's `approvers` (when
+    /// it names any) and, where writes are limited to listed users (spec
+    /// 001), for the user who made the call only; a link only where any
+    /// approver may decide; the MCP client's human only where the client
+    /// may decide. `forbidden` otherwise.
+    pub fn may_decide(
+        &self,
+        approval: &Approval,
+        authority: &Authority,
+    ) -> Result<(), BrokerError> {
+        let forbidden = |message: String| Err(BrokerError::refused(ErrorCode::Forbidden, message));
+        match authority {
+            Authority::Terminal => Ok(()),
+            Authority::Token { roles, user } => {
+                let approvers = named_approvers(approval);
+                if !approvers.is_empty()
+                    && !approvers.iter().any(|approver| {
+                        roles.iter().any(|role| role == approver)
+                            || user.as_deref() == Some(approver.as_str())
+                    })
+                {
+                    return forbidden(format!(
+                        "{} risk is decided only by {}",
+                        approval.risk,
+                        approvers.join(", ")
+                    ));
+                }
+                if self.only_the_requester(approval) && *user != approval.user {
+                    return forbidden("only the user who made the call may decide it".to_owned());
+                }
+                Ok(())
+            }
+            Authority::Link if self.open_to_any_approver(approval) => Ok(()),
+            Authority::Link => forbidden(
+                "this approval must be decided by a named approver, not by a link".to_owned(),
+            ),
+            Authority::Client if self.client_may_decide(approval) => Ok(()),
+            Authority::Client => {
+                forbidden("this approval is not decided in the MCP client".to_owned())
+            }
+        }
+    }
+
+    /// Whether anyone with an approver's right may decide `approval`: the
+    /// risk names no approvers and not only the requesting user may decide.
+    /// Only then are signed links offered.
+    pub fn open_to_any_approver(&self, approval: &Approval) -> bool {
+        named_approvers(approval).is_empty() && !self.only_the_requester(approval)
+    }
+
+    /// Whether the human behind the calling MCP client may decide: no
+    /// approvers are named for the risk and `approval_mode` is not `defer`.
+    fn client_may_decide(&self, approval: &Approval) -> bool {
+        named_approvers(approval).is_empty()
+            && self.config.security.hitl.approval_mode != ApprovalMode::Defer
+    }
+
+    /// Whether only the user who made a call may decide it (spec 001:
+    /// writes limited to listed users).
+    fn only_the_requester(&self, approval: &Approval) -> bool {
+        self.config.security.write_tool_allowlist.is_some() && approval.user.is_some()
     }
 
     /// A human decides a pending approval. Approving applies the stored plan
@@ -89,6 +169,7 @@ impl Broker {
     /// result.
     pub fn decide(&self, id: &str, request: &DecideRequest) -> Result<Envelope, BrokerError> {
         let approval = self.store.get(id)?;
+        self.may_decide(&approval, &request.authority)?;
         let decision: Value = serde_json::from_str(&approval.decision_json).unwrap_or(Value::Null);
         let flag = |key: &str| decision.get(key).and_then(Value::as_bool).unwrap_or(false);
         let reason = request
@@ -252,4 +333,23 @@ impl Broker {
         airlock_fs::edited(&self.sandbox, &plan, content)
             .map_err(|error| BrokerError::refused(error.code(), error.to_string()))
     }
+}
+
+/// The approvers the policy named for an approval's risk (roles or user
+/// ids); none: any approver.
+fn named_approvers(approval: &Approval) -> Vec<String> {
+    serde_json::from_str::<Value>(&approval.decision_json)
+        .ok()
+        .and_then(|decision| {
+            decision
+                .get("approvers")
+                .and_then(Value::as_array)
+                .map(|list| {
+                    list.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_owned)
+                        .collect()
+                })
+        })
+        .unwrap_or_default()
 }

@@ -28,6 +28,30 @@ impl BrokerError {
         }
     }
 
+    /// What a client may be told: a refusal's own message (without its
+    /// code, which goes beside it), or the store's word on an approval;
+    /// `None` for an internal failure, whose text (paths, SQL) stays in the
+    /// server's log.
+    pub fn public_message(&self) -> Option<String> {
+        match self {
+            BrokerError::Refused { message, .. } => Some(message.clone()),
+            BrokerError::Store(
+                StoreError::NotFound(_)
+                | StoreError::AlreadyDecided { .. }
+                | StoreError::Expired(_)
+                | StoreError::RateLimited { .. },
+            ) => Some(self.to_string()),
+            BrokerError::Sandbox(error) if error.code() != ErrorCode::IoError => {
+                Some(self.to_string())
+            }
+            BrokerError::Upstream { .. } => Some(self.to_string()),
+            BrokerError::Store(_)
+            | BrokerError::Audit(_)
+            | BrokerError::Sandbox(_)
+            | BrokerError::Corrupt { .. } => None,
+        }
+    }
+
     /// The envelope error code this failure maps to.
     pub fn code(&self) -> ErrorCode {
         match self {

@@ -38,7 +38,7 @@ pub use airlock_store::{Approval, GrantRow};
 pub use airlock_store::{EventKind, FeedEvent, Notifier};
 pub use broker::{Broker, Workspace};
 pub use clock::{Clock, ManualClock, SystemClock, clock_from_env};
-pub use decide::{AlwaysAllow, AskForm, DecideRequest};
+pub use decide::{AlwaysAllow, AskForm, Authority, DecideRequest};
 pub use error::BrokerError;
 pub use feed::{Cursor, FEED_POLL};
 pub use forward::{ForwardCall, Forwarder};

@@ -367,6 +367,7 @@ impl Broker {
             approve: true,
             reason: reason.map(str::to_owned),
             always: None,
+            authority: crate::decide::Authority::Terminal,
             user: user.to_owned(),
             channel: "terminal".to_owned(),
             content: None,

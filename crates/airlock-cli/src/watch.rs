@@ -220,6 +220,7 @@ fn present(
                 persistent: approval.session.is_none(),
                 for_ms: None,
             }),
+            authority: airlock_broker::Authority::Terminal,
             user: terminal_user(),
             channel: "terminal".to_owned(),
             content: None,

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use airlock_broker::Runtime;
-use airlock_broker::{AlwaysAllow, BrokerError, DecideRequest, approval_view};
+use airlock_broker::{AlwaysAllow, Authority, BrokerError, DecideRequest, approval_view};
 use airlock_core::config::Role;
 use airlock_core::envelope::{Envelope, Status};
 use airlock_core::{ErrorCode, Principal, ToolCall};
@@ -175,13 +175,24 @@ fn parse<T: serde::de::DeserializeOwned>(body: Body) -> Result<T, Response> {
 
 fn broker_failure(error: &BrokerError) -> Response {
     let code = error.code();
-    failure(status_for(code), code, error.to_string())
+    match error.public_message() {
+        Some(message) => failure(status_for(code), code, message),
+        None => {
+            eprintln!("airlock: http: {error}");
+            failure(
+                status_for(code),
+                code,
+                "an internal error; the server's log has the details",
+            )
+        }
+    }
 }
 
 /// The HTTP status of a broker error's code.
 pub(crate) fn status_for(code: ErrorCode) -> StatusCode {
     match code {
         ErrorCode::NotFound => StatusCode::NOT_FOUND,
+        ErrorCode::Forbidden => StatusCode::FORBIDDEN,
         ErrorCode::AlreadyDecided | ErrorCode::Expired | ErrorCode::Stale | ErrorCode::Conflict => {
             StatusCode::CONFLICT
         }
@@ -447,61 +458,6 @@ enum Scope {
     Persistent,
 }
 
-/// Whether `caller` may decide `approval`: the risk's approvers (roles or
-/// user ids; empty means any approver) and, where writes are limited to
-/// listed users (spec 001), only the requesting user.
-fn may_decide(
-    caller: Option<&Caller>,
-    approval: &airlock_broker::Approval,
-    broker: &airlock_broker::Broker,
-) -> Result<(), String> {
-    let Some(caller) = caller else {
-        return Err("a bearer token is required".to_owned());
-    };
-    let decision: Value = serde_json::from_str(&approval.decision_json).unwrap_or(Value::Null);
-    let approvers = named_approvers(&decision);
-    if !approvers.is_empty() {
-        let named = approvers.iter().any(|approver| {
-            caller
-                .roles
-                .iter()
-                .any(|role| role_name(*role) == *approver)
-                || caller.user.as_deref() == Some(*approver)
-        });
-        if !named {
-            return Err(format!(
-                "{} risk is decided only by {}",
-                approval.risk,
-                approvers.join(", ")
-            ));
-        }
-    }
-    if only_the_requester(broker.config(), approval.user.as_deref()) && caller.user != approval.user
-    {
-        return Err("only the user who made the call may decide it".to_owned());
-    }
-    Ok(())
-}
-
-/// The approvers a policy decision names for its risk (roles or user ids);
-/// none: any approver.
-pub(crate) fn named_approvers(decision: &Value) -> Vec<&str> {
-    decision
-        .get("approvers")
-        .and_then(Value::as_array)
-        .map(|list| list.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default()
-}
-
-/// Whether only the user who made a call may decide it (spec 001: writes
-/// limited to listed users).
-pub(crate) fn only_the_requester(
-    config: &airlock_core::config::Config,
-    requester: Option<&str>,
-) -> bool {
-    config.security.write_tool_allowlist.is_some() && requester.is_some()
-}
-
 /// `POST /hitl/decide/{id}`.
 async fn decide(
     State(api): State<Api>,
@@ -530,20 +486,26 @@ async fn decide(
     };
     let broker = api.runtime.broker();
     let decided = tokio::task::spawn_blocking(move || {
-        let approval = broker
-            .approval(&id)
-            .map_err(|error| broker_failure(&error))?;
-        if let Err(message) = may_decide(caller.as_ref(), &approval, &broker) {
+        let Some(token) = caller.as_ref() else {
             return Err(failure(
                 StatusCode::FORBIDDEN,
                 ErrorCode::Forbidden,
-                message,
+                "a bearer token is required",
             ));
-        }
+        };
         let request = DecideRequest {
             approve: body.decision == Decision::Approve,
             reason: body.reason,
             always,
+            // Who may decide is the broker's rule; this face says who asks.
+            authority: Authority::Token {
+                roles: token
+                    .roles
+                    .iter()
+                    .map(|role| role_name(*role).to_owned())
+                    .collect(),
+                user: token.user.clone(),
+            },
             user: caller
                 .as_ref()
                 .and_then(|caller| caller.user.clone())

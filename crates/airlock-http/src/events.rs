@@ -34,6 +34,9 @@ pub(crate) struct Change {
     pub approval: Option<Value>,
     /// Who made the call: an agent's stream shows only its own approvals.
     pub owner: Option<String>,
+    /// Anyone with an approver's right may decide it (signed links may be
+    /// offered).
+    pub open_to_links: bool,
 }
 
 impl Change {
@@ -169,15 +172,15 @@ fn airlock_store_notifier() -> &'static airlock_broker::Notifier {
 
 /// `event` as the faces show it, with its approval as it is now.
 fn change_of(broker: &airlock_broker::Broker, event: FeedEvent) -> Change {
-    let approval = if event.kind.is_approval() {
-        event
-            .subject
-            .as_deref()
-            .and_then(|id| broker.approval(id).ok())
-            .map(|approval| approval_view(&approval))
-    } else {
-        None
-    };
+    let row = event
+        .subject
+        .as_deref()
+        .filter(|_| event.kind.is_approval())
+        .and_then(|id| broker.approval(id).ok());
+    let open_to_links = row
+        .as_ref()
+        .is_some_and(|approval| broker.open_to_any_approver(approval));
+    let approval = row.as_ref().map(approval_view);
     Change {
         seq: event.seq,
         kind: event.kind,
@@ -186,5 +189,6 @@ fn change_of(broker: &airlock_broker::Broker, event: FeedEvent) -> Change {
         data: event.data,
         approval,
         owner: event.owner,
+        open_to_links,
     }
 }

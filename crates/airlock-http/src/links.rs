@@ -17,7 +17,6 @@ use std::sync::Arc;
 use airlock_broker::Runtime;
 use airlock_broker::{Approval, DecideRequest, approval_view};
 use airlock_core::ErrorCode;
-use airlock_core::config::Config;
 use axum::Router;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
@@ -86,10 +85,12 @@ impl Links {
 
     /// `{"approve": url, "deny": url}` for `approval` (a view), or `None`
     /// when links are not offered for it.
-    pub(crate) fn for_view(&self, view: &Value, config: &Config) -> Option<Value> {
+    /// `offered`: whether the broker lets links decide it
+    /// (`Broker::open_to_any_approver`).
+    pub(crate) fn for_view(&self, view: &Value, offered: bool) -> Option<Value> {
         let id = view.get("id")?.as_str()?;
         let expires_ms = view.get("expires_ms")?.as_u64()?;
-        if !offered(view.get("decision"), view.get("user"), config) {
+        if !offered {
             return None;
         }
         let url = |decision: Decision| {
@@ -115,14 +116,6 @@ impl Links {
             .verify_slice(&sig)
             .is_ok()
     }
-}
-
-/// Whether links may decide an approval: no approvers named for its risk,
-/// and not a setup where only the requesting user may decide.
-/// The same rules `/hitl/decide` applies, read from an approval's view.
-fn offered(decision: Option<&Value>, user: Option<&Value>, config: &Config) -> bool {
-    decision.is_none_or(|decision| crate::api::named_approvers(decision).is_empty())
-        && !crate::api::only_the_requester(config, user.and_then(Value::as_str))
 }
 
 #[derive(Clone)]
@@ -223,12 +216,7 @@ async fn check(
             ));
         }
     };
-    let view = approval_view(&approval);
-    if !offered(
-        view.get("decision"),
-        view.get("user"),
-        state.runtime.broker().config(),
-    ) {
+    if !state.runtime.broker().open_to_any_approver(&approval) {
         return Err(page(
             StatusCode::FORBIDDEN,
             ErrorCode::Forbidden,
@@ -382,6 +370,7 @@ async fn confirm(
                     approve,
                     reason,
                     always: None,
+                    authority: airlock_broker::Authority::Link,
                     user: "link".to_owned(),
                     channel: "link".to_owned(),
                     content: None,

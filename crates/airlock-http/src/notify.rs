@@ -104,7 +104,7 @@ async fn deliver_all(
     if hooks.is_empty() {
         return true;
     }
-    let body = Arc::new(payload(change, event, links, config, base).to_string());
+    let body = Arc::new(payload(change, event, links, base).to_string());
     for url in hooks {
         // A slot before the task: when hooks are slow, reading the feed
         // waits (the events stay in the feed), rather than tasks piling up.
@@ -125,16 +125,10 @@ async fn deliver_all(
 /// web UI's address, and for a new approval its signed links (`null` where
 /// links are not offered: the risk names its approvers, or only the
 /// requesting user may decide).
-fn payload(
-    change: &Change,
-    event: WebhookEvent,
-    links: &Links,
-    config: &airlock_core::config::Config,
-    base: &str,
-) -> Value {
+fn payload(change: &Change, event: WebhookEvent, links: &Links, base: &str) -> Value {
     let approval = change.approval.clone().unwrap_or(Value::Null);
     let links = if event == WebhookEvent::Created {
-        links.for_view(&approval, config)
+        links.for_view(&approval, change.open_to_links)
     } else {
         None
     };
