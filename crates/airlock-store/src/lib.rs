@@ -942,16 +942,16 @@ impl Store {
             )?;
             let rows = statement.query_map(params![now as i64], |row| {
                 Ok(GrantRow {
-                    id: row.get(0)?,
-                    tool: row.get(1)?,
-                    path_glob: row.get(2)?,
-                    session: row.get(3)?,
-                    expires_ms: row.get::<_, Option<i64>>(4)?.map(|ms| ms.max(0) as u64),
-                    created_ms: row.get::<_, i64>(5)?.max(0) as u64,
-                    created_by: row.get(6)?,
-                    approval_id: row.get(7)?,
-                    user: row.get(8)?,
-                    owner: row.get(9)?,
+                    id: row.get("id")?,
+                    tool: row.get("tool")?,
+                    path_glob: row.get("path_glob")?,
+                    session: row.get("session")?,
+                    expires_ms: row.get::<_, Option<i64>>("expires_ms")?.map(|ms| ms.max(0) as u64),
+                    created_ms: row.get::<_, i64>("created_ms")?.max(0) as u64,
+                    created_by: row.get("created_by")?,
+                    approval_id: row.get("approval_id")?,
+                    user: row.get("user")?,
+                    owner: row.get("owner")?,
                 })
             })?;
             Ok(rows.collect::<Result<Vec<_>, _>>()?)
@@ -1000,13 +1000,13 @@ impl Store {
                 .query_map(params![approval_id], |row| {
                     Ok((
                         SnapshotFile {
-                            path: row.get(0)?,
-                            before: row.get(1)?,
-                            before_hash: row.get(2)?,
-                            after_hash: row.get(3)?,
-                            mode: row.get(5)?,
+                            path: row.get("path")?,
+                            before: row.get("before")?,
+                            before_hash: row.get("before_hash")?,
+                            after_hash: row.get("after_hash")?,
+                            mode: row.get("mode")?,
                         },
-                        row.get::<_, i64>(4)? != 0,
+                        row.get::<_, i64>("undone")? != 0,
                     ))
                 })?
                 .map(|row| {
@@ -1062,7 +1062,7 @@ impl Store {
         self.with(|conn| {
             Ok(conn
                 .query_row("SELECT seq, hash FROM audit_head WHERE id = 1", [], |row| {
-                    Ok((row.get::<_, i64>(0)?.max(0) as u64, row.get(1)?))
+                    Ok((row.get::<_, i64>("seq")?.max(0) as u64, row.get("hash")?))
                 })
                 .optional()?)
         })
@@ -1151,13 +1151,13 @@ fn legacy_snapshot(conn: &Connection, approval_id: &str) -> Result<Snapshot, Sto
             Ok(Snapshot {
                 approval_id: approval_id.to_owned(),
                 files: vec![SnapshotFile {
-                    path: row.get(0)?,
-                    before: row.get(1)?,
-                    before_hash: row.get(2)?,
-                    after_hash: row.get(3)?,
+                    path: row.get("path")?,
+                    before: row.get("before")?,
+                    before_hash: row.get("before_hash")?,
+                    after_hash: row.get("after_hash")?,
                     mode: None,
                 }],
-                undone: row.get::<_, i64>(4)? != 0,
+                undone: row.get::<_, i64>("undone")? != 0,
             })
         },
     )
@@ -1216,46 +1216,46 @@ fn migrate(conn: &Connection) -> rusqlite::Result<()> {
 
 fn approval_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Approval, StoreError>> {
     let millis = |value: i64| value.max(0) as u64;
-    let status: String = row.get(18)?;
+    let status: String = row.get("status")?;
     let status = match ApprovalStatus::parse(&status) {
         Ok(status) => status,
         Err(error) => return Ok(Err(error)),
     };
     Ok(Ok(Approval {
-        seq: row.get(0)?,
+        seq: row.get("seq")?,
         new: NewApproval {
-            id: row.get(1)?,
-            tool: row.get(2)?,
-            args_json: row.get(3)?,
-            args_display: row.get(4)?,
-            dedup_key: row.get(5)?,
-            user: row.get(6)?,
-            agent: row.get(7)?,
-            session: row.get(8)?,
-            tool_call_id: row.get(9)?,
-            context_id: row.get(28)?,
-            risk: row.get(10)?,
-            decision_json: row.get(11)?,
-            path: row.get(12)?,
-            summary: row.get(13)?,
-            diff: row.get(14)?,
-            plan_json: row.get(15)?,
-            created_ms: millis(row.get(16)?),
-            expires_ms: millis(row.get(17)?),
+            id: row.get("id")?,
+            tool: row.get("tool")?,
+            args_json: row.get("args_json")?,
+            args_display: row.get("args_display")?,
+            dedup_key: row.get("dedup_key")?,
+            user: row.get("user")?,
+            agent: row.get("agent")?,
+            session: row.get("session")?,
+            tool_call_id: row.get("tool_call_id")?,
+            context_id: row.get("context_id")?,
+            risk: row.get("risk")?,
+            decision_json: row.get("decision_json")?,
+            path: row.get("path")?,
+            summary: row.get("summary")?,
+            diff: row.get("diff")?,
+            plan_json: row.get("plan_json")?,
+            created_ms: millis(row.get("created_ms")?),
+            expires_ms: millis(row.get("expires_ms")?),
             waiter_pid: row
-                .get::<_, Option<i64>>(25)?
+                .get::<_, Option<i64>>("waiter_pid")?
                 .and_then(|pid| u32::try_from(pid).ok()),
-            owner: row.get(27)?,
+            owner: row.get("owner")?,
         },
         status,
-        decided_by: row.get(19)?,
-        decided_user: row.get(20)?,
-        channel: row.get(21)?,
-        reason: row.get(22)?,
-        decided_ms: row.get::<_, Option<i64>>(23)?.map(millis),
-        result_json: row.get(24)?,
+        decided_by: row.get("decided_by")?,
+        decided_user: row.get("decided_user")?,
+        channel: row.get("channel")?,
+        reason: row.get("reason")?,
+        decided_ms: row.get::<_, Option<i64>>("decided_ms")?.map(millis),
+        result_json: row.get("result_json")?,
         owner_pid: row
-            .get::<_, Option<i64>>(26)?
+            .get::<_, Option<i64>>("owner_pid")?
             .and_then(|pid| u32::try_from(pid).ok()),
     }))
 }
