@@ -113,6 +113,9 @@ pub(crate) fn call(broker: Broker, args: &CallArgs) -> Result<u8, Failure> {
     {
         let (broker, waiting, interrupt) = (broker.clone(), waiting.clone(), interrupt.clone());
         ctrlc::set_handler(move || {
+            // First of all: the call, however far it got, does not report
+            // before this handler is done with it.
+            interrupt.store(CANCELLING, Ordering::SeqCst);
             let id = waiting.lock().ok().and_then(|id| id.clone());
             let Some(id) = id else {
                 // Not waiting yet, as far as this thread knows; an approval may
@@ -123,7 +126,6 @@ pub(crate) fn call(broker: Broker, args: &CallArgs) -> Result<u8, Failure> {
                 broker.flush_audit();
                 std::process::exit(130);
             };
-            interrupt.store(CANCELLING, Ordering::SeqCst);
             let outcome = if broker.cancel(&id).is_some() {
                 CANCELLED
             } else {

@@ -399,7 +399,7 @@ fn an_interrupted_waiting_call_cancels_its_approval() {
     )
     .unwrap();
     let run = finish(child.wait_with_output().unwrap());
-    assert_eq!(run.code, 130, "{}", run.stderr);
+    assert_eq!(run.code, 130, "{}{}", run.stderr, run.stdout);
     assert!(
         run.stderr.contains(&format!("interrupted: {id} cancelled")),
         "{}",
