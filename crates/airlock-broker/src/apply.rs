@@ -152,12 +152,7 @@ impl Broker {
                     .text("status", "error")
                     .text("code", code.as_str()),
             );
-            let _ = self.store.finish(
-                &approval.id,
-                ApprovalStatus::Failed,
-                &to_json(&envelope),
-                self.now_ms(),
-            );
+            self.store_result(&approval.id, ApprovalStatus::Failed, &envelope);
             envelope
         };
         let plan: ChangePlan = match serde_json::from_str(&approval.plan_json) {
@@ -308,12 +303,7 @@ impl Broker {
                 self.audited(envelope, record)
             }
         };
-        let _ = self.store.finish(
-            &approval.id,
-            ApprovalStatus::Applied,
-            &to_json(&envelope),
-            self.now_ms(),
-        );
+        self.store_result(&approval.id, ApprovalStatus::Applied, &envelope);
         envelope
     }
 
@@ -333,5 +323,17 @@ impl Broker {
             prev_hash: record.get("prev_hash")?.as_str()?.to_owned(),
             event_hash: record.get("event_hash")?.as_str()?.to_owned(),
         })
+    }
+
+    /// Stores the final envelope of `id` with its status. A failure is
+    /// logged, not dropped: the call's own answer stands, and whoever reads
+    /// the approval later gets its outcome from the row.
+    pub(crate) fn store_result(&self, id: &str, status: ApprovalStatus, envelope: &Envelope) {
+        if let Err(error) = self
+            .store
+            .finish(id, status, &to_json(envelope), self.now_ms())
+        {
+            eprintln!("airlock: the result of {id} could not be stored: {error}");
+        }
     }
 }

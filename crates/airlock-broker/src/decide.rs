@@ -9,7 +9,7 @@ use airlock_store::{Approval, ApprovalStatus, EditedPlan, StoreError, Verdict};
 use serde_json::Value;
 
 use crate::broker::Broker;
-use crate::envelopes::{approval_risk, hitl_ref, human, to_json};
+use crate::envelopes::{approval_risk, hitl_ref, human};
 use crate::error::BrokerError;
 use crate::forward;
 use crate::grants::grant_scope;
@@ -300,12 +300,7 @@ impl Broker {
             )));
             envelope.hitl = Some(hitl_ref(&decided));
             envelope.decision = Some(human(request, reason));
-            let _ = self.store.finish(
-                id,
-                ApprovalStatus::Denied,
-                &to_json(&envelope),
-                self.now_ms(),
-            );
+            self.store_result(id, ApprovalStatus::Denied, &envelope);
             return Ok(envelope);
         }
         Ok(self.settle(id))

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use crate::broker::Broker;
 use crate::envelopes::{
-    FALLBACK_ALLOW, audit_unwritable, decided_by_policy_or_grant, dedup_key, hitl_ref, to_json,
+    FALLBACK_ALLOW, audit_unwritable, decided_by_policy_or_grant, dedup_key, hitl_ref,
 };
 use crate::record::Record;
 use crate::submit::{Handling, Mode};
@@ -296,9 +296,7 @@ impl Broker {
                 },
             ),
         );
-        let _ = self
-            .store
-            .finish(&approval.id, status, &to_json(&envelope), self.now_ms());
+        self.store_result(&approval.id, status, &envelope);
         envelope
     }
 
@@ -331,12 +329,7 @@ impl Broker {
                 .text("status", "error")
                 .text("code", ErrorCode::UpstreamError.as_str()),
         );
-        let _ = self.store.finish(
-            &claimed.id,
-            ApprovalStatus::Failed,
-            &to_json(&envelope),
-            self.now_ms(),
-        );
+        self.store_result(&claimed.id, ApprovalStatus::Failed, &envelope);
         Some(envelope)
     }
 }

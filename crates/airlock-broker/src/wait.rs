@@ -6,9 +6,7 @@ use airlock_core::envelope::{DecidedBy, DecisionInfo, Envelope, ErrorReason, Sta
 use airlock_store::ApprovalStatus;
 
 use crate::broker::Broker;
-use crate::envelopes::{
-    approval_risk, failure_for, hitl_ref, settled_from_row, stored_result, to_json,
-};
+use crate::envelopes::{approval_risk, failure_for, hitl_ref, settled_from_row, stored_result};
 use crate::error::BrokerError;
 use crate::record::Record;
 
@@ -121,12 +119,7 @@ impl Broker {
                 )
                 .text("status", "denied"),
         );
-        let _ = self.store.finish(
-            id,
-            ApprovalStatus::Expired,
-            &to_json(&envelope),
-            self.now_ms(),
-        );
+        self.store_result(id, ApprovalStatus::Expired, &envelope);
         Some(envelope)
     }
 
@@ -159,12 +152,7 @@ impl Broker {
                 )
                 .text("status", "denied"),
         );
-        let _ = self.store.finish(
-            id,
-            ApprovalStatus::Cancelled,
-            &to_json(&envelope),
-            self.now_ms(),
-        );
+        self.store_result(id, ApprovalStatus::Cancelled, &envelope);
         Some(envelope)
     }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use airlock_broker::{ClientAsk, Mode};
 use airlock_core::envelope::Status;
-use airlock_core::{Principal, ToolCall};
+use airlock_core::{ErrorCode, Principal, ToolCall};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
     ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
@@ -407,7 +407,22 @@ async fn elicit(
             }
         }
     };
-    let _ = tokio::task::spawn_blocking(move || broker.decide(&id, &request)).await;
+    let decided = tokio::task::spawn_blocking(move || {
+        let decided = broker.decide(&id, &request);
+        (id, decided)
+    })
+    .await;
+    match decided {
+        // Another channel decided first, or time ran out: the call's wait
+        // reports that.
+        Ok((_, Ok(_))) => {}
+        Ok((_, Err(error)))
+            if matches!(error.code(), ErrorCode::AlreadyDecided | ErrorCode::Expired) => {}
+        Ok((id, Err(error))) => {
+            eprintln!("airlock: {id}: the client's answer was not applied: {error}");
+        }
+        Err(error) => eprintln!("airlock: deciding from the client: {error}"),
+    }
 }
 
 /// A random id (UUID v4): unguessable, never repeated by another process.
