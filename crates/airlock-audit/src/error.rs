@@ -42,16 +42,28 @@ pub enum AuditError {
     InvalidKey(String),
     /// The head store could not be read when the log was opened.
     #[error("head store: {0}")]
-    HeadStore(String),
+    HeadStore(HeadStoreError),
     /// The record is durably in the log (as `seq`), but saving the new head to the head
     /// store failed, so a truncation after this point may go unnoticed. Do not append
     /// the record again.
     #[error("event seq {seq} is in the log, but the head store failed: {reason}")]
-    HeadNotSaved { seq: u64, reason: String },
+    HeadNotSaved { seq: u64, reason: HeadStoreError },
     /// The thread writing a group of appends panicked; none of them is known to be in
     /// the log.
     #[error("the audit log writer stopped unexpectedly")]
     WriterStopped,
+}
+
+/// Why a head store could not load or save the head: the store's own
+/// error, shared by every append of the group that waited on it.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct HeadStoreError(std::sync::Arc<dyn std::error::Error + Send + Sync>);
+
+impl HeadStoreError {
+    pub fn new(error: impl std::error::Error + Send + Sync + 'static) -> HeadStoreError {
+        HeadStoreError(std::sync::Arc::new(error))
+    }
 }
 
 impl AuditError {

@@ -52,7 +52,7 @@ mod verify;
 
 pub use airlock_core::canonical::ZERO_HASH;
 pub use chain::{HMAC_PREFIX, SHA256_PREFIX};
-pub use error::AuditError;
+pub use error::{AuditError, HeadStoreError};
 pub use log::{
     Appended, AuditLog, Durability, Head, HeadStore, Recovery, SYNC_WITHIN, TORN_LINE_EVENT,
     TRUNCATED_TAIL_EVENT, TornLine, TruncatedTail,

@@ -13,10 +13,10 @@ use airlock_core::canonical::{self, ZERO_HASH};
 use rustix::fs::FlockOperation;
 use serde_json::{Map, Value};
 
-use crate::AuditError;
 use crate::chain::ChainHasher;
 use crate::tail::{self, TailState};
 use crate::time::{now_unix_ms, rfc3339_millis};
+use crate::{AuditError, HeadStoreError};
 
 /// The `event` of the record a caller appends after [`AuditLog::open`] moved a torn
 /// line aside (see [`Recovery::records`]); the log appends one itself when it finds a
@@ -42,8 +42,8 @@ pub struct Head {
 /// with several processes appending. A store that keeps the larger `seq` of what it
 /// holds and what it is given is right in every case.
 pub trait HeadStore: Send + Sync {
-    fn load_head(&self) -> Result<Option<Head>, String>;
-    fn save_head(&self, head: &Head) -> Result<(), String>;
+    fn load_head(&self) -> Result<Option<Head>, HeadStoreError>;
+    fn save_head(&self, head: &Head) -> Result<(), HeadStoreError>;
 }
 
 /// What [`AuditLog::open`] found and repaired. The caller appends

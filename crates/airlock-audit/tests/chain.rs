@@ -610,11 +610,13 @@ fn changing_a_large_integer_by_one_is_caught() {
 struct Broken;
 
 impl HeadStore for Broken {
-    fn load_head(&self) -> Result<Option<Head>, String> {
+    fn load_head(&self) -> Result<Option<Head>, airlock_audit::HeadStoreError> {
         Ok(None)
     }
-    fn save_head(&self, _: &Head) -> Result<(), String> {
-        Err("disk full".to_owned())
+    fn save_head(&self, _: &Head) -> Result<(), airlock_audit::HeadStoreError> {
+        Err(airlock_audit::HeadStoreError::new(std::io::Error::other(
+            "disk full",
+        )))
     }
 }
 

@@ -45,17 +45,17 @@ pub struct Broker {
 pub(crate) struct HeadInStore(Arc<Store>);
 
 impl airlock_audit::HeadStore for HeadInStore {
-    fn load_head(&self) -> Result<Option<airlock_audit::Head>, String> {
+    fn load_head(&self) -> Result<Option<airlock_audit::Head>, airlock_audit::HeadStoreError> {
         self.0
             .audit_head()
             .map(|head| head.map(|(seq, event_hash)| airlock_audit::Head { seq, event_hash }))
-            .map_err(|error| error.to_string())
+            .map_err(airlock_audit::HeadStoreError::new)
     }
 
-    fn save_head(&self, head: &airlock_audit::Head) -> Result<(), String> {
+    fn save_head(&self, head: &airlock_audit::Head) -> Result<(), airlock_audit::HeadStoreError> {
         self.0
             .save_audit_head(head.seq, &head.event_hash)
-            .map_err(|error| error.to_string())
+            .map_err(airlock_audit::HeadStoreError::new)
     }
 }
 

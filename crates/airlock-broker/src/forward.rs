@@ -26,7 +26,30 @@ const METHOD: &str = "mcp.call";
 /// Carries a call to an upstream MCP server and returns its `CallToolResult`
 /// (as JSON), or why it could not.
 pub trait Forwarder: Send + Sync {
-    fn forward(&self, call: &ForwardCall) -> Result<Value, String>;
+    fn forward(&self, call: &ForwardCall) -> Result<Value, ForwardError>;
+}
+
+/// Why an upstream call was not carried out (an upstream's own tool error
+/// is a result with `isError`, not this).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ForwardError {
+    #[error("no upstream named {0}")]
+    NoSuchUpstream(String),
+    #[error("upstream {0} is not running")]
+    NotRunning(String),
+    #[error("this process has no connection to the upstream")]
+    NotConnected,
+    #[error("upstream {upstream} did not answer within {seconds} s")]
+    TimedOut { upstream: String, seconds: u64 },
+    #[error("the stored call is unreadable: {0}")]
+    Unreadable(String),
+    #[error(
+        "the process forwarding this call ended before it finished; whether the upstream ran it is unknown"
+    )]
+    Interrupted,
+    /// The connection or the protocol failed; the transport's own words.
+    #[error("upstream {upstream}: {message}")]
+    Failed { upstream: String, message: String },
 }
 
 /// One upstream call: the upstream's name, the tool as the upstream names it,
@@ -243,10 +266,10 @@ impl Broker {
         }
     }
 
-    fn run_forward(&self, forward: &ForwardCall) -> Result<Value, String> {
+    fn run_forward(&self, forward: &ForwardCall) -> Result<Value, ForwardError> {
         match &self.forwarder {
             Some(forwarder) => forwarder.forward(forward),
-            None => Err("this process has no connection to the upstream".to_owned()),
+            None => Err(ForwardError::NotConnected),
         }
     }
 
@@ -266,15 +289,11 @@ impl Broker {
         let result = if recovering {
             // A process died while forwarding: whether the upstream ran the
             // call is unknown, and it is never sent twice.
-            Err(
-                "the process forwarding this call ended before it finished; \
-                 whether the upstream ran it is unknown"
-                    .to_owned(),
-            )
+            Err(ForwardError::Interrupted)
         } else {
             match serde_json::from_str::<ForwardPlan>(&approval.plan_json) {
                 Ok(plan) => self.run_forward(&plan.forward),
-                Err(error) => Err(format!("stored call is unreadable: {error}")),
+                Err(error) => Err(ForwardError::Unreadable(error.to_string())),
             }
         };
         let (mut envelope, record) = forwarded(&approval.tool, path, result, record);
@@ -340,7 +359,7 @@ impl Broker {
 fn forwarded(
     tool: &str,
     path: Option<&str>,
-    result: Result<Value, String>,
+    result: Result<Value, ForwardError>,
     record: Record,
 ) -> (Envelope, Record) {
     match result {
@@ -376,14 +395,14 @@ fn forwarded(
                 (envelope, record.text("status", "allowed"))
             }
         }
-        Err(message) => {
+        Err(error) => {
             let envelope = Envelope::failure(
                 Status::Error,
                 METHOD,
                 tool,
                 path,
                 ErrorCode::UpstreamError,
-                message,
+                error.to_string(),
             );
             let record = record
                 .text("status", "error")

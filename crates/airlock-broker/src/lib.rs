@@ -41,10 +41,10 @@ pub use clock::{Clock, ManualClock, SystemClock, clock_from_env};
 pub use decide::{AlwaysAllow, AskForm, Authority, DecideRequest};
 pub use error::BrokerError;
 pub use feed::{Cursor, FEED_POLL};
-pub use forward::{ForwardCall, Forwarder};
+pub use forward::{ForwardCall, ForwardError, Forwarder};
 pub use record::Record;
 pub use runtime::{
-    NoUpstreams, Notice, Reloader, Runtime, RuntimeOptions, UpstreamTool, Upstreams,
+    ConfigRefused, NoUpstreams, Notice, Reloader, Runtime, RuntimeOptions, UpstreamTool, Upstreams,
 };
 pub use submit::{ClientAsk, Mode, default_mode};
 pub use views::{

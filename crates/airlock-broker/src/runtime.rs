@@ -17,7 +17,7 @@ use airlock_core::{Policy, ToolAnnotations, ToolOrigin};
 use crate::broker::{Broker, Workspace};
 use crate::clock::{Clock, SystemClock};
 use crate::error::BrokerError;
-use crate::forward::Forwarder;
+use crate::forward::{ForwardError, Forwarder};
 
 /// How often the configuration file is looked at.
 const RELOAD_POLL: Duration = Duration::from_millis(300);
@@ -48,8 +48,8 @@ pub struct UpstreamTool {
 pub struct NoUpstreams;
 
 impl Forwarder for NoUpstreams {
-    fn forward(&self, call: &crate::ForwardCall) -> Result<serde_json::Value, String> {
-        Err(format!("no upstream named {}", call.upstream))
+    fn forward(&self, call: &crate::ForwardCall) -> Result<serde_json::Value, ForwardError> {
+        Err(ForwardError::NoSuchUpstream(call.upstream.clone()))
     }
 }
 
@@ -84,8 +84,15 @@ pub struct RuntimeOptions {
 }
 
 /// Reads the configuration again: `Ok(None)` when it did not change,
-/// `Ok(Some(workspace))` for a new valid one, `Err(reason)` for an invalid one.
-pub type Reloader = Box<dyn FnMut() -> Result<Option<Workspace>, String> + Send>;
+/// `Ok(Some(workspace))` for a new valid one, `Err` for one that cannot be
+/// used.
+pub type Reloader = Box<dyn FnMut() -> Result<Option<Workspace>, ConfigRefused> + Send>;
+
+/// Why a changed configuration cannot be used: its validation's words (key
+/// path and line).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigRefused(pub String);
 
 /// What the runtime tells the faces about the configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -190,7 +197,7 @@ impl Runtime {
             move |runtime| match reloader() {
                 Ok(None) => {}
                 Ok(Some(workspace)) => runtime.take(workspace),
-                Err(reason) => runtime.reject(reason),
+                Err(ConfigRefused(reason)) => runtime.reject(reason),
             },
         )
     }

@@ -7,6 +7,8 @@ use std::path::Path;
 use airlock_audit::{Head, Query};
 use airlock_core::config::Config;
 use airlock_store::{Approval, Store};
+
+use crate::error::BrokerError;
 use serde_json::{Value, json};
 
 /// An approval as the CLI (`show --json`, `pending --json`) and the HTTP API
@@ -96,7 +98,7 @@ impl AuditCheck {
 
 /// Verifies the audit log of the workspace at `root` with `config` (its key
 /// from the environment, the head kept in the store), writing nothing.
-pub fn check_audit(root: &Path, config: &Config) -> Result<AuditCheck, String> {
+pub fn check_audit(root: &Path, config: &Config) -> Result<AuditCheck, BrokerError> {
     let path = root.join(&config.audit.path);
     let database = root.join(&config.workspace.state_dir).join("airlock.db");
     if !path.exists() {
@@ -104,9 +106,7 @@ pub fn check_audit(root: &Path, config: &Config) -> Result<AuditCheck, String> {
         // the store says whether records existed (the store is only read,
         // and only when it exists).
         let stored = if database.exists() {
-            Store::open(&database)
-                .and_then(|store| store.audit_head())
-                .map_err(|error| error.to_string())?
+            Store::open(&database).and_then(|store| store.audit_head())?
         } else {
             None
         };
@@ -125,13 +125,11 @@ pub fn check_audit(root: &Path, config: &Config) -> Result<AuditCheck, String> {
         .as_deref()
         .and_then(|name| std::env::var(name).ok())
         .filter(|key| !key.is_empty());
-    let store = Store::open(&database).map_err(|error| error.to_string())?;
+    let store = Store::open(&database)?;
     let stored = store
-        .audit_head()
-        .map_err(|error| error.to_string())?
+        .audit_head()?
         .map(|(seq, event_hash)| Head { seq, event_hash });
-    let report = airlock_audit::verify(&path, key.as_deref().map(str::as_bytes), stored.as_ref())
-        .map_err(|error| error.to_string())?;
+    let report = airlock_audit::verify(&path, key.as_deref().map(str::as_bytes), stored.as_ref())?;
     let mut repairs = Vec::new();
     for event in [
         airlock_audit::TORN_LINE_EVENT,
@@ -141,7 +139,7 @@ pub fn check_audit(root: &Path, config: &Config) -> Result<AuditCheck, String> {
             event_type: Some(event.to_owned()),
             ..Query::default()
         };
-        for record in airlock_audit::query(&path, &query).map_err(|error| error.to_string())? {
+        for record in airlock_audit::query(&path, &query)? {
             let seq = record.get("seq").and_then(Value::as_u64).unwrap_or(0);
             repairs.push(format!("seq {seq}: {event}"));
         }
@@ -169,8 +167,8 @@ pub type AuditQuery = Query;
 pub fn query_audit(
     path: &Path,
     query: &Query,
-) -> Result<Vec<serde_json::Map<String, Value>>, String> {
-    airlock_audit::query(path, query).map_err(|error| error.to_string())
+) -> Result<Vec<serde_json::Map<String, Value>>, BrokerError> {
+    Ok(airlock_audit::query(path, query)?)
 }
 
 /// A grant as the CLI (`airlock grants --json`) and the API (`GET /hitl/grants`)

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use airlock_broker::RuntimeOptions;
+use airlock_broker::{ConfigRefused, RuntimeOptions};
 use airlock_core::config::UpstreamConfig;
 use airlock_mcp::{McpFace, SessionOptions};
 use anyhow::anyhow;
@@ -294,18 +294,18 @@ impl Reload {
         self.last = self.read();
     }
 
-    fn check(&mut self) -> Result<Option<airlock_broker::Workspace>, String> {
+    fn check(&mut self) -> Result<Option<airlock_broker::Workspace>, ConfigRefused> {
         let now = self.read();
         if now == self.last {
             return Ok(None);
         }
         self.last = now;
         let workspace = Workspace::load(&self.global, false)
-            .map_err(|failure| format!("{:#}", failure.error))?;
+            .map_err(|failure| ConfigRefused(format!("{:#}", failure.error)))?;
         let workspace = match &self.wrapped {
             Some(upstream) => workspace
                 .with_upstream(upstream.clone())
-                .map_err(|failure| format!("{:#}", failure.error))?,
+                .map_err(|failure| ConfigRefused(format!("{:#}", failure.error)))?,
             None => workspace,
         };
         Ok(Some(airlock_broker::Workspace {

@@ -627,11 +627,7 @@ async fn audit_query(
             let records: Vec<Map<String, Value>> = records.drain(skip..).collect();
             axum::Json(json!({"records": records})).into_response()
         }
-        Ok(Err(message)) => failure(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            ErrorCode::IoError,
-            message,
-        ),
+        Ok(Err(error)) => broker_failure(&error),
         Err(refused) => refused,
     }
 }
@@ -661,11 +657,7 @@ async fn audit_verify(State(api): State<Api>, caller: Option<axum::Extension<Cal
     .await;
     match joined(checked) {
         Ok(Ok(check)) => axum::Json(check.to_json()).into_response(),
-        Ok(Err(message)) => failure(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            ErrorCode::IoError,
-            message,
-        ),
+        Ok(Err(error)) => broker_failure(&error),
         Err(refused) => refused,
     }
 }

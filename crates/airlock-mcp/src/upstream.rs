@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use airlock_broker::{ForwardCall, Forwarder};
+use airlock_broker::{ForwardCall, ForwardError, Forwarder};
 use airlock_core::config::UpstreamConfig;
 use rmcp::model::{CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, Tool};
 use rmcp::service::{NotificationContext, RunningService, ServiceError};
@@ -201,25 +201,33 @@ impl Upstream {
         }
     }
 
-    pub(crate) async fn call(&self, tool: &str, args: &Value) -> Result<Value, String> {
+    pub(crate) async fn call(&self, tool: &str, args: &Value) -> Result<Value, ForwardError> {
         let name = &self.config.name;
         let guard = self.client.read().await;
         let Some(client) = guard
             .as_ref()
             .filter(|client| !client.is_closed() && !client.peer().is_transport_closed())
         else {
-            return Err(format!("upstream {name} is not running"));
+            return Err(ForwardError::NotRunning(name.clone()));
         };
         let generation = self.generation.load(Ordering::Relaxed);
         let mut params = CallToolRequestParams::new(tool.to_owned());
         params.arguments = match args {
             Value::Object(map) => Some(map.clone()),
             Value::Null => None,
-            _ => return Err("arguments must be an object".to_owned()),
+            _ => {
+                return Err(ForwardError::Failed {
+                    upstream: name.clone(),
+                    message: "arguments must be an object".to_owned(),
+                });
+            }
         };
         let outcome = tokio::time::timeout(CALL_TIMEOUT, client.peer().call_tool(params)).await;
         match outcome {
-            Ok(Ok(result)) => serde_json::to_value(result).map_err(|error| error.to_string()),
+            Ok(Ok(result)) => serde_json::to_value(result).map_err(|error| ForwardError::Failed {
+                upstream: name.clone(),
+                message: error.to_string(),
+            }),
             Ok(Err(error)) => {
                 if self.config.url.is_some()
                     && matches!(
@@ -237,12 +245,15 @@ impl Upstream {
                         drop(slot.take());
                     }
                 }
-                Err(format!("upstream {name}: {error}"))
+                Err(ForwardError::Failed {
+                    upstream: name.clone(),
+                    message: error.to_string(),
+                })
             }
-            Err(_) => Err(format!(
-                "upstream {name} did not answer within {} s",
-                CALL_TIMEOUT.as_secs()
-            )),
+            Err(_) => Err(ForwardError::TimedOut {
+                upstream: name.clone(),
+                seconds: CALL_TIMEOUT.as_secs(),
+            }),
         }
     }
 
@@ -341,9 +352,9 @@ pub(crate) struct UpstreamPool {
 }
 
 impl Forwarder for UpstreamPool {
-    fn forward(&self, call: &ForwardCall) -> Result<Value, String> {
+    fn forward(&self, call: &ForwardCall) -> Result<Value, ForwardError> {
         let Some(upstream) = self.upstreams.get(&call.upstream) else {
-            return Err(format!("no upstream named {}", call.upstream));
+            return Err(ForwardError::NoSuchUpstream(call.upstream.clone()));
         };
         self.runtime
             .block_on(async { upstream.call(&call.tool, &call.args).await })

@@ -6,7 +6,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use airlock_audit::{Head, HeadStore};
+use airlock_audit::{Head, HeadStore, HeadStoreError};
 use serde_json::{Map, Value};
 
 /// A head store in memory that, like airlock-store's, only moves forward.
@@ -24,11 +24,11 @@ impl MemoryHeadStore {
 }
 
 impl HeadStore for MemoryHeadStore {
-    fn load_head(&self) -> Result<Option<Head>, String> {
+    fn load_head(&self) -> Result<Option<Head>, HeadStoreError> {
         Ok(self.head())
     }
 
-    fn save_head(&self, head: &Head) -> Result<(), String> {
+    fn save_head(&self, head: &Head) -> Result<(), HeadStoreError> {
         let mut stored = self.0.lock().unwrap();
         if stored.as_ref().is_none_or(|stored| head.seq > stored.seq) {
             *stored = Some(head.clone());
@@ -42,25 +42,25 @@ impl HeadStore for MemoryHeadStore {
 pub struct FileHeadStore(pub PathBuf);
 
 impl HeadStore for FileHeadStore {
-    fn load_head(&self) -> Result<Option<Head>, String> {
+    fn load_head(&self) -> Result<Option<Head>, HeadStoreError> {
         match fs::read_to_string(&self.0) {
             Ok(text) => {
-                let (seq, hash) = text.split_once(' ').ok_or("bad head file")?;
+                let (seq, hash) = text.split_once(' ').ok_or_else(|| bad("bad head file"))?;
                 Ok(Some(Head {
-                    seq: seq.parse().map_err(|_| "bad seq")?,
+                    seq: seq.parse().map_err(|_| bad("bad seq"))?,
                     event_hash: hash.to_owned(),
                 }))
             }
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(error) => Err(error.to_string()),
+            Err(error) => Err(HeadStoreError::new(error)),
         }
     }
 
-    fn save_head(&self, head: &Head) -> Result<(), String> {
+    fn save_head(&self, head: &Head) -> Result<(), HeadStoreError> {
         let temporary = self.0.with_extension("tmp");
         fs::write(&temporary, format!("{} {}", head.seq, head.event_hash))
             .and_then(|()| fs::rename(&temporary, &self.0))
-            .map_err(|error| error.to_string())
+            .map_err(HeadStoreError::new)
     }
 }
 
@@ -95,4 +95,8 @@ pub fn records(path: &Path) -> Vec<Map<String, Value>> {
         .iter()
         .map(|line| serde_json::from_str(line).unwrap())
         .collect()
+}
+
+fn bad(what: &str) -> HeadStoreError {
+    HeadStoreError::new(std::io::Error::other(what.to_owned()))
 }
