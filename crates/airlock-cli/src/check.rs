@@ -100,7 +100,7 @@ impl CallSpec {
         call.profile = self.profile.clone();
         if let Some(context_id) = &self.context_id {
             airlock_core::call::check_context_id(context_id)
-                .map_err(|message| Failure::usage(anyhow!("--context: {message}")))?;
+                .map_err(|error| Failure::usage(anyhow!("--context: {error}")))?;
             call.context_id = Some(context_id.clone());
         }
         Ok(call)

@@ -131,23 +131,31 @@ pub const MAX_CONTEXT_ID_BYTES: usize = 256;
 /// Checks a caller's `context_id`: at most [`MAX_CONTEXT_ID_BYTES`] bytes, not
 /// empty, no control or direction-changing characters (it is shown and recorded
 /// as given; see [`crate::display::is_unsafe`]).
-pub fn check_context_id(context_id: &str) -> Result<(), String> {
+pub fn check_context_id(context_id: &str) -> Result<(), ContextIdError> {
     if context_id.is_empty() {
-        return Err("context_id must not be empty".to_owned());
+        return Err(ContextIdError::Empty);
     }
     if context_id.len() > MAX_CONTEXT_ID_BYTES {
-        return Err(format!(
-            "context_id is {} bytes, over the limit of {MAX_CONTEXT_ID_BYTES}",
-            context_id.len()
-        ));
+        return Err(ContextIdError::TooLong {
+            bytes: context_id.len(),
+        });
     }
     if context_id
         .chars()
         .any(|c| c.is_control() || crate::display::is_unsafe(c))
     {
-        return Err(
-            "context_id must not contain control or direction-changing characters".to_owned(),
-        );
+        return Err(ContextIdError::Unsafe);
     }
     Ok(())
+}
+
+/// Why a `context_id` is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ContextIdError {
+    #[error("context_id must not be empty")]
+    Empty,
+    #[error("context_id is {bytes} bytes, over the limit of {MAX_CONTEXT_ID_BYTES}")]
+    TooLong { bytes: usize },
+    #[error("context_id must not contain control or direction-changing characters")]
+    Unsafe,
 }

@@ -78,12 +78,11 @@ impl Listener {
         public_url: Option<&str>,
         allowed_hosts: &[String],
         allowed_origins: &[String],
-    ) -> Result<Listener, String> {
+    ) -> Result<Listener, OriginError> {
         let public = match public_url {
-            Some(url) => Some(
-                origin_of_url(url)
-                    .ok_or_else(|| format!("`{url}` is not an http:// or https:// url"))?,
-            ),
+            Some(url) => {
+                Some(origin_of_url(url).ok_or_else(|| OriginError::NotAnHttpUrl(url.to_owned()))?)
+            }
             None => None,
         };
         let allowed_hosts = allowed_hosts
@@ -163,17 +162,25 @@ impl Listener {
 
 /// An `http.allowed_hosts` entry: `name`, `name:port`, an address, or
 /// `[v6]:port`.
-pub fn parse_allowed_host(entry: &str) -> Result<Authority, String> {
-    parse_authority(entry)
-        .ok_or_else(|| format!("`{entry}` is not a host name or address, optionally with :port"))
+pub fn parse_allowed_host(entry: &str) -> Result<Authority, OriginError> {
+    parse_authority(entry).ok_or_else(|| OriginError::NotAHost(entry.to_owned()))
+}
+
+/// Why a listener's name, URL or origin entry does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OriginError {
+    #[error("`{0}` is not an http:// or https:// url")]
+    NotAnHttpUrl(String),
+    #[error("`{0}` is not a host name or address, optionally with :port")]
+    NotAHost(String),
+    #[error("`{0}` is not an origin (http://host[:port] or https://host[:port])")]
+    NotAnOrigin(String),
 }
 
 /// An `http.allowed_origins` entry: `scheme://host[:port]`, http or https,
 /// nothing after the authority.
-pub fn parse_allowed_origin(entry: &str) -> Result<Origin, String> {
-    parse_origin(entry).ok_or_else(|| {
-        format!("`{entry}` is not an origin (http://host[:port] or https://host[:port])")
-    })
+pub fn parse_allowed_origin(entry: &str) -> Result<Origin, OriginError> {
+    parse_origin(entry).ok_or_else(|| OriginError::NotAnOrigin(entry.to_owned()))
 }
 
 /// Parses a `Host` header value or an authority: `host[:port]`, `[v6][:port]`.

@@ -43,12 +43,17 @@ impl fmt::Display for Risk {
 }
 
 impl FromStr for Risk {
-    type Err = String;
+    type Err = UnknownRisk;
 
-    fn from_str(text: &str) -> Result<Risk, String> {
+    fn from_str(text: &str) -> Result<Risk, UnknownRisk> {
         Risk::ALL
             .into_iter()
             .find(|risk| risk.as_str() == text)
-            .ok_or_else(|| format!("unknown risk `{text}`, expected low, medium, high or critical"))
+            .ok_or_else(|| UnknownRisk(text.to_owned()))
     }
 }
+
+/// A risk name that is none of the four.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown risk `{0}`, expected low, medium, high or critical")]
+pub struct UnknownRisk(pub String);

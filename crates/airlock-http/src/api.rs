@@ -263,12 +263,16 @@ async fn tools_call(
         Ok(body) => body,
         Err(refused) => return refused,
     };
-    if let Some(Err(message)) = body
+    if let Some(Err(error)) = body
         .context_id
         .as_deref()
         .map(airlock_core::call::check_context_id)
     {
-        return failure(StatusCode::BAD_REQUEST, ErrorCode::InvalidInput, message);
+        return failure(
+            StatusCode::BAD_REQUEST,
+            ErrorCode::InvalidInput,
+            error.to_string(),
+        );
     }
     let (tool, origin) = api.runtime.resolve(&body.tool);
     let call = ToolCall {

@@ -30,7 +30,7 @@ pub(crate) struct Site {
 }
 
 impl Site {
-    fn listener(&self) -> Result<Listener, String> {
+    fn listener(&self) -> Result<Listener, airlock_core::origin::OriginError> {
         let broker = self.runtime.broker();
         let http = &broker.config().http;
         Listener::new(

@@ -195,7 +195,7 @@ impl Session {
             None | Some(Value::Null) => None,
             Some(Value::String(id)) => {
                 airlock_core::call::check_context_id(id)
-                    .map_err(|message| ErrorData::invalid_params(message, None))?;
+                    .map_err(|error| ErrorData::invalid_params(error.to_string(), None))?;
                 Some(id.clone())
             }
             Some(_) => {

@@ -484,14 +484,22 @@ fn validate(config: &Config) -> Vec<ConfigIssue> {
     }
     for (i, host) in config.http.allowed_hosts.iter().enumerate() {
         if let Err(message) = crate::origin::parse_allowed_host(host) {
-            check(false, &format!("http.allowed_hosts[{i}]"), &message);
+            check(
+                false,
+                &format!("http.allowed_hosts[{i}]"),
+                &message.to_string(),
+            );
         }
     }
     for (i, origin) in config.http.allowed_origins.iter().enumerate() {
         if origin != "null"
             && let Err(message) = crate::origin::parse_allowed_origin(origin)
         {
-            check(false, &format!("http.allowed_origins[{i}]"), &message);
+            check(
+                false,
+                &format!("http.allowed_origins[{i}]"),
+                &message.to_string(),
+            );
         }
     }
     check(
