@@ -22,10 +22,11 @@ const MAX_DEPTH: usize = 128;
 const CHAIN_FIELDS: [&str; 3] = ["seq", "prev_hash", "event_hash"];
 
 /// Why a line has no canonical text.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum LineError {
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LineError {
     /// The line is not the JSON text of an object (as serde_json reads JSON: a number
     /// beyond the range of a double is an error too).
+    #[error("{0}")]
     Json(String),
 }
 

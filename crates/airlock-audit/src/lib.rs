@@ -51,6 +51,7 @@ mod time;
 mod verify;
 
 pub use airlock_core::canonical::ZERO_HASH;
+pub use canonical_line::LineError;
 pub use chain::{HMAC_PREFIX, SHA256_PREFIX};
 pub use error::{AuditError, HeadStoreError};
 pub use log::{
@@ -66,10 +67,8 @@ pub use verify::{Problem, ProblemKind, VerifyReport, verify};
 /// [`verify`] reads it (numbers no double holds exactly keep their text, see
 /// [`airlock_core::canonical`]). For tools that check a chain on their own, and for
 /// fuzzing the reader against the writer.
-pub fn canonical_record_text(line: &[u8]) -> Result<Vec<u8>, String> {
+pub fn canonical_record_text(line: &[u8]) -> Result<Vec<u8>, LineError> {
     let mut out = Vec::with_capacity(line.len());
-    canonical_line::LineCanonicalizer::new()
-        .canonicalize(line, &mut out)
-        .map_err(|canonical_line::LineError::Json(reason)| reason)?;
+    canonical_line::LineCanonicalizer::new().canonicalize(line, &mut out)?;
     Ok(out)
 }
