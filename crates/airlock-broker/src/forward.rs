@@ -9,14 +9,13 @@
 
 use airlock_core::envelope::{DecidedBy, DecisionInfo, Envelope, HitlInfo, Status};
 use airlock_core::{Decision, Disposition, ErrorCode, ToolCall, ToolOrigin};
-use airlock_store::{Approval, ApprovalStatus, Created, Limits, NewApproval};
+use airlock_store::{Approval, ApprovalStatus, Created};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::broker::Broker;
-use crate::envelopes::{
-    FALLBACK_ALLOW, audit_unwritable, decided_by_policy_or_grant, dedup_key, hitl_ref,
-};
+use crate::envelopes::{FALLBACK_ALLOW, audit_unwritable, decided_by_policy_or_grant, hitl_ref};
+use crate::propose::Shown;
 use crate::record::Record;
 use crate::submit::{Handling, Mode};
 
@@ -166,37 +165,22 @@ impl Broker {
         }
 
         let redacted = airlock_core::redact::redact_params(&call.args);
-        let new = NewApproval {
-            id: format!("hitl-{}", uuid::Uuid::new_v4()),
-            tool: call.tool.clone(),
-            args_json: call.args.to_string(),
-            args_display: redacted.to_string(),
-            dedup_key: dedup_key(call),
-            user: call.principal.user.clone(),
-            agent: call.principal.agent.clone(),
-            owner: Some(call.principal.owner_key()),
-            session: call.session.clone(),
-            tool_call_id: call.tool_call_id.clone(),
-            context_id: call.context_id.clone(),
-            risk: decision.risk.as_str().to_owned(),
-            decision_json: serde_json::to_string(decision).unwrap_or_default(),
-            path: path.map(str::to_owned),
-            summary: format!("CALL {}", call.tool),
-            diff: serde_json::to_string_pretty(&redacted).unwrap_or_default(),
-            plan_json: serde_json::to_string(&ForwardPlan { forward }).unwrap_or_default(),
-            created_ms: now,
-            expires_ms: now.saturating_add(
-                self.ttl_seconds(true, handling, decision)
-                    .saturating_mul(1000),
-            ),
+        let new = self.new_approval(
+            call,
+            decision,
+            Shown {
+                path: path.map(str::to_owned),
+                summary: format!("CALL {}", call.tool),
+                diff: serde_json::to_string_pretty(&redacted).unwrap_or_default(),
+                plan_json: serde_json::to_string(&ForwardPlan { forward }).unwrap_or_default(),
+            },
+            now,
+            self.ttl_seconds(true, handling, decision),
             // Only this process can forward it: it holds the approval, and if
             // it goes away the approval is cancelled.
-            waiter_pid: Some(std::process::id()),
-        };
-        let limits = Limits {
-            max_pending: self.config.security.hitl.max_pending,
-            max_pending_per_session: self.config.security.hitl.max_pending_per_session,
-        };
+            Some(std::process::id()),
+        );
+        let limits = self.pending_limits();
         let (approval, deduplicated) = match self.store.create_approval(&new, limits) {
             Ok(Created::New(approval)) => (approval, false),
             Ok(Created::Existing(approval)) => (approval, true),

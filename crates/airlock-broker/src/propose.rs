@@ -24,7 +24,59 @@ pub(crate) enum Planned {
     DryRun(ChangePlan),
 }
 
+/// What an approval shows a human, and the plan it applies.
+pub(crate) struct Shown {
+    pub path: Option<String>,
+    pub summary: String,
+    pub diff: String,
+    pub plan_json: String,
+}
+
 impl Broker {
+    /// The approval of `call` as `decision` made it ask, built-in or
+    /// upstream alike: who made it, its key for identical calls, its
+    /// redacted arguments, and how long it lives.
+    pub(crate) fn new_approval(
+        &self,
+        call: &ToolCall,
+        decision: &Decision,
+        shown: Shown,
+        now: u64,
+        ttl_seconds: u64,
+        waiter_pid: Option<u32>,
+    ) -> NewApproval {
+        NewApproval {
+            id: format!("hitl-{}", uuid::Uuid::new_v4()),
+            tool: call.tool.clone(),
+            args_json: call.args.to_string(),
+            args_display: airlock_core::redact::redact_params(&call.args).to_string(),
+            dedup_key: dedup_key(call),
+            user: call.principal.user.clone(),
+            agent: call.principal.agent.clone(),
+            owner: Some(call.principal.owner_key()),
+            session: call.session.clone(),
+            tool_call_id: call.tool_call_id.clone(),
+            context_id: call.context_id.clone(),
+            risk: decision.risk.as_str().to_owned(),
+            decision_json: serde_json::to_string(decision).unwrap_or_default(),
+            path: shown.path,
+            summary: shown.summary,
+            diff: shown.diff,
+            plan_json: shown.plan_json,
+            created_ms: now,
+            expires_ms: now.saturating_add(ttl_seconds.saturating_mul(1000)),
+            waiter_pid,
+        }
+    }
+
+    /// The configured limits on pending approvals.
+    pub(crate) fn pending_limits(&self) -> Limits {
+        Limits {
+            max_pending: self.config.security.hitl.max_pending,
+            max_pending_per_session: self.config.security.hitl.max_pending_per_session,
+        }
+    }
+
     /// The plan of a write-class call, without side effects.
     pub(crate) fn plan(&self, call: &ToolCall) -> Result<Planned, FsError> {
         let sandbox = &self.sandbox;
@@ -205,36 +257,23 @@ impl Broker {
             }
         };
 
-        let ttl_seconds = self.ttl_seconds(asks, handling, decision);
-        let new = NewApproval {
-            id: format!("hitl-{}", uuid::Uuid::new_v4()),
-            tool: call.tool.clone(),
-            args_json: call.args.to_string(),
-            args_display: airlock_core::redact::redact_params(&call.args).to_string(),
-            dedup_key: dedup_key(call),
-            user: call.principal.user.clone(),
-            agent: call.principal.agent.clone(),
-            owner: Some(call.principal.owner_key()),
-            session: call.session.clone(),
-            tool_call_id: call.tool_call_id.clone(),
-            context_id: call.context_id.clone(),
-            risk: decision.risk.as_str().to_owned(),
-            decision_json: serde_json::to_string(decision).unwrap_or_default(),
-            path: plan.primary_path().map(str::to_owned),
-            summary: plan.summary.clone(),
-            diff: plan.diff.clone(),
-            plan_json: serde_json::to_string(&plan).unwrap_or_default(),
-            created_ms: now,
-            expires_ms: now.saturating_add(ttl_seconds.saturating_mul(1000)),
-            waiter_pid: (asks && handling == Handling::Wait).then(std::process::id),
-        };
+        let new = self.new_approval(
+            call,
+            decision,
+            Shown {
+                path: plan.primary_path().map(str::to_owned),
+                summary: plan.summary.clone(),
+                diff: plan.diff.clone(),
+                plan_json: serde_json::to_string(&plan).unwrap_or_default(),
+            },
+            now,
+            self.ttl_seconds(asks, handling, decision),
+            (asks && handling == Handling::Wait).then(std::process::id),
+        );
         // Writes the policy allows are recorded too (so they can be undone), but
         // never count against the pending limits.
         let limits = if asks {
-            Limits {
-                max_pending: self.config.security.hitl.max_pending,
-                max_pending_per_session: self.config.security.hitl.max_pending_per_session,
-            }
+            self.pending_limits()
         } else {
             Limits {
                 max_pending: u64::MAX,

@@ -273,42 +273,26 @@ impl Runtime {
 /// once they are approved elsewhere: woken by the feed and by the next
 /// deadline, on a thread of its own while the runtime lives.
 fn sweep(runtime: Weak<Runtime>) -> Result<(), BrokerError> {
-    std::thread::Builder::new()
-        .name("airlock-sweep".to_owned())
-        .spawn(move || {
-            loop {
-                let Some(broker) = runtime
-                    .upgrade()
-                    .filter(|runtime| !runtime.stopped.load(Ordering::Relaxed))
-                    .map(|runtime| runtime.broker())
-                else {
-                    return;
-                };
-                let Ok(cursor) = broker.cursor() else {
-                    std::thread::sleep(crate::FEED_POLL);
-                    continue;
-                };
-                if let Err(error) = broker.expire_overdue() {
-                    eprintln!("airlock: expiring approvals: {error}");
-                }
-                broker.apply_held_forwards();
-                // A deadline already past (an approval that could not be
-                // expired) would spin: look again after the usual pause.
-                let next = broker
-                    .next_expiry()
-                    .ok()
-                    .flatten()
-                    .filter(|at| *at > broker.now_ms());
-                broker.park(cursor, next);
-            }
-        })
-        .map(|_| ())
-        .map_err(|error| {
-            BrokerError::refused(
-                airlock_core::ErrorCode::IoError,
-                format!("cannot start a thread: {error}"),
-            )
-        })
+    // No pause between steps: each parks on the feed until there is work.
+    spawn_loop("airlock-sweep", Duration::ZERO, runtime, |runtime| {
+        let broker = runtime.broker();
+        let Ok(cursor) = broker.cursor() else {
+            std::thread::sleep(crate::FEED_POLL);
+            return;
+        };
+        if let Err(error) = broker.expire_overdue() {
+            eprintln!("airlock: expiring approvals: {error}");
+        }
+        broker.apply_held_forwards();
+        // A deadline already past (an approval that could not be expired)
+        // would spin: look again after the usual pause.
+        let next = broker
+            .next_expiry()
+            .ok()
+            .flatten()
+            .filter(|at| *at > broker.now_ms());
+        broker.park(cursor, next);
+    })
 }
 
 /// Runs `step` every `every` on a thread of its own while the runtime lives

@@ -4,6 +4,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -41,12 +43,7 @@ impl Ws {
 
     /// Moves the clock of every process of this workspace `ms` forward.
     fn advance(&self, ms: u64) {
-        let file = self.clock.path().join("offset");
-        let now: u64 = std::fs::read_to_string(&file)
-            .ok()
-            .and_then(|text| text.trim().parse().ok())
-            .unwrap_or(0);
-        std::fs::write(&file, (now + ms).to_string()).unwrap();
+        support::advance_clock(&self.clock.path().join("offset"), ms);
     }
 
     fn path(&self, rel: &str) -> PathBuf {

@@ -4,6 +4,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
@@ -102,12 +104,7 @@ impl Server {
 
     /// Moves the server's clock `ms` forward.
     fn advance(&self, ms: u64) {
-        let file = self.clock.path().join("offset");
-        let now: u64 = std::fs::read_to_string(&file)
-            .ok()
-            .and_then(|text| text.trim().parse().ok())
-            .unwrap_or(0);
-        std::fs::write(&file, (now + ms).to_string()).unwrap();
+        support::advance_clock(&self.clock.path().join("offset"), ms);
     }
 
     fn path(&self, rel: &str) -> std::path::PathBuf {

@@ -2,6 +2,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::fs::File;
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
@@ -96,13 +98,7 @@ fn clock_file(dir: &std::path::Path) -> std::path::PathBuf {
 
 /// Moves the clock of the processes of workspace `dir` `ms` forward.
 fn advance(dir: &std::path::Path, ms: u64) {
-    let file = clock_file(dir);
-    let now: u64 = std::fs::read_to_string(&file)
-        .ok()
-        .and_then(|text| text.trim().parse().ok())
-        .unwrap_or(0);
-    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
-    std::fs::write(&file, (now + ms).to_string()).unwrap();
+    support::advance_clock(&clock_file(dir), ms);
 }
 
 fn airlock(dir: &std::path::Path, args: &[&str]) -> Value {

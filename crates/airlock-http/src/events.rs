@@ -84,8 +84,14 @@ impl Events {
     /// Readers of `runtime`'s feed, woken by the changes of this process.
     pub(crate) fn new(runtime: Arc<Runtime>) -> Events {
         let wake = Arc::new(Notify::new());
-        let woken = wake.clone();
-        airlock_store_notifier().listen(move || woken.notify_waiters());
+        let woken = Arc::downgrade(&wake);
+        airlock_broker::Notifier::get().listen(move || match woken.upgrade() {
+            Some(wake) => {
+                wake.notify_waiters();
+                true
+            }
+            None => false,
+        });
         Events { runtime, wake }
     }
 
@@ -163,11 +169,6 @@ impl Events {
         });
         Sse::new(stream).keep_alive(KeepAlive::default())
     }
-}
-
-/// The notifier of this process's store.
-fn airlock_store_notifier() -> &'static airlock_broker::Notifier {
-    airlock_broker::Notifier::get()
 }
 
 /// `event` as the faces show it, with its approval as it is now.

@@ -154,7 +154,7 @@ pub(crate) fn write_event(conn: &Connection, event: NewEvent<'_>) -> rusqlite::R
 pub struct Notifier {
     generation: Mutex<u64>,
     changed: Condvar,
-    listeners: Mutex<Vec<Box<dyn Fn() + Send + Sync>>>,
+    listeners: Mutex<Vec<Box<dyn Fn() -> bool + Send + Sync>>>,
 }
 
 impl Notifier {
@@ -179,10 +179,8 @@ impl Notifier {
             *generation = generation.wrapping_add(1);
         }
         self.changed.notify_all();
-        if let Ok(listeners) = self.listeners.lock() {
-            for listener in listeners.iter() {
-                listener();
-            }
+        if let Ok(mut listeners) = self.listeners.lock() {
+            listeners.retain(|listener| listener());
         }
     }
 
@@ -202,9 +200,10 @@ impl Notifier {
         }
     }
 
-    /// Calls `listener` after every change from now on (for readers that
-    /// cannot block a thread: it should only wake them).
-    pub fn listen(&self, listener: impl Fn() + Send + Sync + 'static) {
+    /// Calls `listener` after every change from now on, until it returns
+    /// `false` (its reader is gone). For readers that cannot block a thread:
+    /// it should only wake them.
+    pub fn listen(&self, listener: impl Fn() -> bool + Send + Sync + 'static) {
         if let Ok(mut listeners) = self.listeners.lock() {
             listeners.push(Box::new(listener));
         }
