@@ -72,7 +72,7 @@ fn main() {
                     always: None,
                     authority: airlock_broker::Authority::Terminal,
                     user: "bench".into(),
-                    channel: "terminal".into(),
+                    channel: airlock_core::Channel::Terminal,
                     content: None,
                 },
             )

@@ -4,14 +4,14 @@
 
 use airlock_core::ErrorCode;
 use airlock_core::envelope::{DecisionInfo, Envelope, ErrorReason, Status};
-use airlock_fs::{ChangePlan, CommitOptions};
+use airlock_core::{ChangePlan, Plan};
+use airlock_fs::CommitOptions;
 use airlock_store::{Approval, ApprovalStatus, Snapshot, SnapshotFile};
 use serde_json::{Value, json};
 
 use crate::broker::Broker;
-use crate::envelopes::{approval_risk, decided_by, failure_for, failure_status, hitl_ref, to_json};
+use crate::envelopes::{approval_risk, decision_info, failure_for, failure_status, hitl_ref};
 use crate::error::BrokerError;
-use crate::forward;
 use crate::record::Record;
 use crate::wait::process_alive;
 
@@ -31,19 +31,14 @@ impl Broker {
         // are finished first: then the files say whether an apply happened.
         self.recover_journals()?;
         for (orphan, owner) in self.store.orphaned(&process_alive)? {
-            if forward::is_forward(&orphan) && orphan.waiter_pid.is_some_and(process_alive) {
+            if orphan.plan.is_upstream() && orphan.waiter_pid.is_some_and(process_alive) {
                 // Its holder is alive and will carry it out.
                 continue;
             }
             let Some(approval) = self.store.take_over(&orphan.id, owner)? else {
                 continue;
             };
-            let decision = DecisionInfo {
-                by: decided_by(approval.decided_by.as_deref()),
-                user: approval.decided_user.clone(),
-                channel: approval.channel.clone(),
-                reason: approval.reason.clone(),
-            };
+            let decision = decision_info(&approval);
             match approval.status {
                 ApprovalStatus::Approved => {
                     self.settle(&approval.id);
@@ -107,12 +102,7 @@ impl Broker {
         }
         match self.store.claim_apply(id) {
             Ok(Some(approval)) => {
-                let decision = DecisionInfo {
-                    by: decided_by(approval.decided_by.as_deref()),
-                    user: approval.decided_user.clone(),
-                    channel: approval.channel.clone(),
-                    reason: approval.reason.clone(),
-                };
+                let decision = decision_info(&approval);
                 self.commit_claimed(&approval, decision, false)
             }
             Ok(None) => self.wait(id),
@@ -127,9 +117,12 @@ impl Broker {
         decision: DecisionInfo,
         recovering: bool,
     ) -> Envelope {
-        if forward::is_forward(approval) {
-            return self.commit_forward(approval, decision, recovering);
-        }
+        let plan = match &approval.plan {
+            Plan::Upstream(call) => {
+                return self.commit_forward(approval, call, decision, recovering);
+            }
+            plan => plan.change(),
+        };
         let path = approval.path.as_deref();
         let fail = |code: ErrorCode, message: String| {
             let reason = ErrorReason::of_tool_refusal(code, &message, approval_risk(approval));
@@ -155,14 +148,11 @@ impl Broker {
             self.store_result(&approval.id, ApprovalStatus::Failed, &envelope);
             envelope
         };
-        let plan: ChangePlan = match serde_json::from_str(&approval.plan_json) {
-            Ok(plan) => plan,
-            Err(error) => {
-                return fail(
-                    ErrorCode::IoError,
-                    format!("stored plan is unreadable: {error}"),
-                );
-            }
+        let Some(plan) = plan else {
+            return fail(
+                ErrorCode::IoError,
+                "the stored plan is not a change to files".to_owned(),
+            );
         };
         // An earlier apply interrupted after its commit point is finished (and
         // audited) before this one compares hashes.
@@ -182,13 +172,13 @@ impl Broker {
         if recovering {
             // A crash may have come after the renames: if every file already holds
             // its new content, the apply happened.
-            if let Ok(true) = airlock_fs::already_applied(&self.sandbox, &plan) {
-                let files = hashes(&plan);
+            if let Ok(true) = airlock_fs::already_applied(&self.sandbox, plan) {
+                let files = hashes(plan);
                 return self.applied(approval, &plan, files, decision, true);
             }
         }
         // Keep the before-content first, so undo survives a crash after the write.
-        let before = match airlock_fs::snapshot(&self.sandbox, &plan) {
+        let before = match airlock_fs::snapshot(&self.sandbox, plan) {
             Ok(before) => before,
             Err(error) => return fail(error.code(), error.to_string()),
         };
@@ -217,7 +207,7 @@ impl Broker {
             label: Some(&label),
             interrupt_after: None,
         };
-        match airlock_fs::commit(&self.sandbox, &plan, options) {
+        match airlock_fs::commit(&self.sandbox, plan, options) {
             Ok(done) => {
                 let files = done
                     .into_iter()
@@ -227,7 +217,7 @@ impl Broker {
                         after_hash: file.after_hash,
                     })
                     .collect();
-                self.applied(approval, &plan, files, decision, recovering)
+                self.applied(approval, plan, files, decision, recovering)
             }
             Err(error) => fail(error.code(), error.to_string()),
         }
@@ -269,19 +259,18 @@ impl Broker {
             .text("decision", "approve")
             .text("decided_by", decision.by.as_str())
             .value("user", decision.user.clone().map(Value::String))
-            .value("channel", decision.channel.clone().map(Value::String))
+            .value(
+                "channel",
+                decision
+                    .channel
+                    .map(|channel| Value::from(channel.as_str())),
+            )
             .flag("created", plan.creates_only())
             .value("before_hash", before_hash.map(Value::String))
             .value("after_hash", after_hash.map(Value::String))
             .value("files", (files.len() > 1).then(|| json!(files)))
             .text("patch_hash", &plan.patch_hash)
-            .value(
-                "edited",
-                plan.report
-                    .get("edited")
-                    .filter(|edited| edited.as_bool() == Some(true))
-                    .cloned(),
-            )
+            .value("edited", plan.is_edited().then_some(Value::Bool(true)))
             .text("status", "allowed");
         envelope.decision = Some(decision);
         // A crash after the record was written but before the row was settled
@@ -329,10 +318,7 @@ impl Broker {
     /// logged, not dropped: the call's own answer stands, and whoever reads
     /// the approval later gets its outcome from the row.
     pub(crate) fn store_result(&self, id: &str, status: ApprovalStatus, envelope: &Envelope) {
-        if let Err(error) = self
-            .store
-            .finish(id, status, &to_json(envelope), self.now_ms())
-        {
+        if let Err(error) = self.store.finish(id, status, envelope, self.now_ms()) {
             eprintln!("airlock: the result of {id} could not be stored: {error}");
         }
     }

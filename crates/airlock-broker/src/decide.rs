@@ -1,17 +1,16 @@
 //! Decide: a human approves or denies a pending approval (with a reason,
 //! an edited version, an always-allow).
 
-use airlock_core::ErrorCode;
 use airlock_core::config::ApprovalMode;
-use airlock_core::envelope::{Envelope, ErrorReason, Status};
-use airlock_fs::ChangePlan;
+use airlock_core::envelope::{DecidedBy, Envelope, ErrorReason, Status};
+use airlock_core::plan::NotEditable;
+use airlock_core::{Channel, ErrorCode, Plan, Risk};
 use airlock_store::{Approval, ApprovalStatus, EditedPlan, StoreError, Verdict};
 use serde_json::Value;
 
 use crate::broker::Broker;
 use crate::envelopes::{approval_risk, hitl_ref, human};
 use crate::error::BrokerError;
-use crate::forward;
 use crate::grants::grant_scope;
 use crate::record::Record;
 use crate::wait::process_alive;
@@ -22,7 +21,7 @@ use crate::wait::process_alive;
 pub struct AskForm {
     pub hitl_id: String,
     pub tool: String,
-    pub risk: String,
+    pub risk: Risk,
     pub summary: String,
     pub diff_preview: String,
     /// "Always allow" may be offered.
@@ -64,8 +63,8 @@ pub struct DecideRequest {
     /// Who may decide is checked against this.
     pub authority: Authority,
     pub user: String,
-    /// `terminal`, `http`, `mcp`, `link`…
-    pub channel: String,
+    /// Where the decision is taken.
+    pub channel: Channel,
     /// The approver's edited version of a one-file write, applied instead of
     /// the proposal (audited as edited; the agent's result says so).
     pub content: Option<Vec<u8>>,
@@ -84,17 +83,15 @@ impl Broker {
     /// What a channel asking a human about `id` shows and may offer.
     pub fn ask_form(&self, id: &str) -> Result<AskForm, BrokerError> {
         let approval = self.store.get(id)?;
-        let decision: Value = serde_json::from_str(&approval.decision_json).unwrap_or(Value::Null);
-        let flag = |key: &str| decision.get(key).and_then(Value::as_bool).unwrap_or(false);
         let max = self.config.file_broker.diff_preview_max_chars;
         Ok(AskForm {
             hitl_id: approval.id.clone(),
             tool: approval.tool.clone(),
-            risk: approval.risk.clone(),
+            risk: approval.risk,
             summary: approval.summary.clone(),
             diff_preview: airlock_fs::preview(&approval.diff, max),
-            allow_skip: flag("allow_skip"),
-            require_reason: flag("require_reason"),
+            allow_skip: approval.terms.allow_skip,
+            require_reason: approval.terms.require_reason,
             client_may_decide: self.client_may_decide(&approval),
             expires_ms: approval.expires_ms,
         })
@@ -115,7 +112,7 @@ impl Broker {
         match authority {
             Authority::Terminal => Ok(()),
             Authority::Token { roles, user } => {
-                let approvers = named_approvers(approval);
+                let approvers = &approval.terms.approvers;
                 if !approvers.is_empty()
                     && !approvers.iter().any(|approver| {
                         roles.iter().any(|role| role == approver)
@@ -148,13 +145,13 @@ impl Broker {
     /// risk names no approvers and not only the requesting user may decide.
     /// Only then are signed links offered.
     pub fn open_to_any_approver(&self, approval: &Approval) -> bool {
-        named_approvers(approval).is_empty() && !self.only_the_requester(approval)
+        approval.terms.approvers.is_empty() && !self.only_the_requester(approval)
     }
 
     /// Whether the human behind the calling MCP client may decide: no
     /// approvers are named for the risk and `approval_mode` is not `defer`.
     fn client_may_decide(&self, approval: &Approval) -> bool {
-        named_approvers(approval).is_empty()
+        approval.terms.approvers.is_empty()
             && self.config.security.hitl.approval_mode != ApprovalMode::Defer
     }
 
@@ -170,14 +167,13 @@ impl Broker {
     pub fn decide(&self, id: &str, request: &DecideRequest) -> Result<Envelope, BrokerError> {
         let approval = self.store.get(id)?;
         self.may_decide(&approval, &request.authority)?;
-        let decision: Value = serde_json::from_str(&approval.decision_json).unwrap_or(Value::Null);
-        let flag = |key: &str| decision.get(key).and_then(Value::as_bool).unwrap_or(false);
+        let terms = &approval.terms;
         let reason = request
             .reason
             .as_deref()
             .map(str::trim)
             .filter(|r| !r.is_empty());
-        if request.approve && flag("require_reason") && reason.is_none() {
+        if request.approve && terms.require_reason && reason.is_none() {
             return Err(BrokerError::refused(
                 ErrorCode::InvalidInput,
                 format!("approving a {} risk call requires a reason", approval.risk),
@@ -190,7 +186,7 @@ impl Broker {
                 &approval,
                 always,
                 request.approve,
-                flag("allow_skip"),
+                terms.allow_skip,
             )?),
             None => None,
         };
@@ -230,20 +226,18 @@ impl Broker {
         let now = self.now_ms();
         let verdict = Verdict {
             approve: request.approve,
-            by: "human".to_owned(),
+            by: DecidedBy::Human,
             user: Some(request.user.clone()),
-            channel: Some(request.channel.clone()),
+            channel: Some(request.channel),
             reason: reason.map(str::to_owned),
             at_ms: now,
-            edited: match &edited {
-                Some(plan) => Some(EditedPlan {
-                    plan_json: serde_json::to_string(plan).map_err(|error| {
-                        BrokerError::refused(ErrorCode::IoError, error.to_string())
-                    })?,
-                    diff: plan.diff.clone(),
-                }),
-                None => None,
-            },
+            edited: edited.as_ref().map(|plan| EditedPlan {
+                diff: plan
+                    .change()
+                    .map(|change| change.diff.clone())
+                    .unwrap_or_default(),
+                plan: plan.clone(),
+            }),
         };
         let decided = match self.store.decide(id, &verdict) {
             Ok(decided) => decided,
@@ -259,13 +253,14 @@ impl Broker {
                 .text("decision", if request.approve { "approve" } else { "deny" })
                 .text("decided_by", "human")
                 .text("user", &request.user)
-                .text("channel", &request.channel)
+                .text("channel", request.channel.as_str())
                 .value("reason", reason.map(|r| Value::String(r.to_owned())))
                 .value("edited", edited.as_ref().map(|_| Value::Bool(true)))
                 .value(
                     "edited_patch_hash",
                     edited
                         .as_ref()
+                        .and_then(Plan::change)
                         .map(|plan| Value::String(plan.patch_hash.clone())),
                 )
                 .number("duration_ms", now.saturating_sub(decided.created_ms)),
@@ -312,39 +307,12 @@ impl Broker {
         &self,
         approval: &Approval,
         content: Vec<u8>,
-    ) -> Result<ChangePlan, BrokerError> {
-        if forward::is_forward(approval) {
-            return Err(BrokerError::refused(
-                ErrorCode::InvalidInput,
-                "an upstream call cannot be edited, only approved or denied",
-            ));
-        }
-        let plan: ChangePlan = serde_json::from_str(&approval.plan_json).map_err(|error| {
-            BrokerError::refused(
-                ErrorCode::IoError,
-                format!("stored plan is unreadable: {error}"),
-            )
-        })?;
-        airlock_fs::edited(&self.sandbox, &plan, content)
-            .map_err(|error| BrokerError::refused(error.code(), error.to_string()))
+    ) -> Result<Plan, BrokerError> {
+        let upstream =
+            || BrokerError::refused(ErrorCode::InvalidInput, NotEditable::Upstream.to_string());
+        let change = approval.plan.change().ok_or_else(upstream)?;
+        let edited = airlock_fs::edited(&self.sandbox, change, content)
+            .map_err(|error| BrokerError::refused(error.code(), error.to_string()))?;
+        approval.plan.with_change(edited).ok_or_else(upstream)
     }
-}
-
-/// The approvers the policy named for an approval's risk (roles or user
-/// ids); none: any approver.
-fn named_approvers(approval: &Approval) -> Vec<String> {
-    serde_json::from_str::<Value>(&approval.decision_json)
-        .ok()
-        .and_then(|decision| {
-            decision
-                .get("approvers")
-                .and_then(Value::as_array)
-                .map(|list| {
-                    list.iter()
-                        .filter_map(Value::as_str)
-                        .map(str::to_owned)
-                        .collect()
-                })
-        })
-        .unwrap_or_default()
 }

@@ -3,7 +3,6 @@
 use airlock_core::envelope::{DecidedBy, DecisionInfo, Envelope, ErrorReason, HitlInfo, Status};
 use airlock_core::policy::{Reason, Risk};
 use airlock_core::{Decision, Disposition, ErrorCode, ToolCall};
-use airlock_fs::ChangePlan;
 use airlock_store::{Approval, ApprovalStatus};
 use serde_json::Value;
 
@@ -20,14 +19,6 @@ pub(crate) fn call_path(call: &ToolCall) -> Option<&str> {
         .get("path")
         .or_else(|| call.args.get("from"))
         .and_then(Value::as_str)
-}
-
-/// The base hash of a one-file plan.
-pub(crate) fn single_base_hash(plan: &ChangePlan) -> Option<String> {
-    match plan.changes.as_slice() {
-        [one] => one.before_hash.clone(),
-        _ => None,
-    }
 }
 
 pub(crate) fn to_value<T: serde::Serialize>(data: T) -> Value {
@@ -68,7 +59,21 @@ pub(crate) fn reason_of(layer: &str, rule: &str, decision: &Decision) -> ErrorRe
 
 /// The risk an approval was made at.
 pub(crate) fn approval_risk(approval: &Approval) -> Option<Risk> {
-    approval.risk.parse().ok()
+    Some(approval.risk)
+}
+
+/// Who decided an approval, as the envelope says it (`policy` until
+/// someone did).
+pub(crate) fn decision_info(approval: &Approval) -> DecisionInfo {
+    approval.decision.as_ref().map_or(
+        DecisionInfo {
+            by: DecidedBy::Policy,
+            user: None,
+            channel: None,
+            reason: None,
+        },
+        DecisionInfo::from,
+    )
 }
 
 /// The envelope of a settled approval whose decider died before storing one.
@@ -108,20 +113,12 @@ pub(crate) fn settled_from_row(approval: &Approval) -> Envelope {
     )
     .with_reason(reason);
     envelope.hitl = Some(hitl_ref(approval));
-    envelope.decision = Some(DecisionInfo {
-        by: decided_by(approval.decided_by.as_deref()),
-        user: approval.decided_user.clone(),
-        channel: approval.channel.clone(),
-        reason: approval.reason.clone(),
-    });
+    envelope.decision = Some(decision_info(approval));
     envelope
 }
 
 pub(crate) fn stored_result(approval: &Approval) -> Option<Envelope> {
-    approval
-        .result_json
-        .as_deref()
-        .and_then(|json| serde_json::from_str(json).ok())
+    approval.result.clone()
 }
 
 pub(crate) fn failure_for(id: &str, error: &BrokerError) -> Envelope {
@@ -147,7 +144,7 @@ pub(crate) fn hitl_ref(approval: &Approval) -> HitlInfo {
     HitlInfo {
         hitl_id: approval.id.clone(),
         ttl_seconds: None,
-        risk: approval.risk.parse().ok(),
+        risk: Some(approval.risk),
         summary: Some(approval.summary.clone()),
         diff_preview: None,
     }
@@ -157,17 +154,8 @@ pub(crate) fn human(request: &DecideRequest, reason: Option<&str>) -> DecisionIn
     DecisionInfo {
         by: DecidedBy::Human,
         user: Some(request.user.clone()),
-        channel: Some(request.channel.clone()),
+        channel: Some(request.channel),
         reason: reason.map(str::to_owned),
-    }
-}
-
-pub(crate) fn decided_by(by: Option<&str>) -> DecidedBy {
-    match by {
-        Some("human") => DecidedBy::Human,
-        Some("grant") => DecidedBy::Grant,
-        Some("timeout") => DecidedBy::Timeout,
-        _ => DecidedBy::Policy,
     }
 }
 
@@ -212,8 +200,4 @@ pub(crate) fn dedup_key(call: &ToolCall) -> String {
         args
     );
     airlock_core::canonical::sha256_hex(text.as_bytes())
-}
-
-pub(crate) fn to_json(envelope: &Envelope) -> String {
-    serde_json::to_string(envelope).unwrap_or_default()
 }

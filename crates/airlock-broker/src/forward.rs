@@ -8,9 +8,8 @@
 //! if it is gone the approval fails instead of waiting forever.
 
 use airlock_core::envelope::{DecidedBy, DecisionInfo, Envelope, HitlInfo, Status};
-use airlock_core::{Decision, Disposition, ErrorCode, ToolCall, ToolOrigin};
+use airlock_core::{Decision, Disposition, ErrorCode, Plan, ToolCall, ToolOrigin, UpstreamCall};
 use airlock_store::{Approval, ApprovalStatus, Created};
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::broker::Broker;
@@ -25,7 +24,7 @@ const METHOD: &str = "mcp.call";
 /// Carries a call to an upstream MCP server and returns its `CallToolResult`
 /// (as JSON), or why it could not.
 pub trait Forwarder: Send + Sync {
-    fn forward(&self, call: &ForwardCall) -> Result<Value, ForwardError>;
+    fn forward(&self, call: &UpstreamCall) -> Result<Value, ForwardError>;
 }
 
 /// Why an upstream call was not carried out (an upstream's own tool error
@@ -40,8 +39,6 @@ pub enum ForwardError {
     NotConnected,
     #[error("upstream {upstream} did not answer within {seconds} s")]
     TimedOut { upstream: String, seconds: u64 },
-    #[error("the stored call is unreadable: {0}")]
-    Unreadable(String),
     #[error(
         "the process forwarding this call ended before it finished; whether the upstream ran it is unknown"
     )]
@@ -51,33 +48,11 @@ pub enum ForwardError {
     Failed { upstream: String, message: String },
 }
 
-/// One upstream call: the upstream's name, the tool as the upstream names it,
-/// and the arguments.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ForwardCall {
-    pub upstream: String,
-    pub tool: String,
-    pub args: Value,
-}
-
-/// The stored plan of an upstream call's approval.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ForwardPlan {
-    forward: ForwardCall,
-}
-
-/// Whether an approval is an upstream call (its plan is a forward).
-pub(crate) fn is_forward(approval: &Approval) -> bool {
-    approval.plan_json.starts_with("{\"forward\":")
-        && serde_json::from_str::<ForwardPlan>(&approval.plan_json).is_ok()
-}
-
 impl Broker {
     /// Whether this process may carry out `approval` once approved: any process
     /// can apply file changes; an upstream call only its holder can.
     pub(crate) fn can_apply(&self, approval: &Approval) -> bool {
-        !is_forward(approval)
+        !approval.plan.is_upstream()
             || (self.forwarder.is_some() && approval.waiter_pid == Some(std::process::id()))
     }
 
@@ -90,7 +65,7 @@ impl Broker {
             .approved_held_by(std::process::id())
             .unwrap_or_default();
         let mut settled = 0;
-        for approval in held.iter().filter(|approval| is_forward(approval)) {
+        for approval in held.iter().filter(|approval| approval.plan.is_upstream()) {
             self.settle(&approval.id);
             settled += 1;
         }
@@ -123,7 +98,7 @@ impl Broker {
             .strip_prefix(&**upstream)
             .and_then(|rest| rest.strip_prefix("__"))
             .unwrap_or(&call.tool);
-        let forward = ForwardCall {
+        let forward = UpstreamCall {
             upstream: upstream.to_string(),
             tool: tool.to_owned(),
             args: call.args.clone(),
@@ -172,7 +147,7 @@ impl Broker {
                 path: path.map(str::to_owned),
                 summary: format!("CALL {}", call.tool),
                 diff: serde_json::to_string_pretty(&redacted).unwrap_or_default(),
-                plan_json: serde_json::to_string(&ForwardPlan { forward }).unwrap_or_default(),
+                plan: Plan::Upstream(forward),
             },
             now,
             self.ttl_seconds(true, handling, decision),
@@ -250,7 +225,7 @@ impl Broker {
         }
     }
 
-    fn run_forward(&self, forward: &ForwardCall) -> Result<Value, ForwardError> {
+    fn run_forward(&self, forward: &UpstreamCall) -> Result<Value, ForwardError> {
         match &self.forwarder {
             Some(forwarder) => forwarder.forward(forward),
             None => Err(ForwardError::NotConnected),
@@ -261,6 +236,7 @@ impl Broker {
     pub(crate) fn commit_forward(
         &self,
         approval: &Approval,
+        call: &UpstreamCall,
         decision: DecisionInfo,
         recovering: bool,
     ) -> Envelope {
@@ -269,16 +245,18 @@ impl Broker {
             .event("tool_call_apply")
             .text("decided_by", decision.by.as_str())
             .value("user", decision.user.clone().map(Value::String))
-            .value("channel", decision.channel.clone().map(Value::String));
+            .value(
+                "channel",
+                decision
+                    .channel
+                    .map(|channel| Value::from(channel.as_str())),
+            );
         let result = if recovering {
             // A process died while forwarding: whether the upstream ran the
             // call is unknown, and it is never sent twice.
             Err(ForwardError::Interrupted)
         } else {
-            match serde_json::from_str::<ForwardPlan>(&approval.plan_json) {
-                Ok(plan) => self.run_forward(&plan.forward),
-                Err(error) => Err(ForwardError::Unreadable(error.to_string())),
-            }
+            self.run_forward(call)
         };
         let (mut envelope, record) = forwarded(&approval.tool, path, result, record);
         let status = if envelope.status == Status::Allowed {
@@ -307,12 +285,7 @@ impl Broker {
     /// another process claimed it first.
     pub(crate) fn abandon_forward(&self, approval: &Approval) -> Option<Envelope> {
         let claimed = self.store.claim_apply(&approval.id).ok().flatten()?;
-        let decision = DecisionInfo {
-            by: crate::envelopes::decided_by(claimed.decided_by.as_deref()),
-            user: claimed.decided_user.clone(),
-            channel: claimed.channel.clone(),
-            reason: claimed.reason.clone(),
-        };
+        let decision = crate::envelopes::decision_info(&claimed);
         let path = claimed.path.as_deref();
         let mut envelope = Envelope::failure(
             Status::Error,

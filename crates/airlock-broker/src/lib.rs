@@ -41,7 +41,7 @@ pub use clock::{Clock, ManualClock, SystemClock, clock_from_env};
 pub use decide::{AlwaysAllow, AskForm, Authority, DecideRequest};
 pub use error::BrokerError;
 pub use feed::{Cursor, FEED_POLL};
-pub use forward::{ForwardCall, ForwardError, Forwarder};
+pub use forward::{ForwardError, Forwarder};
 pub use record::Record;
 pub use runtime::{
     ConfigRefused, NoUpstreams, Notice, Reloader, Runtime, RuntimeOptions, UpstreamTool, Upstreams,

@@ -1,9 +1,13 @@
 //! Propose: a write-class call is planned without side effects, stored as an
 //! approval and audited; then it waits, defers, or is approved now.
 
+use airlock_core::envelope::DecidedBy;
 use airlock_core::envelope::{Envelope, ErrorReason, HitlInfo, Status};
 use airlock_core::policy::Reason;
-use airlock_core::{Decision, Disposition, ErrorCode, ToolCall, policy};
+use airlock_core::tools::BuiltinTool;
+use airlock_core::{
+    ApprovalTerms, Channel, Decision, Disposition, ErrorCode, Plan, ToolCall, policy,
+};
 use airlock_fs::{ChangePlan, FsError, WriteParams};
 use airlock_store::{Approval, Created, Limits, NewApproval, StoreError, Verdict};
 use serde_json::{Value, json};
@@ -12,7 +16,7 @@ use crate::broker::Broker;
 use crate::decide::DecideRequest;
 use crate::envelopes::{
     FALLBACK_ALLOW, audit_unwritable, call_path, decided_by_policy_or_grant, dedup_key,
-    failure_status, method_of, single_base_hash,
+    failure_status, method_of,
 };
 use crate::error::BrokerError;
 use crate::record::Record;
@@ -29,7 +33,7 @@ pub(crate) struct Shown {
     pub path: Option<String>,
     pub summary: String,
     pub diff: String,
-    pub plan_json: String,
+    pub plan: Plan,
 }
 
 impl Broker {
@@ -57,12 +61,12 @@ impl Broker {
             session: call.session.clone(),
             tool_call_id: call.tool_call_id.clone(),
             context_id: call.context_id.clone(),
-            risk: decision.risk.as_str().to_owned(),
-            decision_json: serde_json::to_string(decision).unwrap_or_default(),
+            risk: decision.risk,
+            terms: ApprovalTerms::from(decision),
             path: shown.path,
             summary: shown.summary,
             diff: shown.diff,
-            plan_json: shown.plan_json,
+            plan: shown.plan,
             created_ms: now,
             expires_ms: now.saturating_add(ttl_seconds.saturating_mul(1000)),
             waiter_pid,
@@ -82,10 +86,7 @@ impl Broker {
         let sandbox = &self.sandbox;
         let args = &call.args;
         let plan = match call.tool.as_str() {
-            "write_file" => ChangePlan::from(airlock_fs::prepare_write(
-                sandbox,
-                &WriteParams::from_args(args)?,
-            )?),
+            "write_file" => airlock_fs::prepare_write(sandbox, &WriteParams::from_args(args)?)?,
             "edit_file" => {
                 airlock_fs::prepare_edit(sandbox, &airlock_fs::EditParams::from_args(args)?)?
             }
@@ -257,6 +258,16 @@ impl Broker {
             }
         };
 
+        let Some(stored) = BuiltinTool::from_name(&call.tool)
+            .and_then(|tool| Plan::of_builtin(tool, plan.clone()))
+        else {
+            return self.invalid(
+                call,
+                path,
+                &format!("{} is not a write tool", call.tool),
+                base,
+            );
+        };
         let new = self.new_approval(
             call,
             decision,
@@ -264,7 +275,7 @@ impl Broker {
                 path: plan.primary_path().map(str::to_owned),
                 summary: plan.summary.clone(),
                 diff: plan.diff.clone(),
-                plan_json: serde_json::to_string(&plan).unwrap_or_default(),
+                plan: stored,
             },
             now,
             self.ttl_seconds(asks, handling, decision),
@@ -287,25 +298,22 @@ impl Broker {
                     Created::Existing(approval) => (approval, true),
                 };
                 // A duplicate shows the plan that was stored, not a new one.
-                let plan = match serde_json::from_str::<ChangePlan>(&approval.plan_json) {
-                    Ok(plan) => plan,
-                    Err(error) => {
-                        return self.error_envelope(
-                            call,
-                            path,
-                            &BrokerError::Corrupt {
-                                id: approval.id.clone(),
-                                message: error.to_string(),
-                            },
-                        );
-                    }
+                let Some(plan) = approval.plan.change().cloned() else {
+                    return self.error_envelope(
+                        call,
+                        path,
+                        &BrokerError::Corrupt {
+                            id: approval.id.clone(),
+                            message: "the stored plan is not a change to files".to_owned(),
+                        },
+                    );
                 };
                 let mut record = base
                     .event("write_file_propose")
                     .text("hitl_id", &approval.id)
                     .text("status", if asks { "hitl_required" } else { "allowed" })
                     .flag("created", plan.creates_only())
-                    .value("base_hash", single_base_hash(&plan).map(Value::String))
+                    .value("base_hash", plan.single_base_hash().map(Value::String))
                     .value("changed_paths", Some(json!(plan.changed_paths())))
                     .text("patch_hash", &plan.patch_hash);
                 if deduplicated {
@@ -344,8 +352,8 @@ impl Broker {
                         Reason::Grant { id } => Some(id.to_string()),
                         _ => None,
                     }) {
-                    Some(grant) => ("grant", Some(grant)),
-                    None => ("policy", None),
+                    Some(grant) => (DecidedBy::Grant, Some(grant)),
+                    None => (DecidedBy::Policy, None),
                 };
             if let Some(grant) = &grant {
                 let used = self.log(
@@ -361,7 +369,7 @@ impl Broker {
             }
             let verdict = Verdict {
                 approve: true,
-                by: by.to_owned(),
+                by,
                 user: None,
                 channel: None,
                 reason: by_fallback.then(|| FALLBACK_ALLOW.to_owned()),
@@ -408,7 +416,7 @@ impl Broker {
             always: None,
             authority: crate::decide::Authority::Terminal,
             user: user.to_owned(),
-            channel: "terminal".to_owned(),
+            channel: Channel::Terminal,
             content: None,
         };
         match self.decide(&approval.id, &request) {
@@ -518,7 +526,7 @@ impl Broker {
             "path": plan.primary_path(),
             "changed_paths": plan.changed_paths(),
             "created": plan.creates_only(),
-            "base_hash": single_base_hash(plan),
+            "base_hash": plan.single_base_hash(),
             "patch_hash": plan.patch_hash,
             "patch_format": "unified_diff",
         }));

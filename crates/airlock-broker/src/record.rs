@@ -63,7 +63,7 @@ impl Record {
             )
             .value("context_id", approval.context_id.clone().map(Value::String))
             .text("hitl_id", &approval.id)
-            .text("risk", &approval.risk)
+            .text("risk", approval.risk.as_str())
             .value("params", params)
     }
 

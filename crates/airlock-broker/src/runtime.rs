@@ -48,7 +48,10 @@ pub struct UpstreamTool {
 pub struct NoUpstreams;
 
 impl Forwarder for NoUpstreams {
-    fn forward(&self, call: &crate::ForwardCall) -> Result<serde_json::Value, ForwardError> {
+    fn forward(
+        &self,
+        call: &airlock_core::UpstreamCall,
+    ) -> Result<serde_json::Value, ForwardError> {
         Err(ForwardError::NoSuchUpstream(call.upstream.clone()))
     }
 }

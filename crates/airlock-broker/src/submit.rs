@@ -386,10 +386,10 @@ impl Broker {
             "tool": now.tool,
             "path": now.path,
             "summary": now.summary,
-            "risk": now.risk,
+            "risk": now.risk.as_str(),
             "created_ms": now.created_ms,
             "expires_ms": now.expires_ms,
-            "decided_by": now.decided_by,
+            "decided_by": now.decision.as_ref().map(|decided| decided.by.as_str()),
             "result": stored_result(&now),
         }))
     }

@@ -9,7 +9,6 @@ use serde_json::{Value, json};
 
 use crate::broker::Broker;
 use crate::error::BrokerError;
-use crate::forward;
 use crate::record::Record;
 
 impl Broker {
@@ -17,7 +16,7 @@ impl Broker {
     /// what the change wrote; otherwise `conflict`. Audited.
     pub fn undo(&self, id: &str, user: &str) -> Result<Envelope, BrokerError> {
         let approval = self.store.get(id)?;
-        if forward::is_forward(&approval) {
+        if approval.plan.is_upstream() {
             return Err(BrokerError::refused(
                 ErrorCode::InvalidInput,
                 format!(

@@ -15,12 +15,13 @@ use serde_json::{Value, json};
 /// show it: the redacted parameters, never the exact ones.
 pub fn approval_view(approval: &Approval) -> Value {
     let parse = |text: &str| serde_json::from_str::<Value>(text).unwrap_or(Value::Null);
+    let decided = approval.decision.as_ref();
     json!({
         "id": approval.id,
         "status": approval.status.as_str(),
         "tool": approval.tool,
         "path": approval.path,
-        "risk": approval.risk,
+        "risk": approval.risk.as_str(),
         "summary": approval.summary,
         "user": approval.user,
         "agent": approval.agent,
@@ -29,15 +30,15 @@ pub fn approval_view(approval: &Approval) -> Value {
         "params": parse(&approval.args_display),
         "created_ms": approval.created_ms,
         "expires_ms": approval.expires_ms,
-        "decision": parse(&approval.decision_json),
+        "decision": serde_json::to_value(&approval.terms).unwrap_or(Value::Null),
         "diff": approval.diff,
         "editable": editable_content(approval, |content| std::str::from_utf8(content).is_ok())
             == Some(true),
-        "decided_by": approval.decided_by,
-        "decided_user": approval.decided_user,
-        "channel": approval.channel,
-        "reason": approval.reason,
-        "result": approval.result_json.as_deref().map(parse),
+        "decided_by": decided.map(|decided| decided.by.as_str()),
+        "decided_user": decided.and_then(|decided| decided.user.as_deref()),
+        "channel": decided.and_then(|decided| decided.channel).map(|channel| channel.as_str()),
+        "reason": decided.and_then(|decided| decided.reason.as_deref()),
+        "result": approval.result,
     })
 }
 
@@ -50,11 +51,7 @@ pub fn proposed_content(approval: &Approval) -> Option<String> {
 
 /// `look` at the content of an editable approval's one write.
 fn editable_content<T>(approval: &Approval, look: impl FnOnce(&[u8]) -> T) -> Option<T> {
-    if crate::forward::is_forward(approval) {
-        return None;
-    }
-    let plan: airlock_fs::ChangePlan = serde_json::from_str(&approval.plan_json).ok()?;
-    let change = plan.editable_change().ok()?;
+    let change = approval.plan.change()?.editable_change().ok()?;
     change.after.as_deref().map(look)
 }
 

@@ -9,6 +9,7 @@ use std::time::Duration;
 use airlock_broker::{AlwaysAllow, Broker, DecideRequest, Mode};
 
 use crate::now_ms;
+use airlock_core::Channel;
 use airlock_core::display::{safe_line, safe_text};
 use airlock_core::envelope::Envelope;
 use airlock_store::Approval;
@@ -156,7 +157,7 @@ pub(crate) fn call(broker: Broker, args: &CallArgs) -> Result<u8, Failure> {
         eprintln!(
             "waiting up to {seconds}s for a decision on {id} ({risk} risk, {summary}):\n  airlock approve {id}   or   airlock deny {id}   or   airlock watch",
             id = approval.id,
-            risk = safe_line(&approval.risk),
+            risk = approval.risk,
             summary = safe_line(&approval.summary),
         );
     });
@@ -215,7 +216,7 @@ pub(crate) fn pending(broker: &Broker, args: &PendingArgs) -> Result<u8, Failure
             out,
             "{:<41} {:<8} {:<11} {:>6}s {:<12} {}",
             safe_line(&approval.id),
-            safe_line(&approval.risk),
+            approval.risk,
             safe_line(&approval.tool),
             approval.expires_ms.saturating_sub(now).div_ceil(1000),
             safe_line(approval.session.as_deref().unwrap_or("-")),
@@ -253,7 +254,7 @@ pub(crate) fn describe(approval: &Approval, colour: bool, max_diff_lines: usize)
     let mut out = String::new();
     let _ = writeln!(out, "{}  {}", field(&approval.id), approval.status);
     let _ = writeln!(out, "  tool      {}", field(&approval.tool));
-    let _ = writeln!(out, "  risk      {}", field(&approval.risk));
+    let _ = writeln!(out, "  risk      {}", approval.risk);
     let _ = writeln!(out, "  summary   {}", field(&approval.summary));
     let requester = match (&approval.user, &approval.agent) {
         (Some(user), Some(agent)) => format!("{} via {}", field(user), field(agent)),
@@ -271,22 +272,21 @@ pub(crate) fn describe(approval: &Approval, colour: bool, max_diff_lines: usize)
         let left = approval.expires_ms.saturating_sub(now).div_ceil(1000);
         let _ = writeln!(out, "  expires   in {left}s (then denied)");
     }
-    if let Some(by) = &approval.decided_by {
+    if let Some(decided) = &approval.decision {
         let _ = writeln!(
             out,
             "  decided   by {}{}{}{}",
-            field(by),
-            approval
-                .decided_user
+            decided.by.as_str(),
+            decided
+                .user
                 .as_deref()
                 .map(|u| format!(" ({})", field(u)))
                 .unwrap_or_default(),
-            approval
+            decided
                 .channel
-                .as_deref()
-                .map(|c| format!(" via {}", field(c)))
+                .map(|c| format!(" via {c}"))
                 .unwrap_or_default(),
-            approval
+            decided
                 .reason
                 .as_deref()
                 .map(|r| format!(": {}", field(r)))
@@ -354,7 +354,7 @@ pub(crate) fn approve(broker: &Broker, args: &ApproveArgs) -> Result<u8, Failure
             always,
             authority: airlock_broker::Authority::Terminal,
             user: terminal_user(),
-            channel: "terminal".to_owned(),
+            channel: Channel::Terminal,
             content,
         },
     )
@@ -437,7 +437,7 @@ pub(crate) fn deny(broker: &Broker, args: &DenyArgs) -> Result<u8, Failure> {
             always: None,
             authority: airlock_broker::Authority::Terminal,
             user: terminal_user(),
-            channel: "terminal".to_owned(),
+            channel: Channel::Terminal,
             content: None,
         },
     )

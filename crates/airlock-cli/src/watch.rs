@@ -13,11 +13,11 @@ use std::time::Duration;
 
 use airlock_broker::{AlwaysAllow, Broker, DecideRequest, EventKind, FEED_POLL, FeedEvent};
 use airlock_store::{Approval, ApprovalStatus};
-use serde_json::Value;
 
 use crate::Failure;
 use crate::Painted;
 use crate::approvals::{describe, terminal_user};
+use airlock_core::Channel;
 use airlock_core::display::{safe_line, safe_text};
 
 /// How often the countdown is redrawn while a request is shown.
@@ -135,7 +135,7 @@ fn tell(
         say(&format!(
             "{id}: new: {} ({} risk)",
             safe_line(&approval.summary),
-            safe_line(&approval.risk)
+            approval.risk
         ));
     }
     say(&format!("{id}: {what}"));
@@ -148,18 +148,11 @@ fn present(
     lines: &Receiver<Option<String>>,
     colour: bool,
 ) -> Result<bool, Failure> {
-    let decision: Value = serde_json::from_str(&approval.decision_json).unwrap_or(Value::Null);
-    let allow_skip = decision
-        .get("allow_skip")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
-    let require_reason = decision
-        .get("require_reason")
-        .and_then(Value::as_bool)
-        .unwrap_or(false);
+    let allow_skip = approval.terms.allow_skip;
+    let require_reason = approval.terms.require_reason;
     say(&format!(
         "\n[!] APPROVAL REQUIRED ({} risk)",
-        safe_line(&approval.risk.to_uppercase())
+        approval.risk.as_str().to_uppercase()
     ));
     say_painted(&describe(approval, colour, 40));
     let choices = if allow_skip {
@@ -222,7 +215,7 @@ fn present(
             }),
             authority: airlock_broker::Authority::Terminal,
             user: terminal_user(),
-            channel: "terminal".to_owned(),
+            channel: Channel::Terminal,
             content: None,
         };
         match broker.decide(&approval.id, &request) {
@@ -293,9 +286,9 @@ fn next_answer(
                 approval.id,
                 current.status,
                 current
-                    .channel
-                    .as_deref()
-                    .map(|channel| format!(" (via {})", safe_line(channel)))
+                    .decision
+                    .and_then(|decided| decided.channel)
+                    .map(|channel| format!(" (via {channel})"))
                     .unwrap_or_default()
             ))));
         }

@@ -159,9 +159,20 @@ pub struct DecisionInfo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub channel: Option<String>,
+    pub channel: Option<crate::approval::Channel>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+}
+
+impl From<&crate::approval::Decided> for DecisionInfo {
+    fn from(decided: &crate::approval::Decided) -> DecisionInfo {
+        DecisionInfo {
+            by: decided.by,
+            user: decided.user.clone(),
+            channel: decided.channel,
+            reason: decided.reason.clone(),
+        }
+    }
 }
 
 /// The kinds of decider.

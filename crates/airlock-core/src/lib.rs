@@ -22,6 +22,7 @@
 //! # Ok::<(), airlock_core::config::ConfigError>(())
 //! ```
 
+pub mod approval;
 pub mod call;
 pub mod canonical;
 pub mod config;
@@ -32,14 +33,17 @@ pub mod error_code;
 pub mod jsonrpc;
 pub mod origin;
 pub mod patch;
+pub mod plan;
 pub mod policy;
 pub mod redact;
 pub mod risk;
 pub mod tools;
 pub mod yaml;
 
+pub use approval::{ApprovalTerms, Channel, Decided, StateError};
 pub use call::{HttpPrincipal, Principal, ToolAnnotations, ToolCall, ToolOrigin, UnixMillis};
 pub use error_code::ErrorCode;
+pub use plan::{ChangePlan, FileChange, Plan, UpstreamCall};
 pub use policy::{
     Decision, Disposition, Grant, GrantHolder, GrantScope, Justification, Layer, Policy, Risk,
 };

@@ -137,7 +137,7 @@ fn main() {
         "  of which the diff over the file",
         None,
         time(runs, || {
-            black_box(airlock_fs::ChangePlan::new(
+            black_box(airlock_fs::new_plan(
                 "apply_patch",
                 String::new(),
                 changes.clone(),

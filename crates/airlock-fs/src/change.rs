@@ -1,7 +1,7 @@
 //! Change plans: what every write-class tool proposes, and the one engine that
 //! applies them.
 //!
-//! A [`ChangePlan`] is a list of [`FileChange`]s, one per path: the hash the
+//! A [`ChangePlan`] (`airlock_core::plan`) is a list of [`FileChange`]s, one per path: the hash the
 //! file must have (or its absence) and what it becomes (new bytes, or absence).
 //! A write or edit is one change; a delete is one change to absence; a move is
 //! two (the source to absence, the target from absence, marked `moved_from`);
@@ -35,6 +35,7 @@ use std::io::Write as _;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
+use airlock_core::plan::{ChangePlan, FileChange};
 use rustix::fs::{AtFlags, FlockOperation, Mode};
 use rustix::io::Errno;
 use serde::{Deserialize, Serialize};
@@ -45,142 +46,23 @@ use crate::files::{Placement, lock_directory, permission_bits, read_named, stage
 use crate::hash::sha256_hex;
 use crate::sandbox::{Access, Sandbox, SandboxedPath, sync_directory};
 
-/// One file's transition in a plan.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FileChange {
-    /// The requested path, normalized, root-relative.
-    pub path: String,
-    /// What `path` resolved to when the plan was made.
-    pub resolved_path: String,
-    /// Hash of the content the change replaces; `None`: the file must not exist.
-    pub before_hash: Option<String>,
-    /// The new content; `None`: the file is removed.
-    #[serde(with = "crate::change::content")]
-    pub after: Option<Vec<u8>>,
-    /// Create missing parent directories (each within the create allowlist).
-    #[serde(default)]
-    pub create_parents: bool,
-    /// For the target of a move: the path it moves from (display only; the
-    /// source is its own change to absence).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub moved_from: Option<String>,
-    /// Permission bits for a file the change creates (a move keeps its
-    /// source's); `None`: 0666 less the umask.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mode: Option<u32>,
-}
-
-impl FileChange {
-    /// Hash of the content after the change; `None` when the file is removed.
-    pub fn after_hash(&self) -> Option<String> {
-        self.after.as_deref().map(sha256_hex)
-    }
-
-    /// `CREATE FILE p`, `MODIFY p`, `DELETE p` or `MOVE a -> b`, with
-    /// ` (-> resolved)` when a symlink makes it land elsewhere.
-    pub fn summary(&self) -> String {
-        let text = match (&self.moved_from, &self.before_hash, &self.after) {
-            (Some(from), _, _) => format!("MOVE {from} -> {}", self.path),
-            (None, None, _) => format!("CREATE FILE {}", self.path),
-            (None, Some(_), Some(_)) => format!("MODIFY {}", self.path),
-            (None, Some(_), None) => format!("DELETE {}", self.path),
-        };
-        if self.resolved_path == self.path {
-            text
-        } else {
-            format!("{text} (-> {})", self.resolved_path)
-        }
-    }
-}
-
-/// A prepared change to one or more files, waiting for a decision. Plain data
-/// (serde), so another process can apply it later.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ChangePlan {
-    /// The tool that proposed it.
-    pub tool: String,
-    /// One line for a human: `MODIFY src/a.rs`, `PATCH 2 files: …`.
-    pub summary: String,
-    /// One change per path, in the order they are shown.
-    pub changes: Vec<FileChange>,
-    /// One unified diff over all files.
-    pub diff: String,
-    /// Hash of `diff`.
-    pub patch_hash: String,
-    /// Tool-specific result fields, added to the applied call's `data`.
-    #[serde(default)]
-    pub report: serde_json::Map<String, serde_json::Value>,
-}
-
-impl ChangePlan {
-    /// A plan over `changes`, whose current contents are `olds` (same order).
-    pub fn new(
-        tool: &str,
-        summary: String,
-        changes: Vec<FileChange>,
-        olds: &[Option<&[u8]>],
-        report: serde_json::Map<String, serde_json::Value>,
-    ) -> ChangePlan {
-        let diff = render_diff(&changes, olds);
-        ChangePlan {
-            tool: tool.to_owned(),
-            summary,
-            patch_hash: sha256_hex(&diff),
-            diff,
-            changes,
-            report,
-        }
-    }
-
-    /// The one change an approver may edit: the plan writes exactly one file
-    /// (no removal, no move). Its new content is `after`.
-    pub fn editable_change(&self) -> Result<&FileChange, FsError> {
-        let [change] = self.changes.as_slice() else {
-            return Err(FsError::InvalidInput {
-                message: format!(
-                    "only a change to one file can be edited; this one changes {} files",
-                    self.changes.len()
-                ),
-            });
-        };
-        if change.after.is_none() || change.moved_from.is_some() {
-            return Err(FsError::InvalidInput {
-                message: "only a write can be edited, not a removal or a move".to_owned(),
-            });
-        }
-        Ok(change)
-    }
-
-    /// The path shown first (the approval's `path`).
-    pub fn primary_path(&self) -> Option<&str> {
-        self.changes
-            .iter()
-            .find(|change| change.moved_from.is_none() || self.changes.len() == 1)
-            .or_else(|| self.changes.first())
-            .map(|change| change.moved_from.as_deref().unwrap_or(&change.path))
-    }
-
-    /// Every path the plan changes, sorted.
-    pub fn changed_paths(&self) -> Vec<String> {
-        let mut paths: Vec<String> = self
-            .changes
-            .iter()
-            .map(|change| change.path.clone())
-            .collect();
-        paths.sort();
-        paths
-    }
-
-    /// Whether this is the creation of a single new file.
-    pub fn creates_only(&self) -> bool {
-        self.changes
-            .iter()
-            .all(|change| change.before_hash.is_none())
-    }
-
-    /// The diff, cut after `max_chars` characters with a closing line saying so.
-    pub fn diff_preview(&self, max_chars: u64) -> String {
-        preview(&self.diff, max_chars)
+/// A plan over `changes`, whose current contents are `olds` (same order):
+/// the diff over all of them and its hash are derived here.
+pub fn new_plan(
+    tool: &str,
+    summary: String,
+    changes: Vec<FileChange>,
+    olds: &[Option<&[u8]>],
+    report: serde_json::Map<String, serde_json::Value>,
+) -> ChangePlan {
+    let diff = render_diff(&changes, olds);
+    ChangePlan {
+        tool: tool.to_owned(),
+        summary,
+        patch_hash: sha256_hex(&diff),
+        diff,
+        changes,
+        report,
     }
 }
 
@@ -257,7 +139,11 @@ pub fn edited(
     plan: &ChangePlan,
     content: Vec<u8>,
 ) -> Result<ChangePlan, FsError> {
-    let change = plan.editable_change()?;
+    let change = plan
+        .editable_change()
+        .map_err(|error| FsError::InvalidInput {
+            message: error.to_string(),
+        })?;
     crate::files::check_size(sandbox, content.len() as u64)?;
     let before = snapshot(sandbox, plan)?;
     let old = before
@@ -270,7 +156,7 @@ pub fn edited(
         after: Some(content),
         ..change.clone()
     };
-    Ok(ChangePlan::new(
+    Ok(new_plan(
         &plan.tool,
         plan.summary.clone(),
         vec![changed],
@@ -1212,80 +1098,5 @@ fn text_of(bytes: Option<&[u8]>) -> Option<&str> {
     match bytes {
         None => Some(""),
         Some(bytes) => std::str::from_utf8(bytes).ok(),
-    }
-}
-
-/// `text` cut after `max_chars` characters (never inside one), with a closing
-/// line saying so.
-pub fn preview(text: &str, max_chars: u64) -> String {
-    let max_chars = usize::try_from(max_chars).unwrap_or(usize::MAX);
-    let Some((cut, _)) = text.char_indices().nth(max_chars) else {
-        return text.to_owned();
-    };
-    let total = text.chars().count();
-    let mut preview = text[..cut].to_owned();
-    if !preview.ends_with('\n') {
-        preview.push('\n');
-    }
-    preview.push_str(&format!(
-        "... diff truncated: {max_chars} of {total} characters shown\n"
-    ));
-    preview
-}
-
-/// File content in a stored plan: a string when it is UTF-8, else
-/// `{"hex": "…"}`.
-pub(crate) mod content {
-    use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
-    #[derive(Serialize, Deserialize)]
-    #[serde(untagged)]
-    enum Stored {
-        Text(String),
-        Bytes { hex: String },
-    }
-
-    pub fn serialize<S: Serializer>(
-        value: &Option<Vec<u8>>,
-        serializer: S,
-    ) -> Result<S::Ok, S::Error> {
-        match value {
-            None => serializer.serialize_none(),
-            Some(bytes) => match std::str::from_utf8(bytes) {
-                Ok(text) => Stored::Text(text.to_owned()).serialize(serializer),
-                Err(_) => Stored::Bytes {
-                    hex: hex::encode(bytes),
-                }
-                .serialize(serializer),
-            },
-        }
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(
-        deserializer: D,
-    ) -> Result<Option<Vec<u8>>, D::Error> {
-        match Option::<Stored>::deserialize(deserializer)? {
-            None => Ok(None),
-            Some(Stored::Text(text)) => Ok(Some(text.into_bytes())),
-            Some(Stored::Bytes { hex }) => {
-                hex::decode(hex).map(Some).map_err(serde::de::Error::custom)
-            }
-        }
-    }
-
-    /// The same for content that is always there.
-    pub mod required {
-        use serde::{Deserializer, Serializer};
-
-        pub fn serialize<S: Serializer>(value: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
-            super::serialize(&Some(value.to_vec()), serializer)
-        }
-
-        pub fn deserialize<'de, D: Deserializer<'de>>(
-            deserializer: D,
-        ) -> Result<Vec<u8>, D::Error> {
-            super::deserialize(deserializer)?
-                .ok_or_else(|| serde::de::Error::custom("content is missing"))
-        }
     }
 }

@@ -7,12 +7,8 @@
 //!   the create allowlist. Only the resolver can make a `SandboxedPath`.
 //! - [`read_file`] reads a line range or byte window with a byte cap and the
 //!   hash of the whole file ([`ReadParams`] -> [`ReadData`]).
-//! - [`prepare_write`] turns [`WriteParams`] into a [`WritePlan`] (diff, base
-//!   hash, patch hash) without side effects; [`commit_write`] applies it later,
-//!   after re-checking everything, atomically. [`snapshot_before`] and
-//!   [`restore`] support undo.
-//! - Every write-class tool plans a [`ChangePlan`] without side effects
-//!   ([`prepare_write`] via `From`, [`prepare_edit`], [`prepare_patch`],
+//! - Every write-class tool plans a [`ChangePlan`] (`airlock_core::plan`)
+//!   without side effects ([`prepare_write`], [`prepare_edit`], [`prepare_patch`],
 //!   [`prepare_delete`], [`prepare_move`]); [`commit`] applies one, all or
 //!   nothing across files, with a journal that [`recover`] rolls forward after
 //!   a crash; [`undo`] reverts through the same engine.
@@ -25,7 +21,7 @@
 //! ```
 //! use std::sync::Arc;
 //!
-//! use airlock_fs::{ReadParams, Sandbox, WriteParams, commit_write, prepare_write, read_file};
+//! use airlock_fs::{CommitOptions, ReadParams, Sandbox, WriteParams, commit, prepare_write, read_file};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # let dir = tempfile::tempdir()?;
@@ -43,10 +39,10 @@
 //!
 //! let args = serde_json::json!({"path": "src/new.rs", "content": "fn f() {}\n"});
 //! let plan = prepare_write(&sandbox, &WriteParams::from_args(&args)?)?;
-//! assert_eq!(plan.summary(), "CREATE FILE src/new.rs");
+//! assert_eq!(plan.summary, "CREATE FILE src/new.rs");
 //! // ... a human approves plan.diff_preview(8_000) ...
-//! let applied = commit_write(&sandbox, &plan)?;
-//! assert_eq!(applied.after_hash, airlock_fs::sha256_hex("fn f() {}\n"));
+//! let applied = commit(&sandbox, &plan, CommitOptions::default())?;
+//! assert_eq!(applied[0].after_hash, Some(airlock_fs::sha256_hex("fn f() {}\n")));
 //! # Ok(())
 //! # }
 //! ```
@@ -63,10 +59,11 @@ mod sandbox;
 mod search;
 mod write;
 
+pub use airlock_core::plan::{ChangePlan, FileChange, preview};
 pub use blob::{BlobRef, OutputMode, PREVIEW_BYTES, read_blob, store_blob};
 pub use change::{
-    Before, ChangePlan, CommitOptions, FileApplied, FileChange, Recovered, UndoFile,
-    already_applied, commit, edited, preview, recover, snapshot, undo,
+    Before, CommitOptions, FileApplied, Recovered, UndoFile, already_applied, commit, edited,
+    new_plan, recover, snapshot, undo,
 };
 pub use plans::{
     DeleteParams, EditParams, MoveParams, PatchParams, prepare_delete, prepare_edit, prepare_move,
@@ -82,7 +79,4 @@ pub use files::current_hash;
 pub use hash::{ContentHasher, sha256_hex, sha256_reader};
 pub use read::{Encoding, LineRange, ReadData, ReadParams, read_file};
 pub use sandbox::{Access, FileKind, Sandbox, SandboxedPath};
-pub use write::{
-    RestoreOutcome, WriteApplied, WriteMode, WriteParams, WritePlan, commit_write, prepare_write,
-    restore, snapshot_before,
-};
+pub use write::{WriteMode, WriteParams, prepare_write};

@@ -8,7 +8,9 @@ use airlock_core::patch::{self, PatchError, PatchFormat, PatchOp};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use crate::change::{ChangePlan, FileChange};
+use airlock_core::plan::{ChangePlan, FileChange};
+
+use crate::change::new_plan;
 use crate::error::FsError;
 use crate::files::{check_size, read_current};
 use crate::hash::sha256_hex;
@@ -117,7 +119,7 @@ pub fn prepare_edit(sandbox: &Sandbox, params: &EditParams) -> Result<ChangePlan
         )),
     );
     let summary = change.summary();
-    Ok(ChangePlan::new(
+    Ok(new_plan(
         "edit_file",
         summary,
         vec![change],
@@ -135,7 +137,7 @@ pub fn prepare_delete(sandbox: &Sandbox, params: &DeleteParams) -> Result<Change
     let mut report = Map::new();
     report.insert("deleted".to_owned(), json!(true));
     let summary = change.summary();
-    Ok(ChangePlan::new(
+    Ok(new_plan(
         "delete_file",
         summary,
         vec![change],
@@ -179,7 +181,7 @@ pub fn prepare_move(sandbox: &Sandbox, params: &MoveParams) -> Result<ChangePlan
     report.insert("from".to_owned(), json!(source.requested()));
     report.insert("to".to_owned(), json!(target.requested()));
     let summary = changes[1].summary();
-    Ok(ChangePlan::new(
+    Ok(new_plan(
         "move_file",
         summary,
         changes,
@@ -362,13 +364,7 @@ pub fn prepare_patch(sandbox: &Sandbox, params: &PatchParams) -> Result<ChangePl
         serde_json::to_value(parsed.format).unwrap_or(Value::Null),
     );
     let olds: Vec<Option<&[u8]>> = olds.iter().map(Option::as_deref).collect();
-    Ok(ChangePlan::new(
-        "apply_patch",
-        summary,
-        changes,
-        &olds,
-        report,
-    ))
+    Ok(new_plan("apply_patch", summary, changes, &olds, report))
 }
 
 fn patch_error(error: PatchError) -> FsError {

@@ -1,33 +1,15 @@
-//! `write_file` in two halves, so a human can decide in between (spec 000):
-//!
-//! - [`prepare_write`] has no side effects. It resolves and checks the path,
-//!   reads the current content, and returns a [`WritePlan`]: the unified diff a
-//!   human approves, the hash of the content it was made against, and the new
-//!   content. The plan is plain data (serde) so it can be stored and applied by
-//!   another process later.
-//! - [`commit_write`] applies a plan. It resolves the path afresh (every check
-//!   again), refuses with `stale` when the file is no longer what the plan was
-//!   made against, re-derives the diff so that what is written is exactly what
-//!   was shown, and writes atomically: a temporary file in the same directory
-//!   (`O_CREAT | O_EXCL | O_NOFOLLOW`), fsync, the old file's permission bits,
-//!   `renameat` over the target, fsync of the directory. The check and the
-//!   rename happen under an exclusive `flock` on the directory, so of many
-//!   plans made against the same content exactly one applies and the others
-//!   are `stale`, whichever threads or processes apply them.
-//!
-//! A create re-checks that the file still does not exist; if it appeared in the
-//! meantime the answer is `stale` (not `file_exists`): the proposal was made
-//! against a world that changed, which is what `stale` means everywhere else.
-//! The final rename of a create uses `RENAME_NOREPLACE`, so a file appearing in
-//! the last instant is not overwritten either.
-//!
-//! For undo, [`snapshot_before`] returns the content a plan is about to
-//! replace, and [`restore`] puts it back (or removes a created file) if the
-//! file still holds what was applied, else `conflict`.
+//! `write_file`'s plan (spec 000): [`prepare_write`] has no side effects. It
+//! resolves and checks the path, reads the current content, and returns a
+//! [`ChangePlan`] of one change: the unified diff a human approves, the hash
+//! of the content it was made against, and the new content. Applying it is
+//! [`crate::commit`]'s work, as for every write-class tool: a create whose
+//! file appeared in the meantime is `stale` (not `file_exists`), since the
+//! proposal was made against a world that changed.
 
 use serde::{Deserialize, Serialize};
 
-use crate::change::{ChangePlan, CommitOptions, UndoFile};
+use airlock_core::plan::{ChangePlan, FileChange};
+
 use crate::error::FsError;
 use crate::files::{check_size, read_current, unified_diff};
 use crate::hash::sha256_hex;
@@ -113,75 +95,8 @@ pub enum WriteMode {
     CreateNew,
 }
 
-/// A prepared write, waiting for a decision.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WritePlan {
-    /// The requested path, normalized, root-relative.
-    pub path: String,
-    /// What `path` resolved to when the plan was made (differs through a
-    /// symlink). Applying refuses with `stale` if it resolves elsewhere then.
-    pub resolved_path: String,
-    /// The file did not exist.
-    pub created: bool,
-    /// Hash of the content the plan replaces; `None` for a create.
-    pub base_hash: Option<String>,
-    #[serde(with = "crate::change::content::required")]
-    pub new_content: Vec<u8>,
-    /// Unified diff, `--- a/<path>` / `+++ b/<path>` (`--- /dev/null` for a
-    /// create); only the headers when nothing changes.
-    pub diff: String,
-    /// Hash of `diff`.
-    pub patch_hash: String,
-    pub create_parents: bool,
-}
-
-impl WritePlan {
-    /// `CREATE FILE <path>` or `MODIFY <path>`, with ` (-> <resolved>)` when a
-    /// symlink makes the write land elsewhere.
-    pub fn summary(&self) -> String {
-        let verb = if self.created {
-            "CREATE FILE"
-        } else {
-            "MODIFY"
-        };
-        if self.resolved_path == self.path {
-            format!("{verb} {}", self.path)
-        } else {
-            format!("{verb} {} (-> {})", self.path, self.resolved_path)
-        }
-    }
-
-    /// The diff, cut after `max_chars` characters (never inside a character)
-    /// with a closing line saying so.
-    pub fn diff_preview(&self, max_chars: u64) -> String {
-        crate::change::preview(&self.diff, max_chars)
-    }
-}
-
-/// The `data` of an applied write.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WriteApplied {
-    pub path: String,
-    pub created: bool,
-    /// `None` when the file was created.
-    pub before_hash: Option<String>,
-    pub after_hash: String,
-}
-
-/// What [`restore`] did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RestoreOutcome {
-    pub path: String,
-    /// The file was removed (the undone write had created it).
-    pub removed: bool,
-    /// Hash of the content that was replaced or removed.
-    pub before_hash: String,
-    /// Hash of the restored content; `None` when removed.
-    pub after_hash: Option<String>,
-}
-
 /// Plans a write without touching anything.
-pub fn prepare_write(sandbox: &Sandbox, params: &WriteParams) -> Result<WritePlan, FsError> {
+pub fn prepare_write(sandbox: &Sandbox, params: &WriteParams) -> Result<ChangePlan, FsError> {
     let content = params.bytes(sandbox)?;
     check_size(sandbox, content.len() as u64)?;
     let target = sandbox.resolve("path", &params.path, Access::Write)?;
@@ -200,90 +115,21 @@ pub fn prepare_write(sandbox: &Sandbox, params: &WriteParams) -> Result<WritePla
     let old = current.as_ref().map(|(bytes, _)| bytes.as_slice());
     // The diff names the file that really changes (symlinks resolved).
     let diff = unified_diff(target.resolved(), old, &content);
-    Ok(WritePlan {
+    let change = FileChange {
         path: target.requested().to_owned(),
         resolved_path: target.resolved().to_owned(),
-        created: current.is_none(),
-        base_hash: old.map(sha256_hex),
-        new_content: content,
-        patch_hash: sha256_hex(&diff),
-        diff,
+        before_hash: old.map(sha256_hex),
+        after: Some(content),
         create_parents: params.create_parents,
-    })
-}
-
-/// Applies a plan, if the file is still what it was made against (through
-/// [`crate::commit`], the engine every write-class tool uses).
-pub fn commit_write(sandbox: &Sandbox, plan: &WritePlan) -> Result<WriteApplied, FsError> {
-    let applied = crate::change::commit(
-        sandbox,
-        &ChangePlan::from(plan.clone()),
-        CommitOptions::default(),
-    )?;
-    let after_hash = sha256_hex(&plan.new_content);
-    let before_hash = applied.into_iter().next().and_then(|file| file.before_hash);
-    Ok(WriteApplied {
-        path: plan.path.clone(),
-        created: plan.created,
-        before_hash,
-        after_hash,
-    })
-}
-
-/// The content `plan` would replace (`None` for a create), checked against the
-/// plan's base hash like [`commit_write`] does, so it is a faithful snapshot.
-pub fn snapshot_before(sandbox: &Sandbox, plan: &WritePlan) -> Result<Option<Vec<u8>>, FsError> {
-    let mut before = crate::change::snapshot(sandbox, &ChangePlan::from(plan.clone()))?;
-    Ok(before.pop().flatten().map(|(bytes, _)| bytes))
-}
-
-/// Undoes a write: if `path` still hashes to `expected_current_hash`, puts
-/// `before` back atomically (keeping the permission bits), or removes the file
-/// when `before` is `None` (the write created it). Parent directories created
-/// by the write stay. Anything else is `conflict`, and nothing changes.
-pub fn restore(
-    sandbox: &Sandbox,
-    path: &str,
-    expected_current_hash: &str,
-    before: Option<&[u8]>,
-) -> Result<RestoreOutcome, FsError> {
-    let file = UndoFile {
-        path: path.to_owned(),
-        expected: Some(expected_current_hash.to_owned()),
-        restore: before.map(<[u8]>::to_vec),
+        moved_from: None,
         mode: None,
     };
-    let mut done = crate::change::undo(sandbox, &[file], CommitOptions::default())?;
-    let done = done.pop().ok_or_else(|| FsError::Conflict {
-        path: path.to_owned(),
-    })?;
-    Ok(RestoreOutcome {
-        path: done.path,
-        removed: before.is_none(),
-        before_hash: expected_current_hash.to_owned(),
-        after_hash: done.after_hash,
+    Ok(ChangePlan {
+        tool: "write_file".to_owned(),
+        summary: change.summary(),
+        changes: vec![change],
+        patch_hash: sha256_hex(&diff),
+        diff,
+        report: serde_json::Map::new(),
     })
-}
-
-impl From<WritePlan> for ChangePlan {
-    fn from(plan: WritePlan) -> ChangePlan {
-        let summary = plan.summary();
-        let change = crate::change::FileChange {
-            path: plan.path,
-            resolved_path: plan.resolved_path,
-            before_hash: plan.base_hash,
-            after: Some(plan.new_content),
-            create_parents: plan.create_parents,
-            moved_from: None,
-            mode: None,
-        };
-        ChangePlan {
-            tool: "write_file".to_owned(),
-            summary,
-            changes: vec![change],
-            diff: plan.diff,
-            patch_hash: plan.patch_hash,
-            report: serde_json::Map::new(),
-        }
-    }
 }

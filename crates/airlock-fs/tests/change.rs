@@ -100,7 +100,7 @@ fn three_file_plan() -> ChangePlan {
         change("src/new/b.txt", None, Some("b\n")),
         change("c.txt", Some("c\n"), None),
     ];
-    ChangePlan::new(
+    airlock_fs::new_plan(
         "apply_patch",
         "PATCH 3 files".to_owned(),
         changes,
@@ -296,7 +296,7 @@ fn of_many_plans_against_the_same_files_exactly_one_applies() {
                 change("a.txt", Some("a1\n"), Some(&new_a)),
                 change("c.txt", Some("c\n"), Some(&format!("c{i}\n"))),
             ];
-            ChangePlan::new(
+            airlock_fs::new_plan(
                 "apply_patch",
                 format!("plan {i}"),
                 changes,
@@ -349,7 +349,7 @@ fn a_later_commit_finishes_an_interrupted_one_first_and_is_stale_against_it() {
     interrupted(&ws, 1);
     // a.txt is new, c.txt still old: a plan made now against c.txt...
     let changes = vec![change("c.txt", Some("c\n"), Some("mine\n"))];
-    let plan = ChangePlan::new(
+    let plan = airlock_fs::new_plan(
         "write_file",
         "MODIFY c.txt".to_owned(),
         changes,

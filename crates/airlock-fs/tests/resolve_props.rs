@@ -9,7 +9,7 @@ mod common;
 use std::fs;
 use std::path::Path;
 
-use airlock_fs::{Access, WriteParams, commit_write, prepare_write, read_file};
+use airlock_fs::{Access, CommitOptions, WriteParams, commit, prepare_write, read_file};
 use common::{Fixture, OUTSIDE_SECRET};
 use proptest::prelude::*;
 
@@ -103,7 +103,7 @@ proptest! {
                 ..WriteParams::text(&raw, "PWNED\n")
             };
             if let Ok(plan) = prepare_write(&sandbox, &params) {
-                let _ = commit_write(&sandbox, &plan);
+                let _ = commit(&sandbox, &plan, CommitOptions::default());
             }
             prop_assert_eq!(&fixture.outside_snapshot(), &untouched, "{:?} under {:?}", raw, yaml);
         }

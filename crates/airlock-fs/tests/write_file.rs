@@ -10,15 +10,77 @@ use std::os::unix::fs::{PermissionsExt, symlink};
 use std::sync::{Arc, Barrier};
 
 use airlock_fs::{
-    FsError, RestoreOutcome, Sandbox, WriteApplied, WriteParams, WritePlan, commit_write,
-    prepare_write, restore, sha256_hex, snapshot_before,
+    ChangePlan, CommitOptions, FileApplied, FileChange, FsError, Sandbox, UndoFile, WriteParams,
+    prepare_write, sha256_hex,
 };
 use common::{Fixture, OUTSIDE_SECRET, code};
 use pretty_assertions::assert_eq;
 use serde_json::json;
 
-fn plan(sandbox: &Sandbox, args: serde_json::Value) -> Result<WritePlan, FsError> {
+fn plan(sandbox: &Sandbox, args: serde_json::Value) -> Result<ChangePlan, FsError> {
     prepare_write(sandbox, &WriteParams::from_args(&args)?)
+}
+
+/// Applies a plan through the one engine every write-class tool uses.
+fn commit(sandbox: &Sandbox, plan: &ChangePlan) -> Result<Vec<FileApplied>, FsError> {
+    airlock_fs::commit(sandbox, plan, CommitOptions::default())
+}
+
+/// The one file a write's plan changes.
+fn the_change(plan: &ChangePlan) -> &FileChange {
+    assert_eq!(plan.changes.len(), 1, "{plan:?}");
+    &plan.changes[0]
+}
+
+/// What a write replaces: its content (`None` for a create), checked
+/// against the plan's base hash.
+fn before_of(sandbox: &Sandbox, plan: &ChangePlan) -> Result<Option<Vec<u8>>, FsError> {
+    let mut before = airlock_fs::snapshot(sandbox, plan)?;
+    Ok(before.pop().flatten().map(|(bytes, _)| bytes))
+}
+
+/// Undoes a write: `path` must still hash to `expected`, and gets `before`
+/// back (or is removed).
+fn undo(
+    sandbox: &Sandbox,
+    path: &str,
+    expected: &str,
+    before: Option<&[u8]>,
+) -> Result<Vec<FileApplied>, FsError> {
+    let file = UndoFile {
+        path: path.to_owned(),
+        expected: Some(expected.to_owned()),
+        restore: before.map(<[u8]>::to_vec),
+        mode: None,
+    };
+    airlock_fs::undo(sandbox, &[file], CommitOptions::default())
+}
+
+/// A write's plan as [`prepare_write`] makes it.
+fn write_plan(
+    path: &str,
+    resolved: &str,
+    before: Option<&str>,
+    content: &str,
+    diff: &str,
+) -> ChangePlan {
+    let change = FileChange {
+        path: path.to_owned(),
+        resolved_path: resolved.to_owned(),
+        before_hash: before.map(sha256_hex),
+        after: Some(content.as_bytes().to_vec()),
+        create_parents: false,
+        moved_from: None,
+        mode: None,
+    };
+    ChangePlan {
+        tool: "write_file".to_owned(),
+        summary: change.summary(),
+        changes: vec![change],
+        diff: diff.to_owned(),
+        patch_hash: sha256_hex(diff),
+        report: serde_json::Map::new(),
+    }
 }
 
 /// Names in a directory of the workspace, sorted (temporary files would show).
@@ -48,30 +110,20 @@ fn create_proposes_a_diff_from_dev_null_then_creates_the_file() {
     let diff = "--- /dev/null\n+++ b/src/new.rs\n@@ -0,0 +1,2 @@\n+fn a() {}\n+fn b() {}\n";
     assert_eq!(
         plan,
-        WritePlan {
-            path: "src/new.rs".into(),
-            resolved_path: "src/new.rs".into(),
-            created: true,
-            base_hash: None,
-            new_content: content.as_bytes().to_vec(),
-            diff: diff.into(),
-            patch_hash: sha256_hex(diff),
-            create_parents: false,
-        }
+        write_plan("src/new.rs", "src/new.rs", None, content, diff)
     );
-    assert_eq!(plan.summary(), "CREATE FILE src/new.rs");
+    assert_eq!(plan.summary, "CREATE FILE src/new.rs");
     // Preparing changed nothing.
     assert_eq!(names(&fixture, "src"), ["main.rs", "real.txt", "up"]);
 
-    let applied = commit_write(&sandbox, &plan).unwrap();
+    let applied = commit(&sandbox, &plan).unwrap();
     assert_eq!(
         applied,
-        WriteApplied {
+        [FileApplied {
             path: "src/new.rs".into(),
-            created: true,
             before_hash: None,
-            after_hash: sha256_hex(content),
-        }
+            after_hash: Some(sha256_hex(content)),
+        }]
     );
     assert_eq!(fixture.read("src/new.rs"), content);
     assert_eq!(
@@ -79,7 +131,7 @@ fn create_proposes_a_diff_from_dev_null_then_creates_the_file() {
         ["main.rs", "new.rs", "real.txt", "up"]
     );
     // Applying twice: the file exists now.
-    assert_eq!(code(&commit_write(&sandbox, &plan)), "stale");
+    assert_eq!(code(&commit(&sandbox, &plan)), "stale");
 }
 
 #[test]
@@ -95,32 +147,28 @@ fn modify_proposes_a_diff_against_the_current_content() {
         "--- a/other/existing.txt\n+++ b/other/existing.txt\n@@ -1 +1,2 @@\n existing\n+more\n";
     assert_eq!(
         plan,
-        WritePlan {
-            path: "other/existing.txt".into(),
-            resolved_path: "other/existing.txt".into(),
-            created: false,
-            base_hash: Some(sha256_hex("existing\n")),
-            new_content: b"existing\nmore\n".to_vec(),
-            diff: diff.into(),
-            patch_hash: sha256_hex(diff),
-            create_parents: false,
-        }
+        write_plan(
+            "other/existing.txt",
+            "other/existing.txt",
+            Some("existing\n"),
+            "existing\nmore\n",
+            diff
+        )
     );
-    assert_eq!(plan.summary(), "MODIFY other/existing.txt");
+    assert_eq!(plan.summary, "MODIFY other/existing.txt");
     assert_eq!(fixture.read("other/existing.txt"), "existing\n");
     assert_eq!(
-        commit_write(&sandbox, &plan).unwrap(),
-        WriteApplied {
+        commit(&sandbox, &plan).unwrap(),
+        [FileApplied {
             path: "other/existing.txt".into(),
-            created: false,
             before_hash: Some(sha256_hex("existing\n")),
-            after_hash: sha256_hex("existing\nmore\n"),
-        }
+            after_hash: Some(sha256_hex("existing\nmore\n")),
+        }]
     );
     assert_eq!(fixture.read("other/existing.txt"), "existing\nmore\n");
     assert_eq!(names(&fixture, "other"), ["existing.txt"]);
     // Applying twice: the base changed.
-    assert_eq!(code(&commit_write(&sandbox, &plan)), "stale");
+    assert_eq!(code(&commit(&sandbox, &plan)), "stale");
 }
 
 #[test]
@@ -135,7 +183,7 @@ fn an_unchanged_overwrite_has_only_the_headers() {
     assert_eq!(plan.diff, "--- a/src/real.txt\n+++ b/src/real.txt\n");
     let empty = self::plan(&sandbox, json!({"path": "src/empty.rs", "content": ""})).unwrap();
     assert_eq!(empty.diff, "--- /dev/null\n+++ b/src/empty.rs\n");
-    commit_write(&sandbox, &empty).unwrap();
+    commit(&sandbox, &empty).unwrap();
     assert_eq!(fixture.read("src/empty.rs"), "");
 }
 
@@ -256,7 +304,7 @@ fn commit_is_stale_when_the_file_changed_after_prepare() {
     )
     .unwrap();
     fixture.write("src/real.txt", "theirs\n");
-    let error = commit_write(&sandbox, &plan).unwrap_err();
+    let error = commit(&sandbox, &plan).unwrap_err();
     assert_eq!(
         (error.code().as_str(), error.to_string()),
         (
@@ -272,7 +320,7 @@ fn commit_is_stale_when_the_file_changed_after_prepare() {
     // Removed after prepare: stale as well.
     let plan = self::plan(&sandbox, json!({"path": "src/real.txt", "content": "x\n"})).unwrap();
     fs::remove_file(fixture.root.join("src/real.txt")).unwrap();
-    assert_eq!(code(&commit_write(&sandbox, &plan)), "stale");
+    assert_eq!(code(&commit(&sandbox, &plan)), "stale");
     assert!(!fixture.root.join("src/real.txt").exists());
 }
 
@@ -282,7 +330,7 @@ fn commit_of_a_create_is_stale_when_the_file_appeared_after_prepare() {
     let sandbox = fixture.sandbox("");
     let plan = plan(&sandbox, json!({"path": "src/new.rs", "content": "mine\n"})).unwrap();
     fixture.write("src/new.rs", "theirs\n");
-    let error = commit_write(&sandbox, &plan).unwrap_err();
+    let error = commit(&sandbox, &plan).unwrap_err();
     assert_eq!(
         (error.code().as_str(), error.to_string()),
         (
@@ -300,16 +348,16 @@ fn commit_is_stale_when_a_link_now_leads_elsewhere() {
     let sandbox = fixture.sandbox("");
     let plan = plan(&sandbox, json!({"path": "alias.txt", "content": "new\n"})).unwrap();
     assert_eq!(
-        (plan.resolved_path.as_str(), plan.summary()),
         (
-            "src/real.txt",
-            "MODIFY alias.txt (-> src/real.txt)".to_owned()
-        )
+            the_change(&plan).resolved_path.as_str(),
+            plan.summary.as_str()
+        ),
+        ("src/real.txt", "MODIFY alias.txt (-> src/real.txt)")
     );
     fixture.write("src/twin.txt", "real\n");
     fs::remove_file(fixture.root.join("alias.txt")).unwrap();
     symlink("src/twin.txt", fixture.root.join("alias.txt")).unwrap();
-    assert_eq!(code(&commit_write(&sandbox, &plan)), "stale");
+    assert_eq!(code(&commit(&sandbox, &plan)), "stale");
     assert_eq!(
         (fixture.read("src/real.txt"), fixture.read("src/twin.txt")),
         ("real\n".to_owned(), "real\n".to_owned())
@@ -325,7 +373,7 @@ fn a_write_through_a_link_inside_the_root_changes_the_target() {
         json!({"path": "link_in/real.txt", "content": "via link\n"}),
     )
     .unwrap();
-    commit_write(&sandbox, &plan).unwrap();
+    commit(&sandbox, &plan).unwrap();
     assert_eq!(fixture.read("src/real.txt"), "via link\n");
     assert!(
         fs::symlink_metadata(fixture.root.join("link_in"))
@@ -348,7 +396,7 @@ fn permission_bits_are_kept_and_setuid_is_dropped() {
     set_mode("src/private.txt", 0o600);
     for path in ["src/run.sh", "src/private.txt"] {
         let plan = plan(&sandbox, json!({"path": path, "content": "changed\n"})).unwrap();
-        commit_write(&sandbox, &plan).unwrap();
+        commit(&sandbox, &plan).unwrap();
     }
     assert_eq!(
         (
@@ -368,21 +416,22 @@ fn create_parents_makes_the_missing_directories() {
         json!({"path": "link_in/a/b/c.rs", "content": "c\n", "create_parents": true}),
     )
     .unwrap();
+    let change = the_change(&plan);
     assert_eq!(
         (
-            plan.resolved_path.as_str(),
-            plan.create_parents,
-            plan.created
+            change.resolved_path.as_str(),
+            change.create_parents,
+            plan.creates_only()
         ),
         ("src/a/b/c.rs", true, true)
     );
     assert!(!fixture.root.join("src/a").exists());
-    commit_write(&sandbox, &plan).unwrap();
+    commit(&sandbox, &plan).unwrap();
     assert_eq!(fixture.read("src/a/b/c.rs"), "c\n");
     // A parent removed between prepare and commit, without create_parents.
     let plan = self::plan(&sandbox, json!({"path": "src/a/b/d.rs", "content": "d\n"})).unwrap();
     fs::remove_dir_all(fixture.root.join("src/a")).unwrap();
-    assert_eq!(code(&commit_write(&sandbox, &plan)), "parent_not_found");
+    assert_eq!(code(&commit(&sandbox, &plan)), "parent_not_found");
     assert!(!fixture.root.join("src/a").exists());
 }
 
@@ -405,7 +454,7 @@ fn swap_directory_for_link(
     )
     .unwrap();
     symlink(fixture.expand(link_target), fixture.root.join("src/sub")).unwrap();
-    let outcome = code(&commit_write(&sandbox, &plan));
+    let outcome = code(&commit(&sandbox, &plan));
     (outcome, fixture.outside_snapshot())
 }
 
@@ -453,8 +502,8 @@ fn a_write_through_an_allowed_hard_link_leaves_the_other_name_alone() {
     let fixture = Fixture::standard();
     let sandbox = fixture.sandbox("file_broker:\n  allow_hardlinks: true\n");
     let plan = plan(&sandbox, json!({"path": "hl.txt", "content": "replaced\n"})).unwrap();
-    assert_eq!(plan.base_hash, Some(sha256_hex(OUTSIDE_SECRET)));
-    commit_write(&sandbox, &plan).unwrap();
+    assert_eq!(plan.single_base_hash(), Some(sha256_hex(OUTSIDE_SECRET)));
+    commit(&sandbox, &plan).unwrap();
     assert_eq!(fixture.read("hl.txt"), "replaced\n");
     assert_eq!(
         fixture.outside_snapshot(),
@@ -490,22 +539,22 @@ fn a_stored_plan_applies_and_a_tampered_one_does_not() {
     .unwrap();
     let stored = serde_json::to_string(&plan).unwrap();
 
-    let mut tampered: WritePlan = serde_json::from_str(&stored).unwrap();
-    tampered.new_content = b"something else\n".to_vec();
-    assert_eq!(code(&commit_write(&sandbox, &tampered)), "invalid_input");
+    let mut tampered: ChangePlan = serde_json::from_str(&stored).unwrap();
+    tampered.changes[0].after = Some(b"something else\n".to_vec());
+    assert_eq!(code(&commit(&sandbox, &tampered)), "invalid_input");
     assert_eq!(fixture.read("src/real.txt"), "real\n");
 
     // Another process, another sandbox, the same plan.
     let other = fixture.sandbox("");
-    let loaded: WritePlan = serde_json::from_str(&stored).unwrap();
-    commit_write(&other, &loaded).unwrap();
+    let loaded: ChangePlan = serde_json::from_str(&stored).unwrap();
+    commit(&other, &loaded).unwrap();
     assert_eq!(fixture.read("src/real.txt"), "approved\n");
 }
 
 #[test]
 fn many_plans_against_one_file_exactly_one_applies() {
     let fixture = Fixture::standard();
-    let plans: Vec<WritePlan> = (0..16)
+    let plans: Vec<ChangePlan> = (0..16)
         .map(|i| {
             let sandbox = fixture.sandbox("");
             plan(
@@ -525,8 +574,8 @@ fn many_plans_against_one_file_exactly_one_applies() {
                 scope.spawn(move || {
                     barrier.wait();
                     (
-                        String::from_utf8(plan.new_content.clone()).unwrap(),
-                        code(&commit_write(&sandbox, plan)),
+                        String::from_utf8(the_change(plan).after.clone().unwrap()).unwrap(),
+                        code(&commit(&sandbox, plan)),
                     )
                 })
             })
@@ -566,23 +615,22 @@ fn undo_restores_the_before_content_or_reports_a_conflict() {
         json!({"path": "src/real.txt", "content": "after\n"}),
     )
     .unwrap();
-    let before = snapshot_before(&sandbox, &plan).unwrap();
+    let before = before_of(&sandbox, &plan).unwrap();
     assert_eq!(before.as_deref(), Some(&b"real\n"[..]));
-    let applied = commit_write(&sandbox, &plan).unwrap();
+    commit(&sandbox, &plan).unwrap();
     assert_eq!(
-        restore(
+        undo(
             &sandbox,
             "src/real.txt",
-            &applied.after_hash,
+            &sha256_hex("after\n"),
             before.as_deref()
         )
         .unwrap(),
-        RestoreOutcome {
+        [FileApplied {
             path: "src/real.txt".into(),
-            removed: false,
-            before_hash: sha256_hex("after\n"),
+            before_hash: Some(sha256_hex("after\n")),
             after_hash: Some(sha256_hex("real\n")),
-        }
+        }]
     );
     assert_eq!(
         (
@@ -594,16 +642,15 @@ fn undo_restores_the_before_content_or_reports_a_conflict() {
 
     // Create, then undo: the file goes away.
     let plan = self::plan(&sandbox, json!({"path": "src/new.rs", "content": "new\n"})).unwrap();
-    assert_eq!(snapshot_before(&sandbox, &plan).unwrap(), None);
-    let applied = commit_write(&sandbox, &plan).unwrap();
+    assert_eq!(before_of(&sandbox, &plan).unwrap(), None);
+    commit(&sandbox, &plan).unwrap();
     assert_eq!(
-        restore(&sandbox, "src/new.rs", &applied.after_hash, None).unwrap(),
-        RestoreOutcome {
+        undo(&sandbox, "src/new.rs", &sha256_hex("new\n"), None).unwrap(),
+        [FileApplied {
             path: "src/new.rs".into(),
-            removed: true,
-            before_hash: sha256_hex("new\n"),
+            before_hash: Some(sha256_hex("new\n")),
             after_hash: None,
-        }
+        }]
     );
     assert_eq!(names(&fixture, "src"), ["main.rs", "real.txt", "up"]);
 
@@ -613,13 +660,14 @@ fn undo_restores_the_before_content_or_reports_a_conflict() {
         json!({"path": "other/existing.txt", "content": "after\n"}),
     )
     .unwrap();
-    let before = snapshot_before(&sandbox, &plan).unwrap();
-    let applied = commit_write(&sandbox, &plan).unwrap();
+    let before = before_of(&sandbox, &plan).unwrap();
+    commit(&sandbox, &plan).unwrap();
+    let after_hash = sha256_hex("after\n");
     fixture.write("other/existing.txt", "edited by hand\n");
-    let conflict = restore(
+    let conflict = undo(
         &sandbox,
         "other/existing.txt",
-        &applied.after_hash,
+        &after_hash,
         before.as_deref(),
     );
     assert_eq!(code(&conflict), "conflict");
@@ -627,10 +675,10 @@ fn undo_restores_the_before_content_or_reports_a_conflict() {
 
     // Removed after the apply: conflict too.
     fs::remove_file(fixture.root.join("other/existing.txt")).unwrap();
-    let conflict = restore(
+    let conflict = undo(
         &sandbox,
         "other/existing.txt",
-        &applied.after_hash,
+        &after_hash,
         before.as_deref(),
     );
     assert_eq!(code(&conflict), "conflict");
@@ -638,7 +686,7 @@ fn undo_restores_the_before_content_or_reports_a_conflict() {
 
     // Undo goes through the sandbox like everything else.
     assert_eq!(
-        code(&restore(
+        code(&undo(
             &sandbox,
             "link_out_file",
             &sha256_hex(OUTSIDE_SECRET),
@@ -662,5 +710,5 @@ fn snapshot_before_is_stale_when_the_file_changed() {
     )
     .unwrap();
     fixture.write("src/real.txt", "changed\n");
-    assert_eq!(code(&snapshot_before(&sandbox, &plan)), "stale");
+    assert_eq!(code(&before_of(&sandbox, &plan)), "stale");
 }

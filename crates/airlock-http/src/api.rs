@@ -12,7 +12,7 @@ use airlock_broker::Runtime;
 use airlock_broker::{AlwaysAllow, Authority, BrokerError, DecideRequest, approval_view};
 use airlock_core::config::Role;
 use airlock_core::envelope::{Envelope, Status};
-use airlock_core::{ErrorCode, Principal, ToolCall};
+use airlock_core::{Channel, ErrorCode, Principal, ToolCall};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -296,7 +296,7 @@ async fn tools_call(
                 "approval_id": approval.id,
                 "status": "pending",
                 "tool": approval.tool,
-                "risk": approval.risk,
+                "risk": approval.risk.as_str(),
                 "summary": approval.summary,
                 "expires_ms": approval.expires_ms,
             });
@@ -515,7 +515,7 @@ async fn decide(
                 .and_then(|caller| caller.user.clone())
                 .or_else(|| caller.as_ref().map(|caller| caller.name.clone()))
                 .unwrap_or_default(),
-            channel: "http".to_owned(),
+            channel: Channel::Http,
             content: body.content.map(String::into_bytes),
         };
         broker
@@ -558,17 +558,14 @@ async fn result(
         );
     }
     let status = approval.status.as_str();
-    match approval.result_json.as_deref() {
+    match approval.result {
         // Pending, approved, or being applied: the outcome is still to come.
         None if !approval.status.is_final() => (
             StatusCode::ACCEPTED,
             axum::Json(json!({"approval_id": approval.id, "status": status})),
         )
             .into_response(),
-        Some(result) => {
-            let envelope: Value = serde_json::from_str(result).unwrap_or(Value::Null);
-            axum::Json(envelope).into_response()
-        }
+        Some(envelope) => axum::Json(envelope).into_response(),
         None => axum::Json(json!({"approval_id": approval.id, "status": status})).into_response(),
     }
 }

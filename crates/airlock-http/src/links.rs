@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use airlock_broker::Runtime;
 use airlock_broker::{Approval, DecideRequest, approval_view};
-use airlock_core::ErrorCode;
+use airlock_core::{Channel, ErrorCode};
 use axum::Router;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
@@ -263,7 +263,7 @@ async fn open(
         body,
         "<p class=\"meta\"><b>{}</b> <span class=\"risk\">{} risk</span><br>{}<br>requested by {} · session {} · id {}</p>",
         escape(&approval.tool),
-        escape(&approval.risk),
+        approval.risk,
         escape(&approval.summary),
         escape(
             &[approval.agent.as_deref(), approval.user.as_deref()]
@@ -372,7 +372,7 @@ async fn confirm(
                     always: None,
                     authority: airlock_broker::Authority::Link,
                     user: "link".to_owned(),
-                    channel: "link".to_owned(),
+                    channel: Channel::Link,
                     content: None,
                 },
             )

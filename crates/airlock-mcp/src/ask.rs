@@ -4,6 +4,7 @@
 //! (`rounds`) both ask with it.
 
 use airlock_broker::DecideRequest;
+use airlock_core::Channel;
 use rmcp::model::ElicitationAction;
 use serde_json::{Value, json};
 
@@ -70,7 +71,7 @@ pub(crate) fn decide_request(
         always: None,
         authority: airlock_broker::Authority::Client,
         user: user.clone(),
-        channel: "mcp".to_owned(),
+        channel: Channel::Mcp,
         content: None,
     };
     match action {
@@ -92,7 +93,7 @@ pub(crate) fn decide_request(
                 }),
                 authority: airlock_broker::Authority::Client,
                 user,
-                channel: "mcp".to_owned(),
+                channel: Channel::Mcp,
                 content: None,
             })
         }

@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use airlock_broker::{ForwardCall, ForwardError, Forwarder};
+use airlock_broker::{ForwardError, Forwarder};
+use airlock_core::UpstreamCall;
 use airlock_core::config::UpstreamConfig;
 use rmcp::model::{CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, Tool};
 use rmcp::service::{NotificationContext, RunningService, ServiceError};
@@ -352,7 +353,7 @@ pub(crate) struct UpstreamPool {
 }
 
 impl Forwarder for UpstreamPool {
-    fn forward(&self, call: &ForwardCall) -> Result<Value, ForwardError> {
+    fn forward(&self, call: &UpstreamCall) -> Result<Value, ForwardError> {
         let Some(upstream) = self.upstreams.get(&call.upstream) else {
             return Err(ForwardError::NoSuchUpstream(call.upstream.clone()));
         };

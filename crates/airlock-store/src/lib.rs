@@ -7,14 +7,26 @@
 //! two deciders never both win and an approval is never applied twice, across
 //! threads and processes.
 //!
+//! An approval's typed parts (its [`Risk`], [`ApprovalTerms`], [`Plan`],
+//! [`Decided`] and result [`Envelope`]) are written and read here and
+//! nowhere else: the JSON of terms and plans carries a format version
+//! (`airlock_core::approval`), and a database or a stored value from a newer
+//! airlock is refused, never misread.
+//!
 //! ```
 //! # let dir = tempfile::tempdir().unwrap();
-//! use airlock_store::{Store, NewApproval, Limits, Created};
+//! use airlock_core::{ChangePlan, Plan, Risk};
+//! use airlock_store::{Created, Limits, NewApproval, Store};
 //! let store = Store::open(&dir.path().join("airlock.db")).unwrap();
-//! let new = NewApproval { id: "hitl-1".into(), tool: "write_file".into(), dedup_key: "k".into(),
-//!     created_ms: 0, expires_ms: 60_000, ..NewApproval::default() };
-//! let Created::New(approval) = store.create_approval(&new, Limits { max_pending: 10, max_pending_per_session: 10 }).unwrap()
-//!     else { panic!() };
+//! let terms: airlock_core::ApprovalTerms =
+//!     serde_json::from_value(serde_json::json!({"risk": "medium"})).unwrap();
+//! let plan = Plan::Write(ChangePlan {
+//!     tool: "write_file".into(), summary: "CREATE FILE a".into(), changes: vec![],
+//!     diff: String::new(), patch_hash: String::new(), report: Default::default(),
+//! });
+//! let new = NewApproval::new("hitl-1", "write_file", Risk::Medium, terms, plan, 0, 60_000);
+//! let limits = Limits { max_pending: 10, max_pending_per_session: 10 };
+//! let Created::New(approval) = store.create_approval(&new, limits).unwrap() else { panic!() };
 //! assert_eq!(approval.status, airlock_store::ApprovalStatus::Pending);
 //! ```
 
@@ -22,6 +34,8 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use airlock_core::envelope::{DecidedBy, Envelope};
+use airlock_core::{ApprovalTerms, Channel, Decided, Plan, Risk, StateError};
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, TransactionBehavior, params};
 use serde::{Deserialize, Serialize};
 
@@ -59,6 +73,13 @@ pub enum StoreError {
     Poisoned,
     #[error("corrupt row: {0}")]
     Corrupt(String),
+    /// A stored value this build cannot read (a newer format, say).
+    #[error("approval {id}: {source}")]
+    State { id: String, source: StateError },
+    #[error(
+        "the database is at schema version {found}, newer than this airlock ({supported}); use a newer airlock"
+    )]
+    NewerSchema { found: usize, supported: usize },
 }
 
 /// The states of DESIGN §7.
@@ -125,8 +146,8 @@ impl std::fmt::Display for ApprovalStatus {
     }
 }
 
-/// What a new approval records. Text fields are opaque to the store.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// What a new approval records.
+#[derive(Debug, Clone, PartialEq)]
 pub struct NewApproval {
     pub id: String,
     pub tool: String,
@@ -146,19 +167,57 @@ pub struct NewApproval {
     pub tool_call_id: Option<String>,
     /// The caller's own correlation id (spec 000's `context_id`).
     pub context_id: Option<String>,
-    pub risk: String,
-    /// The policy decision (JSON), with timeout, allow_skip, require_reason, approvers.
-    pub decision_json: String,
+    pub risk: Risk,
+    /// What the policy's decision binds the approval to (timeout,
+    /// allow_skip, require_reason, approvers).
+    pub terms: ApprovalTerms,
     pub path: Option<String>,
     pub summary: String,
     pub diff: String,
-    /// The prepared plan (JSON), applied on approval.
-    pub plan_json: String,
+    /// What is applied on approval.
+    pub plan: Plan,
     pub created_ms: Millis,
     pub expires_ms: Millis,
     /// The process blocked waiting for this approval (wait mode); when it is
     /// gone, the approval is cancelled rather than applied for nobody.
     pub waiter_pid: Option<u32>,
+}
+
+impl NewApproval {
+    /// An approval of `tool` with everything else empty: no principal, no
+    /// session, no path, no waiter.
+    pub fn new(
+        id: &str,
+        tool: &str,
+        risk: Risk,
+        terms: ApprovalTerms,
+        plan: Plan,
+        created_ms: Millis,
+        expires_ms: Millis,
+    ) -> NewApproval {
+        NewApproval {
+            id: id.to_owned(),
+            tool: tool.to_owned(),
+            args_json: "{}".to_owned(),
+            args_display: "{}".to_owned(),
+            dedup_key: id.to_owned(),
+            user: None,
+            agent: None,
+            owner: None,
+            session: None,
+            tool_call_id: None,
+            context_id: None,
+            risk,
+            terms,
+            path: None,
+            summary: String::new(),
+            diff: String::new(),
+            plan,
+            created_ms,
+            expires_ms,
+            waiter_pid: None,
+        }
+    }
 }
 
 /// A stored approval.
@@ -168,13 +227,11 @@ pub struct Approval {
     /// Order of creation, for FIFO presentation.
     pub seq: i64,
     pub status: ApprovalStatus,
-    pub decided_by: Option<String>,
-    pub decided_user: Option<String>,
-    pub channel: Option<String>,
-    pub reason: Option<String>,
-    pub decided_ms: Option<Millis>,
-    /// The final envelope (JSON) once the call is settled.
-    pub result_json: Option<String>,
+    /// Who decided it, once someone (or the timeout) did; `None` while
+    /// pending and for a cancelled approval.
+    pub decision: Option<Decided>,
+    /// The final envelope once the call is settled.
+    pub result: Option<Envelope>,
     /// The process that decided or is applying it.
     pub owner_pid: Option<u32>,
 }
@@ -202,13 +259,12 @@ pub enum Created {
 }
 
 /// A decision on a pending approval.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Verdict {
     pub approve: bool,
-    /// `human` or `timeout`.
-    pub by: String,
+    pub by: DecidedBy,
     pub user: Option<String>,
-    pub channel: Option<String>,
+    pub channel: Option<Channel>,
     pub reason: Option<String>,
     pub at_ms: Millis,
     /// An approval of an edited version: the plan (JSON) and diff that replace
@@ -217,9 +273,9 @@ pub struct Verdict {
 }
 
 /// The plan an approver's edit produced.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct EditedPlan {
-    pub plan_json: String,
+    pub plan: Plan,
     pub diff: String,
 }
 
@@ -350,12 +406,14 @@ const MIGRATIONS: &[&str] = &[
          at_ms INTEGER NOT NULL,
          data TEXT NOT NULL
      );",
+    // 4: whether the approval applied is an approver's edited version.
+    "ALTER TABLE approvals ADD COLUMN edited INTEGER NOT NULL DEFAULT 0;",
 ];
 
 const APPROVAL_COLUMNS: &str = "seq, id, tool, args_json, args_display, dedup_key, user, agent, \
      session, tool_call_id, risk, decision_json, path, summary, diff, plan_json, created_ms, \
      expires_ms, status, decided_by, decided_user, channel, reason, decided_ms, result_json, \
-     waiter_pid, owner_pid, owner, context_id";
+     waiter_pid, owner_pid, owner, context_id, edited";
 
 impl Store {
     /// Opens (creating if needed) the database at `path`, in WAL mode.
@@ -376,13 +434,16 @@ impl Store {
             let setup = conn
                 .pragma_update(None, "journal_mode", "WAL")
                 .and_then(|()| conn.pragma_update(None, "synchronous", "FULL"))
+                .map_err(StoreError::from)
                 .and_then(|()| migrate(&conn));
             match setup {
                 Ok(()) => break,
-                Err(error) if is_busy(&error) && std::time::Instant::now() < deadline => {
+                Err(StoreError::Sqlite(error))
+                    if is_busy(&error) && std::time::Instant::now() < deadline =>
+                {
                     std::thread::sleep(Duration::from_millis(10));
                 }
-                Err(error) => return Err(error.into()),
+                Err(error) => return Err(error),
             }
         }
         // The audit head is a mirror that catches a log cut short; a crash
@@ -504,12 +565,12 @@ impl Store {
                     new.agent,
                     new.session,
                     new.tool_call_id,
-                    new.risk,
-                    new.decision_json,
+                    new.risk.as_str(),
+                    new.terms.to_stored(),
                     new.path,
                     new.summary,
                     new.diff,
-                    new.plan_json,
+                    new.plan.to_stored(),
                     new.created_ms as i64,
                     new.expires_ms as i64,
                     new.waiter_pid,
@@ -525,7 +586,7 @@ impl Store {
                     subject: Some(&created.id),
                     owner: created.owner.as_deref(),
                     at_ms: created.created_ms,
-                    data: serde_json::json!({"tool": created.tool, "risk": created.risk}),
+                    data: serde_json::json!({"tool": created.tool, "risk": created.risk.as_str()}),
                 },
             )?;
             Ok(Created::New(created))
@@ -600,19 +661,20 @@ impl Store {
             let changed = conn.execute(
                 "UPDATE approvals SET status = ?2, decided_by = ?3, decided_user = ?4, \
                  channel = ?5, reason = ?6, decided_ms = ?7, owner_pid = ?8, \
-                 plan_json = coalesce(?9, plan_json), diff = coalesce(?10, diff) \
+                 plan_json = coalesce(?9, plan_json), diff = coalesce(?10, diff), edited = ?11 \
                  WHERE id = ?1 AND status = 'pending' AND expires_ms > ?7",
                 params![
                     id,
                     status,
-                    verdict.by,
+                    verdict.by.as_str(),
                     verdict.user,
-                    verdict.channel,
+                    verdict.channel.map(Channel::as_str),
                     verdict.reason,
                     verdict.at_ms as i64,
                     std::process::id(),
-                    edited.map(|edited| edited.plan_json.as_str()),
+                    edited.map(|edited| edited.plan.to_stored()),
                     edited.map(|edited| edited.diff.as_str()),
+                    edited.is_some(),
                 ],
             )?;
             if changed == 1 {
@@ -626,9 +688,9 @@ impl Store {
                         at_ms: verdict.at_ms,
                         data: serde_json::json!({
                             "status": status,
-                            "by": verdict.by,
+                            "by": verdict.by.as_str(),
                             "user": verdict.user,
-                            "channel": verdict.channel,
+                            "channel": verdict.channel.map(Channel::as_str),
                             "edited": edited.is_some(),
                         }),
                     },
@@ -813,9 +875,11 @@ impl Store {
         &self,
         id: &str,
         status: ApprovalStatus,
-        result_json: &str,
+        result: &Envelope,
         at_ms: Millis,
     ) -> Result<(), StoreError> {
+        let result_json = serde_json::to_string(result)
+            .map_err(|error| StoreError::Corrupt(format!("result of {id}: {error}")))?;
         let from: &[&str] = match status {
             ApprovalStatus::Applied | ApprovalStatus::Failed => &["applying"],
             ApprovalStatus::Denied => &["denied"],
@@ -1185,30 +1249,32 @@ fn get_in(conn: &Connection, id: &str) -> Result<Approval, StoreError> {
 /// Creates the tables of a new database and brings any database up to the
 /// newest schema, in one immediate transaction (so two processes opening it
 /// together migrate it once). A database newer than this build is refused.
-fn migrate(conn: &Connection) -> rusqlite::Result<()> {
+fn migrate(conn: &Connection) -> Result<(), StoreError> {
     conn.execute_batch("BEGIN IMMEDIATE")?;
     let result = (|| {
         conn.execute_batch(SCHEMA)?;
         let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
         let version = usize::try_from(version).unwrap_or(0);
         if version > MIGRATIONS.len() {
-            return Err(rusqlite::Error::SqliteFailure(
-                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_MISMATCH),
-                Some(format!(
-                    "the database is at schema version {version}, newer than this airlock ({})",
-                    MIGRATIONS.len()
-                )),
-            ));
+            return Err(StoreError::NewerSchema {
+                found: version,
+                supported: MIGRATIONS.len(),
+            });
         }
         for step in &MIGRATIONS[version..] {
             conn.execute_batch(step)?;
         }
-        conn.pragma_update(None, "user_version", MIGRATIONS.len() as i64)
+        conn.pragma_update(None, "user_version", MIGRATIONS.len() as i64)?;
+        Ok(())
     })();
     match result {
-        Ok(()) => conn.execute_batch("COMMIT"),
+        Ok(()) => Ok(conn.execute_batch("COMMIT")?),
         Err(error) => {
-            let _ = conn.execute_batch("ROLLBACK");
+            // The transaction is abandoned either way; the first error is
+            // the one to report.
+            if let Err(rollback) = conn.execute_batch("ROLLBACK") {
+                eprintln!("airlock: rolling back a failed migration: {rollback}");
+            }
             Err(error)
         }
     }
@@ -1216,16 +1282,68 @@ fn migrate(conn: &Connection) -> rusqlite::Result<()> {
 
 fn approval_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Approval, StoreError>> {
     let millis = |value: i64| value.max(0) as u64;
+    let id: String = row.get("id")?;
+    let tool: String = row.get("tool")?;
+    let state = |source: StateError| StoreError::State {
+        id: id.clone(),
+        source,
+    };
     let status: String = row.get("status")?;
     let status = match ApprovalStatus::parse(&status) {
         Ok(status) => status,
         Err(error) => return Ok(Err(error)),
     };
+    let risk: String = row.get("risk")?;
+    let risk = match risk.parse::<Risk>() {
+        Ok(risk) => risk,
+        Err(error) => return Ok(Err(StoreError::Corrupt(format!("approval {id}: {error}")))),
+    };
+    let terms = match ApprovalTerms::from_stored(&row.get::<_, String>("decision_json")?) {
+        Ok(terms) => terms,
+        Err(error) => return Ok(Err(state(error))),
+    };
+    let plan = match Plan::from_stored(&row.get::<_, String>("plan_json")?, &tool) {
+        Ok(plan) => plan,
+        Err(error) => return Ok(Err(state(error))),
+    };
+    let decided_by: Option<String> = row.get("decided_by")?;
+    let channel: Option<String> = row.get("channel")?;
+    let decision = match decided_by {
+        None => None,
+        Some(by) => {
+            let by = match by.parse::<DecidedBy>() {
+                Ok(by) => by,
+                Err(error) => return Ok(Err(state(error))),
+            };
+            let channel = match channel.as_deref().map(str::parse::<Channel>).transpose() {
+                Ok(channel) => channel,
+                Err(error) => return Ok(Err(state(error))),
+            };
+            Some(Decided {
+                by,
+                user: row.get("decided_user")?,
+                channel,
+                reason: row.get("reason")?,
+                at_ms: row.get::<_, Option<i64>>("decided_ms")?.map_or(0, millis),
+                edited: row.get::<_, i64>("edited")? != 0,
+            })
+        }
+    };
+    let result = match row.get::<_, Option<String>>("result_json")? {
+        None => None,
+        Some(text) => match serde_json::from_str::<Envelope>(&text) {
+            Ok(envelope) => Some(envelope),
+            Err(error) => {
+                return Ok(Err(state(StateError::Unreadable {
+                    what: "result",
+                    message: error.to_string(),
+                })));
+            }
+        },
+    };
     Ok(Ok(Approval {
         seq: row.get("seq")?,
         new: NewApproval {
-            id: row.get("id")?,
-            tool: row.get("tool")?,
             args_json: row.get("args_json")?,
             args_display: row.get("args_display")?,
             dedup_key: row.get("dedup_key")?,
@@ -1234,26 +1352,24 @@ fn approval_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Approval, StoreEr
             session: row.get("session")?,
             tool_call_id: row.get("tool_call_id")?,
             context_id: row.get("context_id")?,
-            risk: row.get("risk")?,
-            decision_json: row.get("decision_json")?,
+            risk,
+            terms,
             path: row.get("path")?,
             summary: row.get("summary")?,
             diff: row.get("diff")?,
-            plan_json: row.get("plan_json")?,
+            plan,
             created_ms: millis(row.get("created_ms")?),
             expires_ms: millis(row.get("expires_ms")?),
             waiter_pid: row
                 .get::<_, Option<i64>>("waiter_pid")?
                 .and_then(|pid| u32::try_from(pid).ok()),
             owner: row.get("owner")?,
+            id,
+            tool,
         },
         status,
-        decided_by: row.get("decided_by")?,
-        decided_user: row.get("decided_user")?,
-        channel: row.get("channel")?,
-        reason: row.get("reason")?,
-        decided_ms: row.get::<_, Option<i64>>("decided_ms")?.map(millis),
-        result_json: row.get("result_json")?,
+        decision,
+        result,
         owner_pid: row
             .get::<_, Option<i64>>("owner_pid")?
             .and_then(|pid| u32::try_from(pid).ok()),

@@ -4,6 +4,8 @@
 
 use std::sync::{Arc, Barrier};
 
+use airlock_core::envelope::{DecidedBy, Envelope, Status};
+use airlock_core::{ApprovalTerms, ChangePlan, Channel, Plan, Risk};
 use airlock_store::{
     ApprovalStatus, Created, EditedPlan, Limits, NewApproval, Store, StoreError, Verdict,
 };
@@ -14,31 +16,49 @@ const LIMITS: Limits = Limits {
     max_pending_per_session: 3,
 };
 
+fn plan(summary: &str) -> Plan {
+    Plan::Write(ChangePlan {
+        tool: "write_file".into(),
+        summary: summary.into(),
+        changes: Vec::new(),
+        diff: String::new(),
+        patch_hash: String::new(),
+        report: serde_json::Map::new(),
+    })
+}
+
+fn terms() -> ApprovalTerms {
+    serde_json::from_value(serde_json::json!({"risk": "medium", "timeout": 60})).unwrap()
+}
+
 fn new(id: &str, session: &str, key: &str) -> NewApproval {
     NewApproval {
-        id: id.into(),
-        tool: "write_file".into(),
-        args_json: "{}".into(),
-        args_display: "{}".into(),
         dedup_key: key.into(),
         session: Some(session.into()),
-        risk: "medium".into(),
-        decision_json: "{}".into(),
         summary: "MODIFY a.txt".into(),
         diff: "--- a/a.txt".into(),
-        plan_json: "{}".into(),
-        created_ms: 1_000,
-        expires_ms: 61_000,
-        ..NewApproval::default()
+        ..NewApproval::new(
+            id,
+            "write_file",
+            Risk::Medium,
+            terms(),
+            plan("MODIFY a.txt"),
+            1_000,
+            61_000,
+        )
     }
+}
+
+fn result(status: Status) -> Envelope {
+    Envelope::new(status, "fs.apply_patch", "write_file", Some("a.txt"))
 }
 
 fn approve(at_ms: u64) -> Verdict {
     Verdict {
         approve: true,
-        by: "human".into(),
+        by: DecidedBy::Human,
         user: Some("alice".into()),
-        channel: Some("terminal".into()),
+        channel: Some(Channel::Terminal),
         reason: None,
         at_ms,
         edited: None,
@@ -188,26 +208,31 @@ fn an_approval_is_claimed_for_apply_once() {
         .finish(
             "hitl-1",
             ApprovalStatus::Applied,
-            "{\"status\":\"allowed\"}",
+            &result(Status::Allowed),
             5,
         )
         .unwrap();
     assert!(
         store
-            .finish("hitl-1", ApprovalStatus::Applied, "{}", 6)
+            .finish("hitl-1", ApprovalStatus::Applied, &result(Status::Error), 6)
             .is_err()
     );
     let approval = store.get("hitl-1").unwrap();
+    let decision = approval.decision.clone().unwrap();
     assert_eq!(
         (
             approval.status,
-            approval.decided_user.as_deref(),
-            approval.result_json.as_deref()
+            decision.user.as_deref(),
+            decision.channel,
+            decision.edited,
+            approval.result.map(|result| result.status)
         ),
         (
             ApprovalStatus::Applied,
             Some("alice"),
-            Some("{\"status\":\"allowed\"}")
+            Some(Channel::Terminal),
+            false,
+            Some(Status::Allowed)
         )
     );
 }
@@ -256,17 +281,18 @@ fn an_edited_approval_replaces_the_plan_with_the_decision_and_only_then() {
     created(&store, &new("edit", "s1", "k1"));
     let mut verdict = approve(2_000);
     verdict.edited = Some(EditedPlan {
-        plan_json: r#"{"edited": true}"#.into(),
+        plan: plan("edited"),
         diff: "--- a/a.txt (edited)".into(),
     });
     let decided = store.decide("edit", &verdict).unwrap();
     assert_eq!(
-        (decided.plan_json.as_str(), decided.diff.as_str()),
-        (r#"{"edited": true}"#, "--- a/a.txt (edited)")
+        (&decided.plan, decided.diff.as_str()),
+        (&plan("edited"), "--- a/a.txt (edited)")
     );
+    assert_eq!(decided.decision.map(|d| d.edited), Some(true));
     // A second decision with another edit loses and changes nothing.
     verdict.edited = Some(EditedPlan {
-        plan_json: "{}".into(),
+        plan: plan("other"),
         diff: "other".into(),
     });
     assert!(matches!(
@@ -274,14 +300,15 @@ fn an_edited_approval_replaces_the_plan_with_the_decision_and_only_then() {
         StoreError::AlreadyDecided { .. }
     ));
     let stored = store.get("edit").unwrap();
-    assert_eq!(stored.plan_json, r#"{"edited": true}"#);
+    assert_eq!(stored.plan, plan("edited"));
     // A plain approval keeps the proposal's plan.
     created(&store, &new("plain", "s1", "k2"));
     let decided = store.decide("plain", &approve(2_000)).unwrap();
     assert_eq!(
-        (decided.plan_json.as_str(), decided.diff.as_str()),
-        ("{}", "--- a/a.txt")
+        (&decided.plan, decided.diff.as_str()),
+        (&plan("MODIFY a.txt"), "--- a/a.txt")
     );
+    assert_eq!(decided.decision.map(|d| d.edited), Some(false));
 }
 
 #[test]
@@ -415,9 +442,12 @@ fn a_version_0_database_is_migrated_and_its_old_rows_belong_to_nobody() {
             .unwrap();
     }
     let store = Store::open(&path).unwrap();
-    assert_eq!(store.schema_version().unwrap(), 3);
+    assert_eq!(store.schema_version().unwrap(), 4);
     let old = store.get("hitl-old").unwrap();
     assert_eq!(old.status, ApprovalStatus::Pending);
+    // Terms and plans written before formats are read as they were meant.
+    assert_eq!((old.risk, old.terms.timeout_seconds), (Risk::Medium, 60));
+    assert!(matches!(old.plan, Plan::Write(_)), "{:?}", old.plan);
     // Migration 2: rows older than context_id have none.
     assert_eq!(old.context_id, None);
     assert_eq!(
@@ -433,7 +463,7 @@ fn a_version_0_database_is_migrated_and_its_old_rows_belong_to_nobody() {
     drop(store);
     // Opening it again changes nothing.
     let again = Store::open(&path).unwrap();
-    assert_eq!(again.schema_version().unwrap(), 3);
+    assert_eq!(again.schema_version().unwrap(), 4);
     assert_eq!(again.get("hitl-old").unwrap(), old);
 }
 
@@ -447,7 +477,45 @@ fn a_database_from_a_newer_airlock_is_refused() {
         .pragma_update(None, "user_version", 99)
         .unwrap();
     let error = Store::open(&path).err().expect("opened a newer database");
-    assert!(error.to_string().contains("schema version 99"), "{error}");
+    assert!(
+        matches!(
+            error,
+            StoreError::NewerSchema {
+                found: 99,
+                supported: 4
+            }
+        ),
+        "{error}"
+    );
+    assert_eq!(
+        error.to_string(),
+        "the database is at schema version 99, newer than this airlock (4); use a newer airlock"
+    );
+}
+
+/// A row whose plan was written by a newer airlock is refused by name, not
+/// misread; the other rows stay readable.
+#[test]
+fn a_plan_in_a_newer_format_is_refused_with_its_approval() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("airlock.db");
+    let store = Store::open(&path).unwrap();
+    created(&store, &new("hitl-new", "s1", "k1"));
+    created(&store, &new("hitl-ok", "s1", "k2"));
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute(
+            "UPDATE approvals SET plan_json = '{\"format\":7,\"kind\":\"teleport\"}' \
+             WHERE id = 'hitl-new'",
+            [],
+        )
+        .unwrap();
+    let error = store.get("hitl-new").unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "approval hitl-new: stored plan is in format 7, newer than this airlock reads (1); use a newer airlock"
+    );
+    assert_eq!(store.get("hitl-ok").unwrap().id, "hitl-ok");
 }
 
 /// Grants stored before grants ended by default get an end, grant_ttl after
@@ -510,7 +578,12 @@ fn every_state_change_is_one_event_and_a_cursor_sees_each_once() {
     assert!(store.decide("hitl-1", &approve(2_001)).is_err());
     store.claim_apply("hitl-1").unwrap().unwrap();
     store
-        .finish("hitl-1", ApprovalStatus::Applied, "{}", 3_000)
+        .finish(
+            "hitl-1",
+            ApprovalStatus::Applied,
+            &result(Status::Allowed),
+            3_000,
+        )
         .unwrap();
     created(&store, &new("hitl-2", "s", "k2"));
     store.expire("hitl-2", 70_000).unwrap().unwrap();
