@@ -314,6 +314,23 @@ impl Broker {
         })
     }
 
+    /// The value of a store call whose failure leaves nothing to answer
+    /// (a sweep, an expiry someone else may have done): a failure is logged
+    /// with what was being done, never dropped silently.
+    pub(crate) fn logged<T>(
+        &self,
+        doing: impl std::fmt::Display,
+        result: Result<T, airlock_store::StoreError>,
+    ) -> Option<T> {
+        match result {
+            Ok(value) => Some(value),
+            Err(error) => {
+                eprintln!("airlock: {doing}: {error}");
+                None
+            }
+        }
+    }
+
     /// Stores the final envelope of `id` with its status. A failure is
     /// logged, not dropped: the call's own answer stands, and whoever reads
     /// the approval later gets its outcome from the row.

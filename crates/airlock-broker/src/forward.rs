@@ -60,9 +60,9 @@ impl Broker {
     /// taken in another process, on a call that returned `hitl_required`).
     /// Returns how many were settled.
     pub fn apply_held_forwards(&self) -> usize {
+        let held = self.store.approved_held_by(std::process::id());
         let held = self
-            .store
-            .approved_held_by(std::process::id())
+            .logged("listing the upstream calls this process holds", held)
             .unwrap_or_default();
         let mut settled = 0;
         for approval in held.iter().filter(|approval| approval.plan.is_upstream()) {
@@ -284,7 +284,10 @@ impl Broker {
     /// Fails an approved upstream call whose holder is gone. `None` when
     /// another process claimed it first.
     pub(crate) fn abandon_forward(&self, approval: &Approval) -> Option<Envelope> {
-        let claimed = self.store.claim_apply(&approval.id).ok().flatten()?;
+        let claimed = self.store.claim_apply(&approval.id);
+        let claimed = self
+            .logged(format_args!("claiming {}", approval.id), claimed)
+            .flatten()?;
         let decision = crate::envelopes::decision_info(&claimed);
         let path = claimed.path.as_deref();
         let mut envelope = Envelope::failure(

@@ -86,7 +86,10 @@ impl Broker {
     /// Expires a pending approval whose time is up. `None` when someone decided
     /// it first.
     pub fn expire(&self, id: &str) -> Option<Envelope> {
-        let approval = self.store.expire(id, self.now_ms()).ok().flatten()?;
+        let expired = self.store.expire(id, self.now_ms());
+        let approval = self
+            .logged(format_args!("expiring {id}"), expired)
+            .flatten()?;
         let mut envelope = Envelope::failure(
             Status::Denied,
             "fs.propose_patch",
@@ -126,7 +129,10 @@ impl Broker {
     /// Cancels a pending approval whose waiting call went away (wait mode).
     /// `None` when it was no longer pending.
     pub fn cancel(&self, id: &str) -> Option<Envelope> {
-        let approval = self.store.cancel(id, self.now_ms()).ok().flatten()?;
+        let cancelled = self.store.cancel(id, self.now_ms());
+        let approval = self
+            .logged(format_args!("cancelling {id}"), cancelled)
+            .flatten()?;
         let mut envelope = Envelope::failure(
             Status::Denied,
             "fs.propose_patch",
@@ -161,8 +167,8 @@ impl Broker {
     /// it. Returns their ids.
     pub fn cancel_own_waits(&self) -> Vec<String> {
         let me = std::process::id();
-        self.store
-            .abandoned(&|pid| pid != me)
+        let abandoned = self.store.abandoned(&|pid| pid != me);
+        self.logged("listing abandoned approvals", abandoned)
             .unwrap_or_default()
             .iter()
             .filter_map(|approval| self.cancel(&approval.id).map(|_| approval.id.clone()))
