@@ -1,6 +1,6 @@
 //! Always-allow grants: made with a decision, listed, revoked; each ends.
 
-use airlock_core::ErrorCode;
+use airlock_core::{Channel, ErrorCode};
 use airlock_store::{Approval, GrantRow};
 use serde_json::Value;
 
@@ -138,7 +138,12 @@ impl Broker {
 
     /// Revokes the grant in force whose id is `id` or starts with it (a
     /// unique prefix), as `by` through `channel`; audited as `grant_revoked`.
-    pub fn revoke_grant(&self, id: &str, by: &str, channel: &str) -> Result<GrantRow, BrokerError> {
+    pub fn revoke_grant(
+        &self,
+        id: &str,
+        by: &str,
+        channel: Channel,
+    ) -> Result<GrantRow, BrokerError> {
         let grants = self.grants()?;
         let matching: Vec<&GrantRow> = grants
             .iter()
@@ -172,7 +177,11 @@ impl Broker {
     /// One that another process revoked (or that ended) meanwhile is skipped;
     /// one whose record fails does not stop the rest from being revoked (the
     /// first such failure is reported after all of them).
-    pub fn revoke_all_grants(&self, by: &str, channel: &str) -> Result<Vec<GrantRow>, BrokerError> {
+    pub fn revoke_all_grants(
+        &self,
+        by: &str,
+        channel: Channel,
+    ) -> Result<Vec<GrantRow>, BrokerError> {
         let mut revoked = Vec::new();
         let mut failure = None;
         for grant in self.grants()? {
@@ -196,7 +205,7 @@ impl Broker {
         &self,
         grant: &GrantRow,
         by: &str,
-        channel: &str,
+        channel: Channel,
     ) -> Result<(), BrokerError> {
         if !self.store.delete_grant(&grant.id, self.now_ms())? {
             return Err(BrokerError::refused(
@@ -212,7 +221,7 @@ impl Broker {
                 .value("session", grant.session.clone().map(Value::String))
                 .value("approval_id", grant.approval_id.clone().map(Value::String))
                 .text("decided_by", by)
-                .text("channel", channel),
+                .text("channel", channel.as_str()),
         );
         match logged {
             Some(_) => Ok(()),

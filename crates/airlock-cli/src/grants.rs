@@ -49,11 +49,11 @@ pub(crate) fn run(broker: &Broker, args: &GrantsArgs) -> Result<u8, Failure> {
         Some(GrantsCommand::Revoke { id, all, json }) => {
             let by = terminal_user();
             let revoked = if *all {
-                broker.revoke_all_grants(&by, "terminal")
+                broker.revoke_all_grants(&by, airlock_core::Channel::Terminal)
             } else {
                 let id = id.as_deref().unwrap_or_default();
                 broker
-                    .revoke_grant(id, &by, "terminal")
+                    .revoke_grant(id, &by, airlock_core::Channel::Terminal)
                     .map(|grant| vec![grant])
             }
             .map_err(|error| Failure {

@@ -390,7 +390,11 @@ async fn revoke_grant(
         .and_then(|caller| caller.user.clone())
         .or_else(|| caller.as_ref().map(|caller| caller.name.clone()))
         .unwrap_or_else(|| "local".to_owned());
-    match on_broker(&api, move |broker| broker.revoke_grant(&id, &by, "http")).await {
+    match on_broker(&api, move |broker| {
+        broker.revoke_grant(&id, &by, Channel::Http)
+    })
+    .await
+    {
         Ok(grant) => {
             axum::Json(json!({"revoked": airlock_broker::grant_view(&grant)})).into_response()
         }
