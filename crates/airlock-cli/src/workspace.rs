@@ -151,6 +151,11 @@ impl Workspace {
                 airlock_broker::BrokerError::Audit(airlock_audit::AuditError::CorruptTail {
                     ..
                 }) => 6,
+                // A state dir a newer airlock wrote: the user must act
+                // (use that airlock), as with a configuration it refuses.
+                airlock_broker::BrokerError::Store(airlock_store::StoreError::NewerSchema {
+                    ..
+                }) => 2,
                 _ => 1,
             };
             Failure {

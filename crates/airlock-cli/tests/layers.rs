@@ -5,6 +5,7 @@
 //! airlock-fs, airlock-audit, airlock-store   (IO, one kind of state each)
 //! airlock-broker                             (the application)
 //! airlock-mcp, airlock-http                  (faces; none knows another)
+//! airlock-testkit                            (what the integration tests share)
 //! airlock-cli                                (wires everything)
 //! ```
 //!
@@ -19,6 +20,7 @@ const LAYERS: &[&[&str]] = &[
     &["airlock-fs", "airlock-audit", "airlock-store"],
     &["airlock-broker"],
     &["airlock-mcp", "airlock-http"],
+    &["airlock-testkit"],
     &["airlock-cli"],
 ];
 

@@ -5,71 +5,40 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
 
+use airlock_testkit::Workspace;
 use pretty_assertions::assert_eq;
 use serde_json::Value;
 
 /// The approval the fixture applied (write_file notes.txt, "old" -> "new").
 const APPLIED: &str = "hitl-cc42154c-902a-4ce6-b3e7-90a83d726b1c";
 
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
-}
-
-fn fixture() -> (tempfile::TempDir, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("ws");
-    copy_tree(
+fn fixture() -> Workspace {
+    let ws = Workspace::copy_of(
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/upgrade/before-redesign"),
-        &root,
-    );
-    std::fs::remove_file(root.join("README.md")).unwrap();
-    (dir, root)
-}
-
-fn airlock(root: &Path, args: &[&str]) -> (i32, String, String) {
-    let output = Command::new(env!("CARGO_BIN_EXE_airlock"))
-        .args(args)
-        .current_dir(root)
-        .env("AIRLOCK_USER", "upgrader")
-        .env_remove("AIRLOCK_AUDIT_KEY")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    (
-        output.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
     )
+    .as_user("upgrader");
+    std::fs::remove_file(ws.path("README.md")).unwrap();
+    ws
 }
 
-fn json(root: &Path, args: &[&str]) -> Value {
-    let (code, stdout, stderr) = airlock(root, args);
-    assert_eq!(code, 0, "{args:?}: {stdout}{stderr}");
-    serde_json::from_str(&stdout).unwrap()
+fn json(ws: &Workspace, args: &[&str]) -> Value {
+    let run = ws.run(args);
+    assert_eq!(run.code, 0, "{args:?}: {}{}", run.stdout, run.stderr);
+    run.json
 }
 
 #[test]
 fn a_state_dir_from_before_the_redesign_keeps_everything() {
-    let (_dir, root) = fixture();
+    let ws = fixture();
     // The chain the old build wrote verifies.
-    let (code, stdout, stderr) = airlock(&root, &["audit", "verify"]);
-    assert_eq!(code, 0, "{stdout}{stderr}");
-    assert!(stdout.contains("ok: 9 records"), "{stdout}");
+    let run = ws.run(&["audit", "verify"]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    assert!(run.stdout.contains("ok: 9 records"), "{}", run.stdout);
 
     // Both pending approvals, as they were.
-    let pending = json(&root, &["pending", "--json"]);
+    let pending = json(&ws, &["pending", "--json"]);
     let pending = pending.as_array().unwrap();
     let summary: Vec<(&str, &str, &str)> = pending
         .iter()
@@ -91,43 +60,88 @@ fn a_state_dir_from_before_the_redesign_keeps_everything() {
     assert_eq!(pending[0]["context_id"], "fixture-1");
 
     // The grant, still in force.
-    let grants = json(&root, &["grants", "--json"]);
+    let grants = json(&ws, &["grants", "--json"]);
     let grants = grants.as_array().unwrap();
     assert_eq!(grants.len(), 1, "{grants:?}");
     assert_eq!(grants[0]["tool"], "write_file");
     assert_eq!(grants[0]["path_glob"], "notes.txt");
     assert_eq!(grants[0]["approval_id"], APPLIED);
 
+    // The store was migrated to this build's schema.
+    let store = airlock_store::Store::open(&ws.path(".airlock/airlock.db")).unwrap();
+    assert_eq!(store.schema_version().unwrap(), 4);
+    drop(store);
+
     // The pending approvals can still be decided and applied.
     let first = pending[0]["id"].as_str().unwrap();
-    let (code, stdout, stderr) = airlock(&root, &["approve", first]);
-    assert_eq!(code, 0, "{stdout}{stderr}");
-    assert_eq!(
-        std::fs::read_to_string(root.join("src/pending.txt")).unwrap(),
-        "pending\n"
-    );
+    let run = ws.run(&["approve", first]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    assert_eq!(ws.read("src/pending.txt").unwrap(), "pending\n");
     let second = pending[1]["id"].as_str().unwrap();
-    let (code, stdout, stderr) = airlock(&root, &["approve", second]);
-    assert_eq!(code, 0, "{stdout}{stderr}");
-    assert_eq!(
-        std::fs::read_to_string(root.join("src/kept.txt")).unwrap(),
-        "kept\n"
-    );
+    let run = ws.run(&["approve", second]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    assert_eq!(ws.read("src/kept.txt").unwrap(), "kept\n");
 
     // The applied change's snapshot still undoes it.
-    assert_eq!(
-        std::fs::read_to_string(root.join("notes.txt")).unwrap(),
-        "new\n"
-    );
-    let (code, stdout, stderr) = airlock(&root, &["undo", APPLIED]);
-    assert_eq!(code, 0, "{stdout}{stderr}");
-    assert_eq!(
-        std::fs::read_to_string(root.join("notes.txt")).unwrap(),
-        "old\n"
-    );
+    assert_eq!(ws.read("notes.txt").unwrap(), "new\n");
+    let run = ws.run(&["undo", APPLIED]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    assert_eq!(ws.read("notes.txt").unwrap(), "old\n");
 
     // And the chain goes on from the old records.
-    let (code, stdout, stderr) = airlock(&root, &["audit", "verify"]);
-    assert_eq!(code, 0, "{stdout}{stderr}");
-    assert!(!stdout.contains("ok: 9 records"), "{stdout}");
+    let run = ws.run(&["audit", "verify"]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    assert!(!run.stdout.contains("ok: 9 records"), "{}", run.stdout);
+}
+
+/// A state dir an airlock newer than this one wrote is refused by every
+/// command with the reason, and left as it was.
+#[test]
+fn a_state_dir_from_a_newer_airlock_is_refused_and_left_alone() {
+    let ws = fixture();
+    let database = ws.path(".airlock/airlock.db");
+    // What a newer release's migration would leave: a higher schema version.
+    {
+        let store = airlock_store::Store::open(&database).unwrap();
+        assert_eq!(store.schema_version().unwrap(), 4);
+    }
+    let bump = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('PRAGMA user_version = 9'); c.commit()",
+        ])
+        .arg(&database)
+        .status();
+    if !bump.is_ok_and(|status| status.success()) {
+        // Without python3, the store's own test covers the refusal.
+        assert!(
+            airlock_testkit::peers::require(
+                "a_state_dir_from_a_newer_airlock_is_refused_and_left_alone",
+                &[airlock_testkit::peers::Peer::Python3]
+            ),
+            "python3 is present but could not set the schema version"
+        );
+        return;
+    }
+    let before = std::fs::read(&database).unwrap();
+    for args in [
+        &["pending"][..],
+        &["call", "read_file", "--args", r#"{"path": "notes.txt"}"#],
+    ] {
+        let run = ws.run(args);
+        assert_eq!(run.code, 2, "{args:?}: {}{}", run.stdout, run.stderr);
+        assert!(
+            run.stderr.contains(
+                "the database is at schema version 9, newer than this airlock (4); use a newer airlock"
+            ),
+            "{args:?}: {}",
+            run.stderr
+        );
+    }
+    assert_eq!(
+        std::fs::read(&database).unwrap(),
+        before,
+        "the database was changed"
+    );
+    assert_eq!(ws.read("notes.txt").unwrap(), "new\n");
 }
