@@ -4,40 +4,15 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 
+use airlock_testkit::{Run, Workspace};
 use expect_test::{expect, expect_file};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs `airlock ARGS` in `dir`, with `dir`'s path in the output replaced by `$WS`.
-fn airlock(dir: &Path, args: &[&str]) -> Run {
-    let output = Command::new(env!("CARGO_BIN_EXE_airlock"))
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let canonical = dir.canonicalize().unwrap();
-    let clean =
-        |bytes: &[u8]| String::from_utf8_lossy(bytes).replace(canonical.to_str().unwrap(), "$WS");
-    Run {
-        code: output.status.code().unwrap_or(-1),
-        stdout: clean(&output.stdout),
-        stderr: clean(&output.stderr),
-    }
-}
-
-fn workspace_with(config: &str) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("airlock.yaml"), config).unwrap();
-    dir
+/// Runs `airlock ARGS` in `ws`, with its path in the output replaced by `$WS`.
+fn airlock(ws: &Workspace, args: &[&str]) -> Run {
+    ws.run_shown(args)
 }
 
 fn listing(dir: &Path) -> Vec<String> {
@@ -51,43 +26,43 @@ fn listing(dir: &Path) -> Vec<String> {
 
 #[test]
 fn init_writes_every_default_with_comments_and_creates_the_state_dir() {
-    let dir = tempfile::tempdir().unwrap();
-    let run = airlock(dir.path(), &["init"]);
+    let ws = Workspace::empty();
+    let run = airlock(&ws, &["init"]);
     assert_eq!((run.code, run.stderr.as_str()), (0, ""));
     assert_eq!(
         run.stdout,
         "wrote $WS/airlock.yaml\ncreated state dir $WS/.airlock\n"
     );
-    let written = std::fs::read_to_string(dir.path().join("airlock.yaml")).unwrap();
+    let written = std::fs::read_to_string(ws.path("airlock.yaml")).unwrap();
     expect_file!["golden/init.airlock.yaml"].assert_eq(&written);
     assert_eq!(
-        std::fs::read_to_string(dir.path().join(".airlock/.gitignore")).unwrap(),
+        std::fs::read_to_string(ws.path(".airlock/.gitignore")).unwrap(),
         "*\n"
     );
 
     // A second init refuses to overwrite, and changes nothing.
     std::fs::write(
-        dir.path().join("airlock.yaml"),
+        ws.path("airlock.yaml"),
         "profiles: {mine: {denylist: ['*']}}\n",
     )
     .unwrap();
-    let again = airlock(dir.path(), &["init"]);
+    let again = airlock(&ws, &["init"]);
     assert_eq!(again.code, 2);
     assert_eq!(
         again.stderr,
         "error: $WS/airlock.yaml already exists; pass --force to overwrite it\n"
     );
     assert_eq!(
-        std::fs::read_to_string(dir.path().join("airlock.yaml")).unwrap(),
+        std::fs::read_to_string(ws.path("airlock.yaml")).unwrap(),
         "profiles: {mine: {denylist: ['*']}}\n"
     );
-    assert_eq!(airlock(dir.path(), &["init", "--force"]).code, 0);
+    assert_eq!(airlock(&ws, &["init", "--force"]).code, 0);
     assert_eq!(
-        std::fs::read_to_string(dir.path().join("airlock.yaml")).unwrap(),
+        std::fs::read_to_string(ws.path("airlock.yaml")).unwrap(),
         written
     );
 
-    let check = airlock(dir.path(), &["config", "check"]);
+    let check = airlock(&ws, &["config", "check"]);
     assert_eq!(check.code, 0);
     assert_eq!(
         check.stdout,
@@ -97,10 +72,10 @@ fn init_writes_every_default_with_comments_and_creates_the_state_dir() {
 
 #[test]
 fn an_invalid_config_stops_every_command_with_exit_2() {
-    let dir = workspace_with(
+    let ws = Workspace::with_config(
         "security:\n  hitl:\n    rules:\n      - tools: [write_file]\n        conditions:\n          - param: path\n            matches: \"^(/etc\"\n",
     );
-    let before = listing(dir.path());
+    let before = listing(ws.root());
     let expected = "error: invalid configuration\n$WS/airlock.yaml:7: security.hitl.rules[0].conditions[0].matches: invalid regex: regex parse error: ^(/etc ^ error: unclosed group\n";
     let commands: [&[&str]; 6] = [
         &["config", "check"],
@@ -111,7 +86,7 @@ fn an_invalid_config_stops_every_command_with_exit_2() {
         &["init", "--force"],
     ];
     for args in commands {
-        let run = airlock(dir.path(), args);
+        let run = airlock(&ws, args);
         assert_eq!(
             (run.code, run.stdout.as_str(), run.stderr.as_str()),
             (2, "", expected),
@@ -119,7 +94,7 @@ fn an_invalid_config_stops_every_command_with_exit_2() {
         );
     }
     assert_eq!(
-        listing(dir.path()),
+        listing(ws.root()),
         before,
         "a refused command changed the workspace"
     );
@@ -127,8 +102,9 @@ fn an_invalid_config_stops_every_command_with_exit_2() {
 
 #[test]
 fn unknown_keys_name_their_path_and_line() {
-    let dir = workspace_with("workspace:\n  root: .\nsecurity:\n  hitl:\n    enabeld: false\n");
-    let run = airlock(dir.path(), &["config", "check"]);
+    let ws =
+        Workspace::with_config("workspace:\n  root: .\nsecurity:\n  hitl:\n    enabeld: false\n");
+    let run = airlock(&ws, &["config", "check"]);
     assert_eq!(run.code, 2);
     assert_eq!(
         run.stderr,
@@ -138,20 +114,20 @@ fn unknown_keys_name_their_path_and_line() {
 
 #[test]
 fn without_a_file_the_defaults_apply() {
-    let dir = tempfile::tempdir().unwrap();
-    let run = airlock(dir.path(), &["config", "check"]);
+    let ws = Workspace::empty();
+    let run = airlock(&ws, &["config", "check"]);
     assert_eq!(run.code, 0);
     assert_eq!(
         run.stdout,
         "no configuration file at $WS/airlock.yaml: the built-in defaults apply and are valid\nworkspace root $WS, state dir .airlock\n0 rules, 0 profiles, 0 upstreams, 0 tokens, 0 webhooks\n"
     );
     // --config names a file that must exist.
-    let missing = airlock(dir.path(), &["--config", "other.yaml", "config", "check"]);
+    let missing = airlock(&ws, &["--config", "other.yaml", "config", "check"]);
     assert_eq!(
         (missing.code, missing.stderr.as_str()),
         (2, "error: configuration file other.yaml does not exist\n")
     );
-    let bad_workspace = airlock(dir.path(), &["--workspace", "nowhere", "config", "check"]);
+    let bad_workspace = airlock(&ws, &["--workspace", "nowhere", "config", "check"]);
     assert_eq!(bad_workspace.code, 2);
     assert!(
         bad_workspace
@@ -164,9 +140,9 @@ fn without_a_file_the_defaults_apply() {
 
 #[test]
 fn a_config_file_that_exists_but_cannot_be_read_is_not_the_defaults() {
-    let dir = tempfile::tempdir().unwrap();
-    std::os::unix::fs::symlink("missing-target.yaml", dir.path().join("airlock.yaml")).unwrap();
-    let run = airlock(dir.path(), &["config", "check"]);
+    let ws = Workspace::empty();
+    std::os::unix::fs::symlink("missing-target.yaml", ws.path("airlock.yaml")).unwrap();
+    let run = airlock(&ws, &["config", "check"]);
     assert_eq!(run.code, 2);
     assert!(
         run.stderr
@@ -178,24 +154,21 @@ fn a_config_file_that_exists_but_cannot_be_read_is_not_the_defaults() {
 
 #[test]
 fn init_creates_the_file_named_by_config() {
-    let dir = tempfile::tempdir().unwrap();
-    let run = airlock(dir.path(), &["--config", "conf/airlock.yaml", "init"]);
+    let ws = Workspace::empty();
+    let run = airlock(&ws, &["--config", "conf/airlock.yaml", "init"]);
     assert_eq!(
         run.code, 1,
         "the directory conf/ does not exist: {}",
         run.stderr
     );
-    std::fs::create_dir(dir.path().join("conf")).unwrap();
-    let run = airlock(dir.path(), &["--config", "conf/airlock.yaml", "init"]);
+    std::fs::create_dir(ws.path("conf")).unwrap();
+    let run = airlock(&ws, &["--config", "conf/airlock.yaml", "init"]);
     assert_eq!((run.code, run.stderr.as_str()), (0, ""));
     assert_eq!(
-        std::fs::read_to_string(dir.path().join("conf/airlock.yaml")).unwrap(),
+        std::fs::read_to_string(ws.path("conf/airlock.yaml")).unwrap(),
         airlock_core::config::TEMPLATE
     );
-    let check = airlock(
-        dir.path(),
-        &["--config", "conf/airlock.yaml", "config", "check"],
-    );
+    let check = airlock(&ws, &["--config", "conf/airlock.yaml", "config", "check"]);
     assert_eq!(check.code, 0);
     assert!(
         check.stdout.starts_with("conf/airlock.yaml: ok\n"),
@@ -206,8 +179,8 @@ fn init_creates_the_file_named_by_config() {
 
 #[test]
 fn config_schema_prints_the_generated_json_schema() {
-    let dir = tempfile::tempdir().unwrap();
-    let run = airlock(dir.path(), &["config", "schema"]);
+    let ws = Workspace::empty();
+    let run = airlock(&ws, &["config", "schema"]);
     assert_eq!(run.code, 0);
     // The schema is a wire format: any change to it shows up in this golden file.
     expect_file!["golden/config.schema.json"].assert_eq(&run.stdout);
@@ -224,10 +197,10 @@ const SPEC_004: &str = "upstreams:\n  - {name: filesystem, command: npx}\nprofil
 
 #[test]
 fn check_json_explains_the_spec_004_example() {
-    let dir = workspace_with(SPEC_004);
-    let before = listing(dir.path());
+    let ws = Workspace::with_config(SPEC_004);
+    let before = listing(ws.root());
     let run = airlock(
-        dir.path(),
+        &ws,
         &[
             "check",
             "filesystem__delete_file",
@@ -267,7 +240,7 @@ fn check_json_explains_the_spec_004_example() {
     );
 
     let read = airlock(
-        dir.path(),
+        &ws,
         &[
             "check",
             "filesystem__read_file",
@@ -284,11 +257,11 @@ fn check_json_explains_the_spec_004_example() {
     assert_eq!(read["justification"][0]["pattern"], "filesystem__*");
 
     // A critical write: timeout, reason and approvers come from the critical policy.
-    let critical = workspace_with(
+    let critical = Workspace::with_config(
         "security:\n  hitl:\n    rules:\n      - tools: [write_file]\n        conditions: [{param: path, glob: \"deploy/**\"}]\n        risk: critical\n",
     );
     let run = airlock(
-        critical.path(),
+        &critical,
         &[
             "check",
             "write_file",
@@ -316,14 +289,14 @@ fn check_json_explains_the_spec_004_example() {
     );
     assert_eq!(decision["justification"][0]["rule_index"], 0);
 
-    assert_eq!(listing(dir.path()), before, "check changed the workspace");
+    assert_eq!(listing(ws.root()), before, "check changed the workspace");
 }
 
 #[test]
 fn check_explains_in_plain_words() {
-    let dir = workspace_with(SPEC_004);
+    let ws = Workspace::with_config(SPEC_004);
     let run = airlock(
-        dir.path(),
+        &ws,
         &[
             "check",
             "filesystem__delete_file",
@@ -343,7 +316,7 @@ fn check_explains_in_plain_words() {
     .assert_eq(&run.stdout);
 
     let run = airlock(
-        dir.path(),
+        &ws,
         &["check", "write_file", "--args", r#"{"path": "src/lib.rs"}"#],
     );
     expect![[r#"
@@ -356,7 +329,7 @@ fn check_explains_in_plain_words() {
     .assert_eq(&run.stdout);
 
     let run = airlock(
-        dir.path(),
+        &ws,
         &["check", "read_file", "--args", r#"{"path": "config/.env"}"#],
     );
     expect![[r#"
@@ -372,7 +345,7 @@ fn check_explains_in_plain_words() {
 
 #[test]
 fn check_refuses_bad_input_with_exit_2() {
-    let dir = workspace_with(SPEC_004);
+    let ws = Workspace::with_config(SPEC_004);
     let cases: [(&[&str], &str); 6] = [
         (
             &["check", "write_file", "--args", "{not json"],
@@ -394,7 +367,7 @@ fn check_refuses_bad_input_with_exit_2() {
         (&["check"], ""),
     ];
     for (args, expected) in cases {
-        let run = airlock(dir.path(), args);
+        let run = airlock(&ws, args);
         assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);
         assert_eq!(run.stdout, "", "{args:?}");
         if !expected.is_empty() {
@@ -405,10 +378,11 @@ fn check_refuses_bad_input_with_exit_2() {
 
 #[test]
 fn trusted_annotations_lower_an_upstream_tools_risk() {
-    let dir =
-        workspace_with("upstreams:\n  - {name: notes, command: x, trusted_annotations: true}\n");
+    let ws = Workspace::with_config(
+        "upstreams:\n  - {name: notes, command: x, trusted_annotations: true}\n",
+    );
     let run = airlock(
-        dir.path(),
+        &ws,
         &[
             "check",
             "notes__list",

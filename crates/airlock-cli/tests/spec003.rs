@@ -7,71 +7,54 @@
 //! airlock's journal, and it is verified here.)
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::Command;
+
+use airlock_testkit::Workspace;
+use airlock_testkit::mcp::RawStdio;
+use airlock_testkit::peers::{Peer, require};
 use std::time::{Duration, SystemTime};
 
 use base64::Engine as _;
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 
-struct Ws {
-    dir: tempfile::TempDir,
+/// A workspace whose calls are approved at once by the person at the
+/// terminal (`--yes`), in session `s003`.
+struct Ws(Workspace);
+
+impl std::ops::Deref for Ws {
+    type Target = Workspace;
+    fn deref(&self) -> &Workspace {
+        &self.0
+    }
 }
 
 impl Ws {
     fn new(config: &str) -> Ws {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("airlock.yaml"), config).unwrap();
-        std::fs::create_dir_all(dir.path().join("src")).unwrap();
-        Ws { dir }
-    }
-
-    fn path(&self, rel: &str) -> PathBuf {
-        self.dir.path().join(rel)
-    }
-
-    fn write(&self, rel: &str, content: impl AsRef<[u8]>) {
-        let path = self.path(rel);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, content).unwrap();
+        Ws(Workspace::new(config))
     }
 
     fn read(&self, rel: &str) -> Option<Vec<u8>> {
-        std::fs::read(self.path(rel)).ok()
+        self.0.read_bytes(rel)
     }
 
     /// `airlock call TOOL --args ARGS --yes`: the envelope.
     fn call(&self, tool: &str, args: Value) -> Value {
-        let output = Command::new(env!("CARGO_BIN_EXE_airlock"))
-            .args(["call", tool, "--args", &args.to_string(), "--yes"])
-            .args(["--reason", "spec 003", "--session", "s003"])
-            .current_dir(self.dir.path())
-            .env("AIRLOCK_USER", "tester")
-            .env_remove("AIRLOCK_AUDIT_KEY")
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        serde_json::from_str(&stdout).unwrap_or_else(|_| {
-            panic!(
-                "{tool}: no envelope: {stdout}{}",
-                String::from_utf8_lossy(&output.stderr)
-            )
-        })
+        let run = self.0.call(
+            tool,
+            &args,
+            &["--yes", "--reason", "spec 003", "--session", "s003"],
+        );
+        if run.json.is_null() {
+            panic!("{tool}: no envelope: {}{}", run.stdout, run.stderr);
+        }
+        run.json
     }
 
     fn blob(&self, blob_ref: &str) -> Vec<u8> {
         let hex = blob_ref.strip_prefix("sha256:").unwrap();
         std::fs::read(self.path(&format!(".airlock/blobs/sha256/{hex}"))).unwrap()
-    }
-
-    fn audit(&self) -> Vec<Value> {
-        std::fs::read_to_string(self.path(".airlock/audit.jsonl"))
-            .unwrap()
-            .lines()
-            .map(|line| serde_json::from_str(line).unwrap())
-            .collect()
     }
 }
 
@@ -228,24 +211,16 @@ fn write_file_inline_text_inline_bytes_blob_ref_modes_conflict_forbidden() {
     assert_eq!(ws.read("src/t.txt").unwrap(), b"over\n");
 
     // Conflict: a file changed under a pending proposal is stale at apply.
-    let output = Command::new(env!("CARGO_BIN_EXE_airlock"))
-        .args(["call", "write_file", "--defer", "--args"])
-        .arg(json!({"path": "src/t.txt", "content": "late\n"}).to_string())
-        .current_dir(ws.dir.path())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let proposed: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let proposed =
+        ws.0.call(
+            "write_file",
+            &json!({"path": "src/t.txt", "content": "late\n"}),
+            &["--defer"],
+        )
+        .json;
     let id = proposed["hitl"]["hitl_id"].as_str().unwrap();
     ws.write("src/t.txt", "changed meanwhile\n");
-    let output = Command::new(env!("CARGO_BIN_EXE_airlock"))
-        .args(["approve", id])
-        .current_dir(ws.dir.path())
-        .env("AIRLOCK_USER", "tester")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let approved: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let approved = ws.run(&["approve", id]).json;
     failed(&approved, "error", "stale");
     assert_eq!(ws.read("src/t.txt").unwrap(), b"changed meanwhile\n");
 
@@ -415,6 +390,12 @@ fn read_file_says_it_is_truncated_how_long_the_file_is_and_where_to_go_on() {
 /// does not (see airlock-fs's search tests).
 #[test]
 fn grep_agrees_with_ripgrep_on_binary_files_and_glob_filters() {
+    if !require(
+        "grep_agrees_with_ripgrep_on_binary_files_and_glob_filters",
+        &[Peer::Ripgrep],
+    ) {
+        return;
+    }
     let ws = Ws::new("");
     ws.write("src/a.rs", "fn main() {}\n// main\n");
     ws.write("src/sub/b.rs", "main();\n");
@@ -472,7 +453,7 @@ fn grep_agrees_with_ripgrep_on_binary_files_and_glob_filters() {
                 && !line.starts_with("airlock.yaml:")
                 && !line.starts_with(".git/")
         };
-        let mut theirs = ripgrep(ws.dir.path(), &rg_args);
+        let mut theirs = ripgrep(ws.root(), &rg_args);
         theirs.retain(keep);
         assert_eq!(ours, theirs, "glob {glob:?}");
         let binary: Vec<String> = data["binary_matches"]
@@ -497,7 +478,7 @@ fn grep_agrees_with_ripgrep_on_binary_files_and_glob_filters() {
             .copied()
             .chain(rg_args.iter().copied())
             .collect();
-        let counted: u64 = ripgrep(ws.dir.path(), &count_args)
+        let counted: u64 = ripgrep(ws.root(), &count_args)
             .iter()
             .filter(|line| keep(line))
             .map(|line| line.rsplit_once(':').unwrap().1.parse::<u64>().unwrap())
@@ -508,6 +489,12 @@ fn grep_agrees_with_ripgrep_on_binary_files_and_glob_filters() {
 
 #[test]
 fn grep_matches_ripgrep_invalid_regex_not_found_empty_truncation_blob() {
+    if !require(
+        "grep_matches_ripgrep_invalid_regex_not_found_empty_truncation_blob",
+        &[Peer::Ripgrep],
+    ) {
+        return;
+    }
     let ws = Ws::new("# main configuration: the defaults\n");
     ws.write(
         ".git/config",
@@ -536,7 +523,7 @@ fn grep_matches_ripgrep_invalid_regex_not_found_empty_truncation_blob() {
         } else {
             vec![pattern]
         };
-        let mut theirs = ripgrep(ws.dir.path(), &rg_args);
+        let mut theirs = ripgrep(ws.root(), &rg_args);
         // airlock's state, its configuration file and .git never show; rg
         // does not know them.
         assert!(
@@ -714,17 +701,8 @@ fn one_session_runs_every_tool_and_its_blob_references_stay_reachable() {
         "path_forbidden",
     );
 
-    let verify = Command::new(env!("CARGO_BIN_EXE_airlock"))
-        .args(["audit", "verify"])
-        .current_dir(ws.dir.path())
-        .env_remove("AIRLOCK_AUDIT_KEY")
-        .output()
-        .unwrap();
-    assert!(
-        verify.status.success(),
-        "{}",
-        String::from_utf8_lossy(&verify.stdout)
-    );
+    let verify = ws.run(&["audit", "verify"]);
+    assert_eq!(verify.code, 0, "{}", verify.stdout);
     let refs: Vec<String> = ws
         .audit()
         .iter()
@@ -816,14 +794,13 @@ fn a_binary_change_shows_its_hashes_not_a_lossy_text_diff() {
     let ws = Ws::new("");
     ws.write("src/b.dat", [0xffu8, 0x00]);
     let encoded = base64::engine::general_purpose::STANDARD.encode([0xfeu8, 0x00]);
-    let output = Command::new(env!("CARGO_BIN_EXE_airlock"))
-        .args(["call", "write_file", "--defer", "--args"])
-        .arg(json!({"path": "src/b.dat", "content": encoded, "encoding": "bytes"}).to_string())
-        .current_dir(ws.dir.path())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let proposed: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let proposed =
+        ws.0.call(
+            "write_file",
+            &json!({"path": "src/b.dat", "content": encoded, "encoding": "bytes"}),
+            &["--defer"],
+        )
+        .json;
     let preview = proposed["hitl"]["diff_preview"].as_str().unwrap();
     assert_eq!(
         preview,
@@ -860,18 +837,8 @@ fn a_move_and_the_undo_of_a_delete_keep_the_permission_bits() {
     let deleted = ws.call("delete_file", json!({"path": "scripts/go.sh"}));
     let id = ok(&deleted)["hitl_id"].as_str().unwrap().to_owned();
     assert!(!ws.path("scripts/go.sh").exists());
-    let undo = Command::new(env!("CARGO_BIN_EXE_airlock"))
-        .args(["undo", &id])
-        .current_dir(ws.dir.path())
-        .env("AIRLOCK_USER", "tester")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(
-        undo.status.success(),
-        "{}",
-        String::from_utf8_lossy(&undo.stdout)
-    );
+    let undo = ws.run(&["undo", &id]);
+    assert_eq!(undo.code, 0, "{}", undo.stdout);
     assert_eq!(ws.read("scripts/go.sh").unwrap(), b"#!/bin/sh\necho hi\n");
     assert_eq!(mode("scripts/go.sh"), 0o750);
 }
@@ -973,7 +940,7 @@ fn spec_000_switches_load_and_mean_what_they_say() {
         "{refused:#}"
     );
     // Over MCP, the tool list holds no file tool.
-    let mut mcp = StdioMcp::start(&ws);
+    let mut mcp = RawStdio::start(&ws, &[]);
     let listed = mcp.request(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
     mcp.finish();
     let names: Vec<&str> = listed["result"]["tools"]
@@ -989,14 +956,9 @@ fn spec_000_switches_load_and_mean_what_they_say() {
     ok(&ws.call("read_file", json!({"path": "src/a.txt"})));
 
     let ws = Ws::new("file_broker:\n  audit_log_enabled: false\n");
-    let check = Command::new(env!("CARGO_BIN_EXE_airlock"))
-        .args(["config", "check"])
-        .current_dir(ws.dir.path())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert_eq!(check.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&check.stderr);
+    let check = ws.run(&["config", "check"]);
+    assert_eq!(check.code, 2);
+    let stderr = check.stderr;
     assert!(
         stderr.contains("airlock.yaml:2: file_broker.audit_log_enabled: cannot be false"),
         "{stderr}"
@@ -1009,7 +971,7 @@ fn spec_000_switches_load_and_mean_what_they_say() {
 fn an_mcp_context_id_in_meta_is_recorded() {
     let ws = Ws::new("");
     ws.write("src/m.txt", "m\n");
-    let mut mcp = StdioMcp::start(&ws);
+    let mut mcp = RawStdio::start(&ws, &[]);
     let read = |id: u64, meta: Value| json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "read_file", "arguments": {"path": "src/m.txt"}, "_meta": meta}});
     let ok_answer = mcp.request(read(2, json!({"context_id": "mcp-9"})));
     assert_eq!(
@@ -1026,59 +988,4 @@ fn an_mcp_context_id_in_meta_is_recorded() {
         .collect();
     assert_eq!(records.len(), 1, "{records:?}");
     assert_eq!(records[0]["context_id"], "mcp-9");
-}
-
-/// `airlock serve --stdio` in a workspace, spoken to line by line, initialized.
-struct StdioMcp {
-    child: std::process::Child,
-    stdin: Option<std::process::ChildStdin>,
-    reader: std::io::BufReader<std::process::ChildStdout>,
-}
-
-impl StdioMcp {
-    fn start(ws: &Ws) -> StdioMcp {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_airlock"))
-            .args(["serve", "--stdio"])
-            .current_dir(ws.dir.path())
-            .env("AIRLOCK_USER", "tester")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take();
-        let reader = std::io::BufReader::new(child.stdout.take().unwrap());
-        let mut mcp = StdioMcp {
-            child,
-            stdin,
-            reader,
-        };
-        mcp.request(json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}));
-        mcp.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-        mcp
-    }
-
-    fn send(&mut self, message: &Value) {
-        use std::io::Write as _;
-        writeln!(self.stdin.as_mut().unwrap(), "{message}").unwrap();
-    }
-
-    /// Sends `message` and returns the answer with its id.
-    fn request(&mut self, message: Value) -> Value {
-        self.send(&message);
-        loop {
-            let mut line = String::new();
-            assert!(std::io::BufRead::read_line(&mut self.reader, &mut line).unwrap() > 0);
-            let answer: Value = serde_json::from_str(&line).unwrap();
-            if answer["id"] == message["id"] {
-                return answer;
-            }
-        }
-    }
-
-    /// Closes standard input and waits for the server to end.
-    fn finish(mut self) {
-        drop(self.stdin.take());
-        self.child.wait().unwrap();
-    }
 }

@@ -53,6 +53,13 @@ impl Workspace {
         ws
     }
 
+    /// A workspace holding only its `airlock.yaml`, `config`.
+    pub fn with_config(config: &str) -> Workspace {
+        let ws = Workspace::empty();
+        ws.write("airlock.yaml", config);
+        ws
+    }
+
     /// A workspace with nothing in it (no `airlock.yaml`).
     pub fn empty() -> Workspace {
         Workspace {
@@ -135,6 +142,17 @@ impl Workspace {
     /// Runs `airlock ARGS` to the end.
     pub fn run(&self, args: &[&str]) -> Run {
         Run::of(&self.command(args).output().expect("run airlock"))
+    }
+
+    /// [`Workspace::run`] with the workspace's path in both outputs
+    /// replaced by `$WS`, for comparing whole outputs.
+    pub fn run_shown(&self, args: &[&str]) -> Run {
+        let mut run = self.run(args);
+        let root = std::fs::canonicalize(self.root()).unwrap_or_else(|_| self.root().to_owned());
+        let root = root.to_string_lossy();
+        run.stdout = run.stdout.replace(root.as_ref(), "$WS");
+        run.stderr = run.stderr.replace(root.as_ref(), "$WS");
+        run
     }
 
     /// Starts `airlock ARGS` with its standard output and error piped.
