@@ -3,8 +3,9 @@
 # and servers and playwright-core, which the tests drive
 # (scripts/mcp-test-env.sh, idempotent and quick once installed), then runs
 # every crate's tests. Needs ripgrep and chromium from Debian (.ci/run
-# installs both). Extra arguments go to
-# `cargo test`.
+# installs both). Extra arguments go to `cargo test`. A plain `cargo test`
+# works with Rust alone: it skips the tests whose peers are missing and says
+# which on stderr.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v rg >/dev/null 2>&1; then
@@ -16,4 +17,7 @@ if [ ! -x "${AIRLOCK_CHROMIUM:-/usr/bin/chromium}" ]; then
   exit 2
 fi
 bash scripts/mcp-test-env.sh >/dev/null
+# Every test runs here: one whose peer (Python, Node, Chromium, ripgrep) is
+# missing fails instead of being skipped as in a plain `cargo test`.
+export AIRLOCK_TEST_PEERS=1
 cargo test --workspace --locked "$@"

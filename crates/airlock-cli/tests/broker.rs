@@ -4,125 +4,17 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
-use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use airlock_testkit::{Run, Workspace as Ws};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 
-struct Ws {
-    dir: tempfile::TempDir,
-    /// Holds the file of the spawned processes' clock (`AIRLOCK_TEST_CLOCK`).
-    clock: tempfile::TempDir,
-}
-
-struct Run {
-    code: i32,
-    json: Value,
-    stdout: String,
-    stderr: String,
-}
-
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_airlock")
-}
-
-impl Ws {
-    fn new(config: &str) -> Ws {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("airlock.yaml"), config).unwrap();
-        std::fs::create_dir_all(dir.path().join("src")).unwrap();
-        Ws {
-            dir,
-            clock: tempfile::tempdir().unwrap(),
-        }
-    }
-
-    /// Moves the clock of every process of this workspace `ms` forward.
-    fn advance(&self, ms: u64) {
-        support::advance_clock(&self.clock.path().join("offset"), ms);
-    }
-
-    fn path(&self, rel: &str) -> PathBuf {
-        self.dir.path().join(rel)
-    }
-
-    fn write(&self, rel: &str, content: &str) {
-        std::fs::write(self.path(rel), content).unwrap();
-    }
-
-    fn read(&self, rel: &str) -> Option<String> {
-        std::fs::read_to_string(self.path(rel)).ok()
-    }
-
-    fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(bin());
-        command
-            .args(args)
-            .current_dir(self.dir.path())
-            .env("AIRLOCK_USER", "tester")
-            .env("AIRLOCK_TEST_CLOCK", self.clock.path().join("offset"))
-            .env_remove("AIRLOCK_AUDIT_KEY")
-            .stdin(Stdio::null());
-        command
-    }
-
-    fn run(&self, args: &[&str]) -> Run {
-        finish(self.command(args).output().unwrap())
-    }
-
-    fn spawn(&self, args: &[&str]) -> Child {
-        self.command(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-    }
-
-    /// `call write_file` with `--defer`: returns the hitl id.
-    fn propose(&self, path: &str, content: &str) -> String {
-        let args = json!({"path": path, "content": content}).to_string();
-        let run = self.run(&[
-            "call",
-            "write_file",
-            "--args",
-            &args,
-            "--defer",
-            "--session",
-            "s1",
-        ]);
-        assert_eq!(run.code, 3, "{}{}", run.stdout, run.stderr);
-        assert_eq!(run.json["status"], "hitl_required");
-        run.json["hitl"]["hitl_id"].as_str().unwrap().to_owned()
-    }
-
-    fn audit(&self) -> Vec<Value> {
-        std::fs::read_to_string(self.path(".airlock/audit.jsonl"))
-            .unwrap_or_default()
-            .lines()
-            .map(|line| serde_json::from_str(line).unwrap())
-            .collect()
-    }
-
-    fn events(&self) -> Vec<String> {
-        self.audit()
-            .iter()
-            .map(|record| record["event"].as_str().unwrap().to_owned())
-            .collect()
-    }
-}
-
-fn finish(output: Output) -> Run {
-    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
-    Run {
-        code: output.status.code().unwrap_or(-1),
-        json: serde_json::from_str(&stdout).unwrap_or(Value::Null),
-        stdout,
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    }
+fn mkfifo(ws: &Ws, rel: &str) {
+    let status = Command::new("mkfifo").arg(ws.path(rel)).status().unwrap();
+    assert!(status.success(), "mkfifo {rel}");
 }
 
 fn sha(text: &str) -> String {
@@ -182,7 +74,7 @@ fn propose_then_approve_applies_once_and_can_be_undone() {
     assert_eq!(ws.read("notes.md").as_deref(), Some("old\n"));
 
     assert_eq!(
-        ws.events(),
+        ws.audit_events(),
         [
             "config_loaded",
             "write_file_propose",
@@ -222,8 +114,8 @@ fn approve_edit_applies_the_version_the_editor_leaves() {
     let id = ws.propose("a.txt", "proposed\n");
     // The "editor" sees the proposed content and replaces a word of it.
     let editor = "sed -i s/proposed/edited/";
-    let approve = finish(
-        ws.command(&["approve", &id, "--edit"])
+    let approve = Run::of(
+        &ws.command(&["approve", &id, "--edit"])
             .env("VISUAL", editor)
             .output()
             .unwrap(),
@@ -240,8 +132,8 @@ fn approve_edit_applies_the_version_the_editor_leaves() {
 
     // An editor that fails decides nothing.
     let id = ws.propose("b.txt", "b\n");
-    let failed = finish(
-        ws.command(&["approve", &id, "--edit"])
+    let failed = Run::of(
+        &ws.command(&["approve", &id, "--edit"])
             .env("VISUAL", "false")
             .output()
             .unwrap(),
@@ -368,10 +260,10 @@ fn pending_approvals_survive_a_restart_and_a_waiting_call_resumes() {
     // A call waits in one process; another process approves it.
     let args = json!({"path": "a.txt", "content": "waited\n"}).to_string();
     let child = ws.spawn(&["call", "write_file", "--args", &args, "--session", "s1"]);
-    let id = wait_for_pending(&ws);
+    let id = ws.wait_for_pending();
     let approve = ws.run(&["approve", &id]);
     assert_eq!(approve.code, 0, "{}", approve.stderr);
-    let waited = finish(child.wait_with_output().unwrap());
+    let waited = Run::of(&child.wait_with_output().unwrap());
     assert_eq!(waited.code, 0, "{}", waited.stderr);
     assert_eq!(waited.json["status"], "allowed");
     assert_eq!(waited.json["hitl"]["hitl_id"], id.as_str());
@@ -389,13 +281,13 @@ fn an_interrupted_waiting_call_cancels_its_approval() {
     let ws = Ws::new("");
     let args = json!({"path": "a.txt", "content": "x"}).to_string();
     let mut child = ws.spawn(&["call", "write_file", "--args", &args]);
-    let id = wait_for_pending_of(&ws, Some(&mut child));
+    let id = ws.wait_for_pending_of(&mut child);
     rustix::process::kill_process(
         rustix::process::Pid::from_child(&child),
         rustix::process::Signal::INT,
     )
     .unwrap();
-    let run = finish(child.wait_with_output().unwrap());
+    let run = Run::of(&child.wait_with_output().unwrap());
     assert_eq!(run.code, 130, "{}{}", run.stderr, run.stdout);
     assert!(
         run.stderr.contains(&format!("interrupted: {id} cancelled")),
@@ -411,7 +303,7 @@ fn an_interrupted_waiting_call_cancels_its_approval() {
         approve.stderr
     );
     assert_eq!(ws.read("a.txt"), None);
-    assert!(ws.events().contains(&"hitl_cancelled".to_owned()));
+    assert!(ws.audit_events().contains(&"hitl_cancelled".to_owned()));
 }
 
 #[test]
@@ -420,10 +312,10 @@ fn a_waiting_call_times_out_denied_never_approved() {
     let args = json!({"path": "a.txt", "content": "x"}).to_string();
     let mut call = ws.spawn(&["call", "write_file", "--args", &args]);
     // Pending, and waiting; then its second runs out.
-    let id = wait_for_pending_of(&ws, Some(&mut call));
+    let id = ws.wait_for_pending_of(&mut call);
     assert_eq!(ws.run(&["show", &id, "--json"]).json["tool"], "write_file");
     ws.advance(1_000);
-    let run = finish(call.wait_with_output().unwrap());
+    let run = Run::of(&call.wait_with_output().unwrap());
     assert_eq!(run.code, 4, "{}", run.stderr);
     assert_eq!(run.json["status"], "denied");
     assert_eq!(run.json["error"]["code"], "expired");
@@ -477,7 +369,7 @@ fn always_allow_creates_a_grant_that_the_next_identical_write_uses() {
         "--defer",
     ]);
     assert_eq!(run.code, 3);
-    let events = ws.events();
+    let events = ws.audit_events();
     assert!(
         events.contains(&"grant_created".to_owned()) && events.contains(&"grant_used".to_owned()),
         "{events:?}"
@@ -563,7 +455,7 @@ fn two_concurrent_deciders_exactly_one_wins() {
             .collect();
         let runs: Vec<Run> = children
             .into_iter()
-            .map(|c| finish(c.wait_with_output().unwrap()))
+            .map(|c| Run::of(&c.wait_with_output().unwrap()))
             .collect();
         let winners = runs.iter().filter(|r| r.code == 0 || r.code == 4).count();
         assert_eq!(
@@ -583,7 +475,10 @@ fn two_concurrent_deciders_exactly_one_wins() {
         );
     }
     assert_eq!(
-        ws.events().iter().filter(|e| *e == "hitl_decision").count(),
+        ws.audit_events()
+            .iter()
+            .filter(|e| *e == "hitl_decision")
+            .count(),
         5
     );
 }
@@ -598,7 +493,7 @@ fn many_proposals_against_one_file_exactly_one_applies() {
     let children: Vec<Child> = ids.iter().map(|id| ws.spawn(&["approve", id])).collect();
     let runs: Vec<Run> = children
         .into_iter()
-        .map(|c| finish(c.wait_with_output().unwrap()))
+        .map(|c| Run::of(&c.wait_with_output().unwrap()))
         .collect();
     let applied: Vec<&Run> = runs.iter().filter(|r| r.code == 0).collect();
     assert_eq!(
@@ -862,40 +757,12 @@ fn rusqlite_free_status(ws: &Ws) -> String {
         .join(",")
 }
 
-fn wait_for_pending(ws: &Ws) -> String {
-    wait_for_pending_of(ws, None)
-}
-
-/// Waits for the first pending approval; if `child` (the waiting call) ends
-/// first, fails with what it printed.
-fn wait_for_pending_of(ws: &Ws, mut child: Option<&mut Child>) -> String {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(child) = child.as_deref_mut()
-            && let Some(status) = child.try_wait().unwrap()
-        {
-            let mut stderr = String::new();
-            if let Some(pipe) = child.stderr.as_mut() {
-                use std::io::Read;
-                let _ = pipe.read_to_string(&mut stderr);
-            }
-            panic!("the waiting call ended early ({status}): {stderr}");
-        }
-        let run = ws.run(&["pending", "--json"]);
-        if let Some(id) = run.json.get(0).and_then(|a| a["id"].as_str()) {
-            return id.to_owned();
-        }
-        assert!(Instant::now() < deadline, "no pending approval appeared");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn a_killed_waiting_call_leaves_nothing_anyone_can_apply() {
     let ws = Ws::new("");
     let args = json!({"path": "a.txt", "content": "abandoned\n"}).to_string();
     let mut child = ws.spawn(&["call", "write_file", "--args", &args]);
-    let id = wait_for_pending(&ws);
+    let id = ws.wait_for_pending();
     // SIGKILL: no handler runs; the waiter's pid is what tells it is gone.
     child.kill().unwrap();
     child.wait().unwrap();
@@ -1057,7 +924,10 @@ fn a_repaired_log_stays_reported_by_verify() {
     for _ in 0..4 {
         ws.run(&["call", "read_file", "--args", r#"{"path": "a.txt"}"#]);
     }
-    assert!(ws.events().contains(&"audit_truncated_tail".to_owned()));
+    assert!(
+        ws.audit_events()
+            .contains(&"audit_truncated_tail".to_owned())
+    );
     // ...and verify keeps saying so.
     let verify = ws.run(&["audit", "verify"]);
     assert_eq!(verify.code, 6, "{}", verify.stdout);
@@ -1401,29 +1271,6 @@ fn hostile_names_diffs_sessions_and_reasons_reach_the_terminal_as_visible_escape
     }
 }
 
-impl Ws {
-    /// Runs a command that must finish within `seconds` (a hang is a failure,
-    /// not a stuck test run).
-    fn run_within(&self, args: &[&str], seconds: u64) -> Run {
-        let mut child = self.spawn(args);
-        let deadline = Instant::now() + Duration::from_secs(seconds);
-        while child.try_wait().unwrap().is_none() {
-            if Instant::now() > deadline {
-                child.kill().unwrap();
-                child.wait().unwrap();
-                panic!("airlock {args:?} hung for {seconds}s");
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        finish(child.wait_with_output().unwrap())
-    }
-
-    fn mkfifo(&self, rel: &str) {
-        let status = Command::new("mkfifo").arg(self.path(rel)).status().unwrap();
-        assert!(status.success(), "mkfifo {rel}");
-    }
-}
-
 #[test]
 fn fifos_named_like_ignore_files_or_matched_by_a_search_hang_nothing() {
     let ws = Ws::new("");
@@ -1439,7 +1286,7 @@ fn fifos_named_like_ignore_files_or_matched_by_a_search_hang_nothing() {
         "data.txt",
         "sub/pipe.txt",
     ] {
-        ws.mkfifo(fifo);
+        mkfifo(&ws, fifo);
     }
     let call = |tool: &str, args: Value| {
         let args = args.to_string();
@@ -1507,7 +1354,7 @@ fn staging_files(ws: &Ws) -> Vec<String> {
         }
     }
     let mut found = Vec::new();
-    walk(ws.dir.path(), &mut found);
+    walk(ws.root(), &mut found);
     found
 }
 
@@ -1674,18 +1521,10 @@ fn run_measured(ws: &Ws, args: &[&str]) -> (Run, u64) {
         done = subprocess.run(sys.argv[1:])\n\
         sys.stderr.write('\\nmaxrss_kb=%d\\n' % resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n\
         sys.exit(done.returncode)\n";
-    let output = Command::new("python3")
-        .arg("-c")
-        .arg(REPORT)
-        .arg(bin())
-        .args(args)
-        .current_dir(ws.dir.path())
-        .env("AIRLOCK_USER", "tester")
-        .env_remove("AIRLOCK_AUDIT_KEY")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let run = finish(output);
+    let bin = airlock_testkit::bin();
+    let mut all = vec!["-c", REPORT, bin.to_str().unwrap()];
+    all.extend_from_slice(args);
+    let run = Run::of(&ws.command_of(Path::new("python3"), &all).output().unwrap());
     let kb: u64 = run
         .stderr
         .rsplit("maxrss_kb=")
@@ -1697,6 +1536,12 @@ fn run_measured(ws: &Ws, args: &[&str]) -> (Run, u64) {
 
 #[test]
 fn proposals_on_a_300_mb_file_are_too_large_before_it_is_read_and_every_call_stays_under_100_mb() {
+    if !airlock_testkit::peers::require(
+        "proposals_on_a_300_mb_file_are_too_large_before_it_is_read_and_every_call_stays_under_100_mb",
+        &[airlock_testkit::peers::Peer::Python3],
+    ) {
+        return;
+    }
     let ws = Ws::new("");
     let big = std::fs::File::create(ws.path("big.bin")).unwrap();
     big.set_len(300 << 20).unwrap();
@@ -1951,7 +1796,7 @@ fn grants_expire_by_default_and_are_listed_and_revoked() {
     assert_eq!(all.json["revoked"].as_array().unwrap().len(), 1);
     assert_eq!(ws.run(&["grants", "--json"]).json, json!([]));
     assert_eq!(
-        ws.events()
+        ws.audit_events()
             .iter()
             .filter(|event| *event == "grant_revoked")
             .count(),
@@ -1997,9 +1842,9 @@ fn every_denial_carries_a_machine_readable_reason() {
     );
     // Nobody decides within the second the medium policy gives.
     let mut waiting = ws.spawn(&["call", "write_file", "--args", &args]);
-    wait_for_pending_of(&ws, Some(&mut waiting));
+    ws.wait_for_pending_of(&mut waiting);
     ws.advance(1_000);
-    let timeout = finish(waiting.wait_with_output().unwrap());
+    let timeout = Run::of(&waiting.wait_with_output().unwrap());
     assert_eq!(timeout.code, 4, "{}", timeout.stdout);
     assert_eq!(timeout.json["error"]["code"], "expired");
     assert_eq!(
@@ -2272,8 +2117,7 @@ fn arguments_over_128_kib_come_from_a_file_or_standard_input() {
     let big = "x".repeat(300 * 1024);
     let args = json!({"path": "big.txt", "content": big}).to_string();
     let args_file = ws
-        .dir
-        .path()
+        .root()
         .join("..")
         .join(format!("args-{}.json", std::process::id()));
     std::fs::write(&args_file, &args).unwrap();
@@ -2310,7 +2154,7 @@ fn arguments_over_128_kib_come_from_a_file_or_standard_input() {
     let mut stdin = child.stdin.take().unwrap();
     std::io::Write::write_all(&mut stdin, args.as_bytes()).unwrap();
     drop(stdin);
-    let from_stdin = finish(child.wait_with_output().unwrap());
+    let from_stdin = Run::of(&child.wait_with_output().unwrap());
     assert_eq!(
         from_stdin.code, 3,
         "{}{}",

@@ -18,8 +18,8 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
+use airlock_testkit::Workspace;
 use serde_json::Value;
 
 fn fixtures() -> PathBuf {
@@ -110,8 +110,8 @@ struct Outcome {
 
 fn run_case(case: &Path, tool: &str) -> Outcome {
     let name = format!("{tool}/{}", case.file_name().unwrap().to_str().unwrap());
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path();
+    let ws = Workspace::empty();
+    let root = ws.root();
     let input = case.join("input");
     if input.exists() {
         copy_tree(&input, root);
@@ -129,26 +129,12 @@ fn run_case(case: &Path, tool: &str) -> Outcome {
     let expected: Value =
         serde_json::from_str(&std::fs::read_to_string(case.join("expected.json")).unwrap())
             .unwrap_or_else(|error| panic!("{name}: expected.json: {error}"));
-    let output = Command::new(env!("CARGO_BIN_EXE_airlock"))
-        .args([
-            "call",
-            tool,
-            "--args",
-            &args.to_string(),
-            "--yes",
-            "--reason",
-            "fixture",
-            "--session",
-            "fixtures",
-        ])
-        .current_dir(root)
-        .env("AIRLOCK_USER", "tester")
-        .env_remove("AIRLOCK_AUDIT_KEY")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let envelope: Value = serde_json::from_str(&stdout).unwrap_or(Value::Null);
+    let run = ws.call(
+        tool,
+        &args,
+        &["--yes", "--reason", "fixture", "--session", "fixtures"],
+    );
+    let envelope = &run.json;
     let mut problems = Vec::new();
     if envelope["status"] != expected["status"] {
         problems.push(format!(
@@ -187,18 +173,9 @@ fn run_case(case: &Path, tool: &str) -> Outcome {
         ));
     }
     // Every call is audited, and the chain verifies.
-    let verify = Command::new(env!("CARGO_BIN_EXE_airlock"))
-        .args(["audit", "verify"])
-        .current_dir(root)
-        .env_remove("AIRLOCK_AUDIT_KEY")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    if !verify.status.success() {
-        problems.push(format!(
-            "audit verify failed: {}",
-            String::from_utf8_lossy(&verify.stdout)
-        ));
+    let verify = ws.run(&["audit", "verify"]);
+    if verify.code != 0 {
+        problems.push(format!("audit verify failed: {}", verify.stdout));
     }
     // Temporary files never stay behind.
     if after.keys().any(|path| path.contains(".airlock-tmp-")) {
@@ -208,9 +185,10 @@ fn run_case(case: &Path, tool: &str) -> Outcome {
         name,
         problem: (!problems.is_empty()).then(|| {
             format!(
-                "{}\n--- envelope ---\n{stdout}\n--- stderr ---\n{}",
+                "{}\n--- envelope ---\n{}\n--- stderr ---\n{}",
                 problems.join("\n"),
-                String::from_utf8_lossy(&output.stderr)
+                run.stdout,
+                run.stderr
             )
         }),
     }

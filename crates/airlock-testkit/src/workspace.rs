@@ -209,12 +209,33 @@ impl Workspace {
         Feed::open(&self.path(".airlock/airlock.db"))
     }
 
-    /// Waits for the next approval to be created (in this workspace, by
-    /// any process) after the feed's cursor: its id.
-    pub fn wait_for_pending(&self, feed: &mut Feed) -> String {
-        feed.wait_for(EventKind::ApprovalCreated)
-            .subject
-            .expect("an approval event names its approval")
+    /// Waits, on the event feed, for an approval of this workspace to be
+    /// pending (created by any process and not decided yet): the oldest
+    /// such one's id.
+    pub fn wait_for_pending(&self) -> String {
+        self.feed().wait_for_pending(None)
+    }
+
+    /// [`Workspace::wait_for_pending`], failing with what `child` printed
+    /// if it ends first (the call that should have made the approval).
+    pub fn wait_for_pending_of(&self, child: &mut Child) -> String {
+        self.feed().wait_for_pending(Some(child))
+    }
+
+    /// Runs `airlock ARGS`, which must finish within `seconds`: a hang is
+    /// a failure, not a stuck test run.
+    pub fn run_within(&self, args: &[&str], seconds: u64) -> Run {
+        let mut child = self.spawn(args);
+        let deadline = Instant::now() + Duration::from_secs(seconds);
+        while child.try_wait().expect("wait for airlock").is_none() {
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("airlock {args:?} hung for {seconds}s");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Run::of(&child.wait_with_output().expect("airlock's output"))
     }
 }
 
@@ -274,8 +295,23 @@ impl Feed {
 
     /// The next event after the cursor, waiting for it.
     pub fn next(&mut self) -> FeedEvent {
+        self.next_unless_exited(None)
+    }
+
+    /// [`Feed::next`], failing with what `child` printed if it ends first.
+    pub fn next_unless_exited(&mut self, mut child: Option<&mut Child>) -> FeedEvent {
         let deadline = Instant::now() + PATIENCE;
         loop {
+            if let Some(child) = child.as_deref_mut()
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                let mut stderr = String::new();
+                if let Some(pipe) = child.stderr.as_mut() {
+                    use std::io::Read as _;
+                    let _ = pipe.read_to_string(&mut stderr);
+                }
+                panic!("the process ended ({status}) before the awaited event: {stderr}");
+            }
             let events = self.store.events_after(self.seq, 1).expect("read the feed");
             if let Some(event) = events.into_iter().next() {
                 self.seq = event.seq;
@@ -287,6 +323,22 @@ impl Feed {
                 self.seq
             );
             std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Skips events until an approval is created that is still pending
+    /// when it is seen: its id.
+    pub fn wait_for_pending(&mut self, mut child: Option<&mut Child>) -> String {
+        loop {
+            let event = self.next_unless_exited(child.as_deref_mut());
+            if event.kind != EventKind::ApprovalCreated {
+                continue;
+            }
+            let id = event.subject.expect("an approval event names its approval");
+            let approval = self.store.get(&id).expect("read the approval");
+            if approval.status == airlock_store::ApprovalStatus::Pending {
+                return id;
+            }
         }
     }
 
