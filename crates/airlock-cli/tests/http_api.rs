@@ -4,25 +4,19 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
-
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use airlock_store::EventKind;
+use airlock_testkit::http::{Server, exchange, next_event, refusing_hook, request};
+use airlock_testkit::token_sha256 as sha;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 
 const AGENT: &str = "agent-token-1";
 const OTHER_AGENT: &str = "agent-token-2";
 const APPROVER: &str = "approver-token-1";
 const ADMIN: &str = "admin-token-1";
-
-fn sha(token: &str) -> String {
-    hex::encode(Sha256::digest(token.as_bytes()))
-}
 
 /// `auth.tokens` for the four tokens above, then `extra`.
 fn config(extra: &str) -> String {
@@ -37,168 +31,6 @@ fn config(extra: &str) -> String {
         sha(APPROVER),
         sha(ADMIN)
     )
-}
-
-struct Server {
-    child: Child,
-    addr: String,
-    dir: tempfile::TempDir,
-    /// Holds the file of the server's clock (`AIRLOCK_TEST_CLOCK`).
-    clock: tempfile::TempDir,
-    /// Everything the server wrote to stderr up to "serving".
-    banner: String,
-}
-
-impl Server {
-    fn start(config: &str) -> Server {
-        Server::start_with(config, &[])
-    }
-
-    /// `airlock serve --http 127.0.0.1:0 <extra>`.
-    fn start_with(config: &str, extra: &[&str]) -> Server {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("airlock.yaml"), config).unwrap();
-        std::fs::write(dir.path().join("a.txt"), "hello\n").unwrap();
-        let clock = tempfile::tempdir().unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_airlock"))
-            .args(["serve", "--http", "127.0.0.1:0"])
-            .args(extra)
-            .current_dir(dir.path())
-            .env("AIRLOCK_USER", "tester")
-            .env("AIRLOCK_TEST_CLOCK", clock.path().join("offset"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut stderr = BufReader::new(child.stderr.take().unwrap());
-        let mut banner = String::new();
-        let addr = loop {
-            let mut line = String::new();
-            assert!(
-                stderr.read_line(&mut line).unwrap() > 0,
-                "serve exited: {banner}"
-            );
-            banner.push_str(&line);
-            if let Some(rest) = line.trim().strip_prefix("airlock: serving MCP at http://") {
-                break rest.trim_end_matches("/mcp").to_owned();
-            }
-        };
-        // The approvals line (with the login URL without configured
-        // tokens) follows at once.
-        let mut line = String::new();
-        stderr.read_line(&mut line).unwrap();
-        banner.push_str(&line);
-        std::thread::spawn(move || {
-            let mut sink = String::new();
-            let _ = stderr.read_to_string(&mut sink);
-        });
-        Server {
-            child,
-            addr,
-            dir,
-            clock,
-            banner,
-        }
-    }
-
-    /// Moves the server's clock `ms` forward.
-    fn advance(&self, ms: u64) {
-        support::advance_clock(&self.clock.path().join("offset"), ms);
-    }
-
-    fn path(&self, rel: &str) -> std::path::PathBuf {
-        self.dir.path().join(rel)
-    }
-
-    /// One request; the status and the JSON body (`Value::String` when the
-    /// body is not JSON).
-    fn request(&self, method: &str, path: &str, token: Option<&str>, body: &[u8]) -> (u16, Value) {
-        raw_request(&self.addr, method, path, token, body)
-    }
-
-    fn get(&self, path: &str, token: Option<&str>) -> (u16, Value) {
-        self.request("GET", path, token, b"")
-    }
-
-    fn post(&self, path: &str, token: Option<&str>, body: &Value) -> (u16, Value) {
-        self.request("POST", path, token, body.to_string().as_bytes())
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn raw_request(
-    addr: &str,
-    method: &str,
-    path: &str,
-    token: Option<&str>,
-    body: &[u8],
-) -> (u16, Value) {
-    let mut headers = "Content-Type: application/json\r\n".to_owned();
-    if let Some(token) = token {
-        headers.push_str(&format!("Authorization: Bearer {token}\r\n"));
-    }
-    let (status, _, body) = exchange(addr, method, path, &headers, body);
-    let value = serde_json::from_str(&body).unwrap_or(Value::String(body));
-    (status, value)
-}
-
-/// One HTTP/1.1 exchange: the status, the response head and body.
-fn exchange(
-    addr: &str,
-    method: &str,
-    path: &str,
-    headers: &str,
-    body: &[u8],
-) -> (u16, String, String) {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(60)))
-        .unwrap();
-    let head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n{headers}\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).unwrap();
-    // A body over the limit may be refused before it is all sent.
-    let _ = stream.write_all(body);
-    let mut response = Vec::new();
-    let _ = stream.read_to_end(&mut response);
-    let text = String::from_utf8_lossy(&response).to_string();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status: u16 = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .unwrap_or_else(|| panic!("no status in {text:?}"));
-    let chunked = head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked");
-    let body = if chunked {
-        dechunk(body)
-    } else {
-        body.to_owned()
-    };
-    (status, head.to_owned(), body)
-}
-
-fn dechunk(mut body: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = body.split_once("\r\n") {
-        let size = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-        if size == 0 {
-            break;
-        }
-        out.push_str(&rest[..size]);
-        body = rest[size..].trim_start_matches("\r\n");
-    }
-    out
 }
 
 fn error_code(body: &Value) -> &str {
@@ -424,7 +256,7 @@ fn two_approvers_deciding_at_once_make_one_decision() {
                 std::thread::spawn(move || {
                     let body = json!({"decision": decision}).to_string();
                     let (status, answer) =
-                        raw_request(&addr, "POST", &path, Some(token), body.as_bytes());
+                        request(&addr, "POST", &path, Some(token), body.as_bytes());
                     (status, decision, answer)
                 })
             })
@@ -686,15 +518,11 @@ fn in_wait_mode_the_call_goes_on_waiting_and_its_result_follows_the_decision() {
         &json!({"decision": "approve"}),
     );
     assert_eq!(status, 200, "{decided}");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let result = loop {
-        let (status, result) = server.get(&format!("/hitl/result/{id}"), Some(AGENT));
-        if status == 200 {
-            break result;
-        }
-        assert!(Instant::now() < deadline, "still {status}: {result}");
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    // The waiting call applies it; its result is there once the feed says so.
+    let applied = server.ws.feed().wait_for(EventKind::ApprovalApplied);
+    assert_eq!(applied.subject.as_deref(), Some(id.as_str()));
+    let (status, result) = server.get(&format!("/hitl/result/{id}"), Some(AGENT));
+    assert_eq!(status, 200, "{result}");
     assert_eq!(result["status"], "allowed", "{result}");
     assert_eq!(read(&server.path("w.txt")).as_deref(), Some("new\n"));
 }
@@ -772,66 +600,14 @@ fn too_many_pending_approvals_are_refused_with_429() {
 }
 
 /// Reads `/hitl/events` on another thread: each `(event, data)` as it comes.
-fn subscribe(server: &Server, token: &str) -> std::sync::mpsc::Receiver<(String, Value)> {
-    subscribe_after(server, token, None)
-}
-
-/// [`subscribe`] with `Last-Event-ID: last`: the events after that one.
-fn subscribe_after(
-    server: &Server,
-    token: &str,
-    last: Option<&str>,
-) -> std::sync::mpsc::Receiver<(String, Value)> {
-    let mut stream = TcpStream::connect(&server.addr).unwrap();
-    let resume = last
-        .map(|last| format!("Last-Event-ID: {last}\r\n"))
-        .unwrap_or_default();
-    write!(
-        stream,
-        "GET /hitl/events HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\n{resume}\r\n",
-        server.addr
-    )
-    .unwrap();
-    // The answer's head comes once the subscription reads the feed: what
-    // happens after it is seen.
-    let mut reader = BufReader::new(stream);
-    let mut head = String::new();
-    while reader.read_line(&mut head).unwrap_or(0) > 0 && !head.ends_with("\r\n\r\n") {}
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    let (sender, receiver) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut event = String::new();
-        let mut line = String::new();
-        while reader.read_line(&mut line).unwrap_or(0) > 0 {
-            let text = line.trim_end().to_owned();
-            line.clear();
-            if let Some(name) = text.strip_prefix("event: ") {
-                event = name.to_owned();
-            } else if let Some(data) = text.strip_prefix("data: ") {
-                let value = serde_json::from_str(data).unwrap_or(Value::Null);
-                if sender.send((event.clone(), value)).is_err() {
-                    return;
-                }
-            }
-        }
-    });
-    receiver
-}
-
-fn next_event(events: &std::sync::mpsc::Receiver<(String, Value)>) -> (String, Value) {
-    events
-        .recv_timeout(Duration::from_secs(10))
-        .expect("no event within 10 s")
-}
-
 #[test]
 fn events_tell_approvers_of_created_decided_and_expired_approvals() {
     let server = Server::start(&config(
         "file_broker:\n  hitl_ttl_seconds: 2\nsecurity:\n  hitl:\n    approval_mode: defer\n",
     ));
     // Approvers hear of every approval, an agent only of its own.
-    let events = subscribe(&server, APPROVER);
-    let other_agents = subscribe(&server, OTHER_AGENT);
+    let events = server.subscribe(APPROVER);
+    let other_agents = server.subscribe(OTHER_AGENT);
 
     let (_, pending) = server.post("/v1/tools/call", Some(AGENT), &write_call("e1.txt"));
     let first = pending["approval_id"].as_str().unwrap().to_owned();
@@ -897,16 +673,15 @@ fn events_tell_approvers_of_created_decided_and_expired_approvals() {
 #[test]
 fn events_made_at_once_elsewhere_come_in_order_and_resume_after_last_event_id() {
     let server = Server::start(&config(""));
-    let events = subscribe(&server, APPROVER);
-    let output = Command::new(env!("CARGO_BIN_EXE_airlock"))
-        .args(["call", "write_file", "--yes", "--args"])
-        .arg(json!({"path": "at-once.txt", "content": "x\n"}).to_string())
-        .current_dir(server.dir.path())
-        .env("AIRLOCK_USER", "tester")
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let envelope: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let events = server.subscribe(APPROVER);
+    let envelope = server
+        .ws
+        .call(
+            "write_file",
+            &json!({"path": "at-once.txt", "content": "x\n"}),
+            &["--yes"],
+        )
+        .json;
     assert_eq!(envelope["status"], "allowed", "{envelope}");
     let id = envelope["hitl"]["hitl_id"].as_str().unwrap().to_owned();
     let seen: Vec<(String, Value)> = (0..3).map(|_| next_event(&events)).collect();
@@ -931,7 +706,7 @@ fn events_made_at_once_elsewhere_come_in_order_and_resume_after_last_event_id() 
     assert_eq!(seen[1].1["data"]["channel"], "terminal");
 
     // Back after the first: the other two, and nothing twice.
-    let again = subscribe_after(&server, APPROVER, Some(&seqs[0].to_string()));
+    let again = server.subscribe_after(APPROVER, Some(&seqs[0].to_string()));
     let resumed: Vec<(String, u64)> = (0..2)
         .map(|_| {
             let (name, data) = next_event(&again);
@@ -1099,6 +874,21 @@ fn openapi_describes_every_route_and_each_one_is_served() {
 /// A webhook receiver on loopback: each POST's JSON body goes to the
 /// channel; the first `fail_first` requests are answered 503.
 fn hook_receiver(fail_first: usize) -> (String, std::sync::mpsc::Receiver<Value>) {
+    let (url, receiver, release) = held_hook_receiver(fail_first);
+    release.send(()).unwrap();
+    (url, receiver)
+}
+
+/// [`hook_receiver`] that answers nothing until the sender it returns is
+/// sent `()`.
+fn held_hook_receiver(
+    fail_first: usize,
+) -> (
+    String,
+    std::sync::mpsc::Receiver<Value>,
+    std::sync::mpsc::Sender<()>,
+) {
+    let (release, held) = std::sync::mpsc::channel::<()>();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}/hook", listener.local_addr().unwrap());
     let (sender, receiver) = std::sync::mpsc::channel();
@@ -1121,6 +911,9 @@ fn hook_receiver(fail_first: usize) -> (String, std::sync::mpsc::Receiver<Value>
             }
             let mut body = vec![0; length];
             let _ = reader.read_exact(&mut body);
+            if n == 0 && held.recv().is_err() {
+                return;
+            }
             let status = if n < fail_first {
                 "503 Service Unavailable"
             } else {
@@ -1136,7 +929,7 @@ fn hook_receiver(fail_first: usize) -> (String, std::sync::mpsc::Receiver<Value>
             }
         }
     });
-    (url, receiver)
+    (url, receiver, release)
 }
 
 /// The path and query of a link (they point at the server's own address).
@@ -1148,11 +941,10 @@ fn link_path<'a>(link: &'a Value, server: &Server) -> &'a str {
 
 #[test]
 fn webhooks_carry_signed_one_time_links_that_confirm_before_deciding() {
-    let (hook, hooked) = hook_receiver(1);
-    // A second hook nobody listens on: its failures must not hold anything up.
-    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let dead_url = format!("http://{}/hook", dead.local_addr().unwrap());
-    drop(dead);
+    let (hook, hooked, release) = held_hook_receiver(1);
+    // A second hook that refuses every delivery: its failures must not hold
+    // anything up.
+    let dead_url = refusing_hook();
     let rules = format!(
         "security:\n  hitl:\n    approval_mode: defer\n    rules:\n      - tools: [write_file]\n        conditions: [{{param: path, glob: \"docs/**\"}}]\n        risk: critical\n\
          notify:\n  webhooks:\n    - {{url: \"{hook}\", events: [created, decided]}}\n    - {{url: \"{dead_url}\", events: [created]}}\n"
@@ -1161,13 +953,11 @@ fn webhooks_carry_signed_one_time_links_that_confirm_before_deciding() {
     let next_hook = || hooked.recv_timeout(Duration::from_secs(20)).unwrap();
 
     // A new approval is posted (after one 503, retried) with its links.
-    let started = Instant::now();
+    // The receiver holds its first answer until the call has returned: had
+    // the call waited for its hooks, it would never return.
     let (status, pending) = server.post("/v1/tools/call", Some(AGENT), &write_call("b.txt"));
     assert_eq!(status, 202, "{pending}");
-    assert!(
-        started.elapsed() < Duration::from_secs(2),
-        "the hooks held up the call"
-    );
+    release.send(()).unwrap();
     let id = pending["approval_id"].as_str().unwrap().to_owned();
     let created = next_hook();
     assert_eq!(created["event"], "created", "{created}");
@@ -1321,23 +1111,15 @@ fn links_start_with_the_public_url_when_one_is_given() {
     assert_eq!(exchange(&server.addr, "GET", path, "", b"").0, 200);
 
     // Not a URL: refused at start.
-    let out = Command::new(env!("CARGO_BIN_EXE_airlock"))
-        .args([
-            "serve",
-            "--http",
-            "127.0.0.1:0",
-            "--public-url",
-            "approvals.example.com",
-        ])
-        .current_dir(server.dir.path())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2), "{out:?}");
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("--public-url must be"),
-        "{out:?}"
-    );
+    let out = server.ws.run(&[
+        "serve",
+        "--http",
+        "127.0.0.1:0",
+        "--public-url",
+        "approvals.example.com",
+    ]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("--public-url must be"), "{out:?}");
 }
 
 #[test]
