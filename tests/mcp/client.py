@@ -123,6 +123,11 @@ class Driver:
         self.tools_changed_count = 0
         self.tools_changed_seen = 0
         self.tools_changed_event: anyio.Event | None = None
+        # Set at every notification received.
+        self.notification_event: anyio.Event | None = None
+        # Progress notifications seen by every call, and an event set at each.
+        self.progress_count = 0
+        self.progress_event: anyio.Event | None = None
         self.notifications: list[dict[str, Any]] = []
         self.async_calls: dict[str, dict[str, Any]] = {}
         self.tg: anyio.abc.TaskGroup | None = None
@@ -162,6 +167,8 @@ class Driver:
             return
         data = dump(message)
         self.notifications.append(data if isinstance(data, dict) else {"raw": data})
+        if self.notification_event is not None:
+            self.notification_event.set()
         if isinstance(message, types.ToolListChangedNotification):
             self.tools_changed_count += 1
             if self.tools_changed_event is not None:
@@ -378,6 +385,9 @@ class Driver:
 
             async def progress_cb(progress: float, total: float | None, message: str | None) -> None:
                 rec.progress.append({"progress": progress, "total": total, "message": message})
+                self.progress_count += 1
+                if self.progress_event is not None:
+                    self.progress_event.set()
 
         rounds: list[dict[str, Any]] | None = [] if raw_rounds else None
         try:
@@ -592,6 +602,29 @@ class Driver:
         self.tools_changed_seen = self.tools_changed_count
         return {"ok": True, "changed": changed}
 
+    async def op_wait_progress(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """Wait until `count` progress notifications have come (over all calls)."""
+        wanted = int(cmd.get("count", 1))
+        with anyio.move_on_after(cmd.get("timeout", 30)):
+            while self.progress_count < wanted:
+                self.progress_event = anyio.Event()
+                await self.progress_event.wait()
+        if self.progress_count < wanted:
+            raise TimeoutError(f"{self.progress_count} progress notifications, {wanted} awaited")
+        return {"ok": True, "progress": self.progress_count}
+
+    async def op_wait_notification(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        """Wait until a notification whose method is `method` is among those not yet taken."""
+        method = cmd["method"]
+        with anyio.move_on_after(cmd.get("timeout", 30)):
+            while not any(n.get("method") == method for n in self.notifications):
+                self.notification_event = anyio.Event()
+                await self.notification_event.wait()
+        found = any(n.get("method") == method for n in self.notifications)
+        if not found:
+            raise TimeoutError(f"no {method} notification came")
+        return {"ok": True}
+
     async def op_notifications(self, cmd: dict[str, Any]) -> dict[str, Any]:
         out = list(self.notifications)
         if cmd.get("clear", True):
@@ -620,6 +653,8 @@ class Driver:
         "ping": op_ping,
         "wait_tools_changed": op_wait_tools_changed,
         "notifications": op_notifications,
+        "wait_progress": op_wait_progress,
+        "wait_notification": op_wait_notification,
         "elicitations": op_elicitations,
     }
 

@@ -11,32 +11,20 @@ use serde_json::Value;
 
 use crate::Workspace;
 
-/// A running `airlock serve --http 127.0.0.1:0` (killed when dropped). The
-/// address comes from its banner: the port is bound once, by the server.
-pub struct Server {
+/// A running `airlock serve --http 127.0.0.1:0 …` in a workspace it does
+/// not own (killed when dropped). The address comes from its banner: the
+/// port is bound once, by the server.
+pub struct Serving {
     child: Child,
     /// `127.0.0.1:<port>`.
     pub addr: String,
-    pub ws: Workspace,
     /// Everything the server wrote to stderr up to its approvals line.
     pub banner: String,
 }
 
-impl Server {
-    /// In a new workspace whose configuration is `config`, holding `a.txt`.
-    pub fn start(config: &str) -> Server {
-        Server::start_with(config, &[])
-    }
-
-    /// [`Server::start`] with `extra` arguments to `serve`.
-    pub fn start_with(config: &str, extra: &[&str]) -> Server {
-        let ws = Workspace::new(config);
-        ws.write("a.txt", "hello\n");
-        Server::start_in(ws, extra)
-    }
-
-    /// `airlock serve --http 127.0.0.1:0 EXTRA…` in `ws`.
-    pub fn start_in(ws: Workspace, extra: &[&str]) -> Server {
+impl Serving {
+    /// `airlock serve --http 127.0.0.1:0 EXTRA…` in `ws`, once it listens.
+    pub fn start(ws: &Workspace, extra: &[&str]) -> Serving {
         let mut args = vec!["serve", "--http", "127.0.0.1:0"];
         args.extend_from_slice(extra);
         let mut child = ws
@@ -62,15 +50,62 @@ impl Server {
         if stderr.read_line(&mut line).is_ok() {
             banner.push_str(&line);
         }
+        // Keep draining stderr so the server never blocks on it.
         std::thread::spawn(move || {
             let mut sink = String::new();
             let _ = stderr.read_to_string(&mut sink);
         });
-        Server {
+        Serving {
             child,
             addr,
-            ws,
             banner,
+        }
+    }
+
+    /// The MCP endpoint: `http://<addr>/mcp`.
+    pub fn mcp_url(&self) -> String {
+        format!("http://{}/mcp", self.addr)
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// [`Serving`] in a workspace of its own, with an HTTP client of it.
+pub struct Server {
+    /// `127.0.0.1:<port>`.
+    pub addr: String,
+    /// Everything the server wrote to stderr up to its approvals line.
+    pub banner: String,
+    serving: Serving,
+    pub ws: Workspace,
+}
+
+impl Server {
+    /// In a new workspace whose configuration is `config`, holding `a.txt`.
+    pub fn start(config: &str) -> Server {
+        Server::start_with(config, &[])
+    }
+
+    /// [`Server::start`] with `extra` arguments to `serve`.
+    pub fn start_with(config: &str, extra: &[&str]) -> Server {
+        let ws = Workspace::new(config);
+        ws.write("a.txt", "hello\n");
+        Server::start_in(ws, extra)
+    }
+
+    /// `airlock serve --http 127.0.0.1:0 EXTRA…` in `ws`.
+    pub fn start_in(ws: Workspace, extra: &[&str]) -> Server {
+        let serving = Serving::start(&ws, extra);
+        Server {
+            addr: serving.addr.clone(),
+            banner: serving.banner.clone(),
+            serving,
+            ws,
         }
     }
 
@@ -146,10 +181,10 @@ impl Server {
     }
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+impl Server {
+    /// The server process, to stop it early.
+    pub fn serving(&self) -> &Serving {
+        &self.serving
     }
 }
 

@@ -71,3 +71,74 @@ pub fn sha(text: impl AsRef<[u8]>) -> String {
         hex::encode(sha2::Sha256::digest(text.as_ref()))
     )
 }
+
+/// The TCP ports process `pid` listens on (read from `/proc`: its socket
+/// inodes, matched against the listening sockets of `/proc/net/tcp` and
+/// `tcp6`). For a peer told to listen on port 0 that does not say which
+/// port it got.
+pub fn listening_ports(pid: u32) -> Vec<u16> {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    let inodes: Vec<String> = fds
+        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .filter_map(|link| {
+            let link = link.to_string_lossy().into_owned();
+            link.strip_prefix("socket:[")
+                .and_then(|rest| rest.strip_suffix(']'))
+                .map(str::to_owned)
+        })
+        .collect();
+    let mut ports = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            // local_address is field 1 (ADDR:PORT in hex), st field 3
+            // (0A: LISTEN), inode field 9.
+            let (Some(local), Some(state), Some(inode)) =
+                (fields.get(1), fields.get(3), fields.get(9))
+            else {
+                continue;
+            };
+            if *state != "0A" || !inodes.iter().any(|own| own == inode) {
+                continue;
+            }
+            if let Some(port) = local
+                .rsplit(':')
+                .next()
+                .and_then(|hex| u16::from_str_radix(hex, 16).ok())
+            {
+                ports.push(port);
+            }
+        }
+    }
+    ports.sort_unstable();
+    ports.dedup();
+    ports
+}
+
+/// Waits until process `pid` has ended (gone, or a zombie): after a
+/// `kill -9`, what its peers see next is a dead process.
+pub fn wait_gone(pid: u32) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|stat| {
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().next().map(str::to_owned))
+            });
+        match state.as_deref() {
+            None | Some("Z" | "X") => return,
+            Some(_) => {}
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "process {pid} did not end"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
