@@ -161,11 +161,9 @@ fn present(
         "[y]es  [n]o  [v]iew"
     };
     loop {
-        prompt(&format!(
-            "{choices}  (auto-deny in {}s) > ",
-            seconds_left(broker, approval)
-        ));
-        let Some(answer) = next_answer(broker, approval, lines, Some(choices))? else {
+        let left = seconds_left(broker, approval);
+        prompt(&format!("{choices}  (auto-deny in {left}s) > "));
+        let Some(answer) = next_answer(broker, approval, lines, Some((choices, left)))? else {
             return Ok(false);
         };
         let answer = match answer {
@@ -251,17 +249,21 @@ enum Answer {
 }
 
 /// Waits for a line, while watching the approval's status and deadline. With
-/// `countdown`, the prompt line is redrawn as the seconds run out.
+/// `countdown` (the choices, and the seconds the prompt shows now), the
+/// prompt line is redrawn as the seconds run out: every change of the
+/// seconds left is drawn, also one that came before this was called.
 fn next_answer(
     broker: &Broker,
     approval: &Approval,
     lines: &Receiver<Option<String>>,
-    countdown: Option<&str>,
+    countdown: Option<(&str, u64)>,
 ) -> Result<Option<Answer>, Failure> {
-    let mut shown = seconds_left(broker, approval);
-    let mut cursor = broker.cursor().map_err(Failure::internal)?.seq;
+    let mut shown = countdown.map_or(0, |(_, left)| left);
+    // No position yet: the approval is looked at once whatever the feed
+    // says, so a decision taken before this was called is seen too.
+    let mut cursor = None;
     loop {
-        if let Some(choices) = countdown {
+        if let Some((choices, _)) = countdown {
             let left = seconds_left(broker, approval);
             if left != shown {
                 shown = left;
@@ -275,10 +277,10 @@ fn next_answer(
         }
         // Something happened (here or elsewhere) only if the feed moved.
         let now = broker.cursor().map_err(Failure::internal)?.seq;
-        if now == cursor && broker.now_ms() < approval.expires_ms {
+        if cursor == Some(now) && broker.now_ms() < approval.expires_ms {
             continue;
         }
-        cursor = now;
+        cursor = Some(now);
         let current = broker.approval(&approval.id).map_err(Failure::internal)?;
         if current.status != ApprovalStatus::Pending {
             return Ok(Some(Answer::Settled(format!(

@@ -173,9 +173,25 @@ fn an_approval_created_and_decided_at_once_elsewhere_is_told_in_order() {
     let envelope = airlock(&ws, &["call", "write_file", "--args", &args, "--yes"]);
     assert_eq!(envelope["status"], "allowed", "{envelope}");
     let id = envelope["hitl"]["hitl_id"].as_str().unwrap().to_owned();
-    terminal.expect(&format!("{id}: new: CREATE FILE quick.txt (medium risk)"));
-    terminal.expect(&format!("{id}: approved elsewhere (via terminal)"));
-    terminal.expect(&format!("{id}: applied"));
+    // Both are told, in order. Watch either read the decision with the
+    // creation (one line each, then the apply), or showed the request while
+    // it was still pending and then said how it was settled elsewhere.
+    let told = format!("{id}: new: CREATE FILE quick.txt (medium risk)");
+    let (which, shown) = terminal.expect_any(&[told.as_str(), "APPROVAL REQUIRED (MEDIUM risk)"]);
+    if which == 0 {
+        terminal.expect(&format!("{id}: approved elsewhere (via terminal)"));
+        terminal.expect(&format!("{id}: applied"));
+    } else {
+        let prompt = terminal.expect("(auto-deny in ");
+        assert!(prompt.contains(&id), "{shown}{prompt}");
+        assert!(prompt.contains("CREATE FILE quick.txt"), "{prompt}");
+        let (_, settled) = terminal.expect_any(&[
+            &format!("{id}: approved elsewhere (via terminal)"),
+            &format!("{id}: applying elsewhere (via terminal)"),
+            &format!("{id}: applied elsewhere (via terminal)"),
+        ]);
+        assert!(!settled.contains("denied"), "{settled}");
+    }
     terminal.send("\x04");
     assert!(child.wait().unwrap().success());
 }

@@ -59,18 +59,32 @@ impl Terminal {
     /// Waits until the terminal shows `needle` after what was consumed
     /// already; returns what it showed up to and with it.
     pub fn expect(&mut self, needle: &str) -> String {
+        self.expect_any(&[needle]).1
+    }
+
+    /// Waits until the terminal shows one of `needles` after what was
+    /// consumed already: which one came first, and what the terminal
+    /// showed up to and with it.
+    pub fn expect_any(&mut self, needles: &[&str]) -> (usize, String) {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            if let Some(at) = self.seen.find(needle) {
-                let upto = at + needle.len();
+            let first = needles
+                .iter()
+                .enumerate()
+                .filter_map(|(which, needle)| {
+                    self.seen.find(needle).map(|at| (at, which, needle.len()))
+                })
+                .min();
+            if let Some((at, which, length)) = first {
+                let upto = at + length;
                 let consumed: String = self.seen[..upto].to_owned();
                 self.seen.drain(..upto);
-                return consumed;
+                return (which, consumed);
             }
             let left = deadline.saturating_duration_since(Instant::now());
             assert!(
                 !left.is_zero(),
-                "timed out waiting for {needle:?}; terminal shows:\n{}",
+                "timed out waiting for one of {needles:?}; terminal shows:\n{}",
                 self.seen
             );
             if let Ok(chunk) = self.output.recv_timeout(left) {
