@@ -1,0 +1,123 @@
+//! The schema and its migrations: a new database gets [`SCHEMA`], then every
+//! step of [`MIGRATIONS`]; `PRAGMA user_version` counts the steps applied.
+
+use rusqlite::Connection;
+
+use crate::StoreError;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS approvals (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    tool TEXT NOT NULL,
+    args_json TEXT NOT NULL,
+    args_display TEXT NOT NULL,
+    dedup_key TEXT NOT NULL,
+    user TEXT, agent TEXT, session TEXT, tool_call_id TEXT,
+    risk TEXT NOT NULL,
+    decision_json TEXT NOT NULL,
+    path TEXT,
+    summary TEXT NOT NULL,
+    diff TEXT NOT NULL,
+    plan_json TEXT NOT NULL,
+    created_ms INTEGER NOT NULL,
+    expires_ms INTEGER NOT NULL,
+    status TEXT NOT NULL,
+    decided_by TEXT, decided_user TEXT, channel TEXT, reason TEXT, decided_ms INTEGER,
+    result_json TEXT,
+    owner_pid INTEGER,
+    waiter_pid INTEGER
+);
+CREATE INDEX IF NOT EXISTS approvals_pending ON approvals (status, dedup_key);
+CREATE TABLE IF NOT EXISTS grants (
+    id TEXT PRIMARY KEY,
+    tool TEXT NOT NULL,
+    path_glob TEXT,
+    session TEXT,
+    expires_ms INTEGER,
+    created_ms INTEGER NOT NULL,
+    created_by TEXT,
+    approval_id TEXT
+);
+CREATE TABLE IF NOT EXISTS snapshot_files (
+    approval_id TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    path TEXT NOT NULL,
+    before BLOB,
+    before_hash TEXT,
+    after_hash TEXT,
+    mode INTEGER,
+    undone INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (approval_id, idx)
+);
+CREATE TABLE IF NOT EXISTS audit_head (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    seq INTEGER NOT NULL,
+    hash TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS kv (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS spent_tokens (
+    token TEXT PRIMARY KEY,
+    expires_ms INTEGER NOT NULL
+);
+";
+
+/// The schema's changes since [`SCHEMA`], in order: step `n` takes a database
+/// at `user_version` `n` to `n + 1`. Never edit a step; add one.
+const MIGRATIONS: &[&str] = &[
+    // 1: who an approval belongs to, and who a grant covers (a session
+    // string chosen by one principal never carries another's rights).
+    "ALTER TABLE approvals ADD COLUMN owner TEXT;
+     ALTER TABLE grants ADD COLUMN user TEXT;
+     ALTER TABLE grants ADD COLUMN owner TEXT;",
+    // 2: the caller's correlation id (spec 000's context_id).
+    "ALTER TABLE approvals ADD COLUMN context_id TEXT;",
+    // 3: the event feed. AUTOINCREMENT: a seq is never used twice, not even
+    // after the newest events are gone.
+    "CREATE TABLE events (
+         seq INTEGER PRIMARY KEY AUTOINCREMENT,
+         kind TEXT NOT NULL,
+         subject TEXT,
+         owner TEXT,
+         at_ms INTEGER NOT NULL,
+         data TEXT NOT NULL
+     );",
+    // 4: whether the approval applied is an approver's edited version.
+    "ALTER TABLE approvals ADD COLUMN edited INTEGER NOT NULL DEFAULT 0;",
+];
+/// Creates the tables of a new database and brings any database up to the
+/// newest schema, in one immediate transaction (so two processes opening it
+/// together migrate it once). A database newer than this build is refused.
+pub(crate) fn migrate(conn: &Connection) -> Result<(), StoreError> {
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let result = (|| {
+        conn.execute_batch(SCHEMA)?;
+        let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+        let version = usize::try_from(version).unwrap_or(0);
+        if version > MIGRATIONS.len() {
+            return Err(StoreError::NewerSchema {
+                found: version,
+                supported: MIGRATIONS.len(),
+            });
+        }
+        for step in &MIGRATIONS[version..] {
+            conn.execute_batch(step)?;
+        }
+        conn.pragma_update(None, "user_version", MIGRATIONS.len() as i64)?;
+        Ok(())
+    })();
+    match result {
+        Ok(()) => Ok(conn.execute_batch("COMMIT")?),
+        Err(error) => {
+            // The transaction is abandoned either way; the first error is
+            // the one to report.
+            if let Err(rollback) = conn.execute_batch("ROLLBACK") {
+                eprintln!("airlock: rolling back a failed migration: {rollback}");
+            }
+            Err(error)
+        }
+    }
+}
