@@ -97,3 +97,143 @@ fn every_crate_depends_only_on_layers_below_it() {
         ["airlock-mcp"]
     );
 }
+
+/// Every dependency name `manifest` lists under `[dependencies]` (the ones a
+/// build of the crate links, not its tests').
+fn normal_dependencies(manifest: &str) -> Vec<String> {
+    let mut section = String::new();
+    let mut found = Vec::new();
+    for line in manifest.lines() {
+        let line = line.trim();
+        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
+            section = name.to_owned();
+            continue;
+        }
+        if section != "dependencies" || line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if let Some(key) = line.split(['=', '.', ' ']).next() {
+            found.push(key.to_owned());
+        }
+    }
+    found
+}
+
+fn manifests() -> Vec<(String, String)> {
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut all = Vec::new();
+    for entry in std::fs::read_dir(&crates).expect("crates/") {
+        let dir = entry.expect("entry").path();
+        if let Ok(manifest) = std::fs::read_to_string(dir.join("Cargo.toml")) {
+            let name = dir
+                .file_name()
+                .and_then(|name| name.to_str())
+                .expect("a crate directory name")
+                .to_owned();
+            all.push((name, manifest));
+        }
+    }
+    all.sort();
+    all
+}
+
+/// Each outside library has one home: only airlock-store knows SQL, only
+/// airlock-mcp knows rmcp, only airlock-http knows axum, only airlock-cli
+/// knows clap and anyhow; the layers below the faces run no async runtime.
+#[test]
+fn each_protocol_and_storage_library_is_known_to_one_crate() {
+    let homes: &[(&str, &[&str])] = &[
+        ("rusqlite", &["airlock-store"]),
+        ("rmcp", &["airlock-mcp"]),
+        ("axum", &["airlock-http"]),
+        ("clap", &["airlock-cli"]),
+        ("anyhow", &["airlock-cli"]),
+        ("tokio", &["airlock-mcp", "airlock-http", "airlock-cli"]),
+    ];
+    let mut wrong = Vec::new();
+    for (name, manifest) in manifests() {
+        for dependency in normal_dependencies(&manifest) {
+            if let Some((library, allowed)) = homes.iter().find(|(lib, _)| *lib == dependency)
+                && !allowed.contains(&name.as_str())
+            {
+                wrong.push(format!("{name} depends on {library}"));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:?}");
+    // The check reads what it should.
+    assert_eq!(
+        normal_dependencies("[dependencies]\nrusqlite = { workspace = true }\n[dev-dependencies]\naxum.workspace = true\n"),
+        ["rusqlite"]
+    );
+}
+
+/// Every `.rs` file under `dir`, with its text.
+fn sources(dir: &Path) -> Vec<(std::path::PathBuf, String)> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for entry in entries {
+        let path = entry.expect("entry").path();
+        if path.is_dir() {
+            out.extend(sources(&path));
+        } else if path.extension().is_some_and(|ext| ext == "rs") {
+            out.push((path.clone(), std::fs::read_to_string(&path).expect("source")));
+        }
+    }
+    out
+}
+
+/// airlock-core does no IO: no files, sockets, processes, threads, clock or
+/// async runtime in its code (callers pass text, data and the time).
+#[test]
+fn airlock_core_does_no_io() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../airlock-core/src");
+    let forbidden = [
+        "std::fs",
+        "File::",
+        "TcpStream",
+        "TcpListener",
+        "UdpSocket",
+        "std::process",
+        "std::thread",
+        "SystemTime",
+        "Instant::now",
+        "tokio",
+        "std::env",
+    ];
+    let mut found = Vec::new();
+    for (path, text) in sources(&src) {
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            for word in forbidden {
+                if code.contains(word) {
+                    found.push(format!("{}:{}: {word}", path.display(), n + 1));
+                }
+            }
+        }
+    }
+    assert!(found.is_empty(), "{found:#?}");
+}
+
+/// An approval's stored JSON (plan, terms, result) is written and read by
+/// airlock-store's row code only; every other crate sees the typed values.
+#[test]
+fn only_the_store_reads_an_approvals_stored_json() {
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut found = Vec::new();
+    for (name, _) in manifests() {
+        if name == "airlock-store" {
+            continue;
+        }
+        for (path, text) in sources(&crates.join(&name).join("src")) {
+            for column in ["plan_json", "decision_json", "result_json"] {
+                if text.contains(column) {
+                    found.push(format!("{} names {column}", path.display()));
+                }
+            }
+        }
+    }
+    assert!(found.is_empty(), "{found:#?}");
+}
