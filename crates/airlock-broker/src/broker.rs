@@ -275,7 +275,17 @@ impl Broker {
         let text = serde_json::to_string(&self.config).unwrap_or_default();
         let hash = airlock_core::canonical::sha256_hex(text.as_bytes());
         if self.store.get_kv("config_hash")?.as_deref() != Some(hash.as_str()) {
-            self.log(Record::new("config_loaded").text("config_hash", &hash));
+            // Remembered only once recorded, so a configuration the log
+            // never saw is recorded at the next start.
+            if self
+                .log(Record::new("config_loaded").text("config_hash", &hash))
+                .is_none()
+            {
+                return Err(BrokerError::refused(
+                    ErrorCode::IoError,
+                    "the audit log could not record the configuration in force",
+                ));
+            }
             self.store.set_kv("config_hash", &hash)?;
         }
         Ok(())

@@ -163,7 +163,9 @@ fn each_protocol_and_storage_library_is_known_to_one_crate() {
     assert!(wrong.is_empty(), "{wrong:?}");
     // The check reads what it should.
     assert_eq!(
-        normal_dependencies("[dependencies]\nrusqlite = { workspace = true }\n[dev-dependencies]\naxum.workspace = true\n"),
+        normal_dependencies(
+            "[dependencies]\nrusqlite = { workspace = true }\n[dev-dependencies]\naxum.workspace = true\n"
+        ),
         ["rusqlite"]
     );
 }
@@ -179,7 +181,10 @@ fn sources(dir: &Path) -> Vec<(std::path::PathBuf, String)> {
         if path.is_dir() {
             out.extend(sources(&path));
         } else if path.extension().is_some_and(|ext| ext == "rs") {
-            out.push((path.clone(), std::fs::read_to_string(&path).expect("source")));
+            out.push((
+                path.clone(),
+                std::fs::read_to_string(&path).expect("source"),
+            ));
         }
     }
     out

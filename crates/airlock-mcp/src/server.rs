@@ -296,7 +296,13 @@ impl Companion {
                     () = cancelled.cancelled() => {
                         // The client gave up on the call: its approval is
                         // cancelled, which ends the wait.
-                        let _ = tokio::task::spawn_blocking(move || broker.cancel(&id)).await;
+                        // A store failure is logged by the broker; a task
+                        // that could not run is logged here.
+                        if let Err(error) =
+                            tokio::task::spawn_blocking(move || broker.cancel(&id)).await
+                        {
+                            eprintln!("airlock: cancelling an abandoned approval: {error}");
+                        }
                         return;
                     }
                     _ = ticks.tick(), if progress_token.is_some() => {
