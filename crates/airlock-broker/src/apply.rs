@@ -174,7 +174,7 @@ impl Broker {
             // its new content, the apply happened.
             if let Ok(true) = airlock_fs::already_applied(&self.sandbox, plan) {
                 let files = hashes(plan);
-                return self.applied(approval, &plan, files, decision, true);
+                return self.applied(approval, plan, files, decision, true);
             }
         }
         // Keep the before-content first, so undo survives a crash after the write.

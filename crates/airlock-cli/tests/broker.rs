@@ -654,7 +654,7 @@ fn killing_multi_file_applies_leaves_every_file_at_the_same_version_after_recove
     let files = ["a.txt", "src/b.txt", "src/c.txt"];
     let filler: String = (0..20_000).map(|i| format!("filler line {i}\n")).collect();
     for file in files {
-        ws.write(file, &format!("version 0\n{filler}"));
+        ws.write(file, format!("version 0\n{filler}"));
     }
     let version_of = |file: &str| -> u64 {
         let text = ws.read(file).unwrap();

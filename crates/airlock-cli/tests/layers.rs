@@ -12,6 +12,8 @@
 //! Read from every crate's `Cargo.toml`, dev- and build-dependencies
 //! included, so a test cannot bring a face into a crate below it either.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -28,8 +30,8 @@ fn layer_of(name: &str) -> Option<usize> {
     LAYERS.iter().position(|layer| layer.contains(&name))
 }
 
-/// The airlock crates `manifest` names in any dependency table.
-fn airlock_dependencies(manifest: &str) -> Vec<String> {
+/// The names `manifest` lists in the tables whose name `table` accepts.
+fn dependencies_in(manifest: &str, table: impl Fn(&str) -> bool) -> Vec<String> {
     let mut section = String::new();
     let mut found = Vec::new();
     for line in manifest.lines() {
@@ -38,15 +40,22 @@ fn airlock_dependencies(manifest: &str) -> Vec<String> {
             section = name.to_owned();
             continue;
         }
-        if !section.ends_with("dependencies") {
+        if !table(&section) || line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let key = line.split(['=', '.', ' ']).next().unwrap_or("");
-        if key.starts_with("airlock-") {
+        if let Some(key) = line.split(['=', '.', ' ']).next() {
             found.push(key.to_owned());
         }
     }
     found
+}
+
+/// The airlock crates `manifest` names in any dependency table.
+fn airlock_dependencies(manifest: &str) -> Vec<String> {
+    dependencies_in(manifest, |table| table.ends_with("dependencies"))
+        .into_iter()
+        .filter(|name| name.starts_with("airlock-"))
+        .collect()
 }
 
 #[test]
@@ -101,22 +110,7 @@ fn every_crate_depends_only_on_layers_below_it() {
 /// Every dependency name `manifest` lists under `[dependencies]` (the ones a
 /// build of the crate links, not its tests').
 fn normal_dependencies(manifest: &str) -> Vec<String> {
-    let mut section = String::new();
-    let mut found = Vec::new();
-    for line in manifest.lines() {
-        let line = line.trim();
-        if let Some(name) = line.strip_prefix('[').and_then(|l| l.strip_suffix(']')) {
-            section = name.to_owned();
-            continue;
-        }
-        if section != "dependencies" || line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        if let Some(key) = line.split(['=', '.', ' ']).next() {
-            found.push(key.to_owned());
-        }
-    }
-    found
+    dependencies_in(manifest, |table| table == "dependencies")
 }
 
 fn manifests() -> Vec<(String, String)> {

@@ -294,7 +294,7 @@ impl Feed {
     }
 
     /// The next event after the cursor, waiting for it.
-    pub fn next(&mut self) -> FeedEvent {
+    pub fn next_event(&mut self) -> FeedEvent {
         self.next_unless_exited(None)
     }
 
@@ -345,7 +345,7 @@ impl Feed {
     /// Skips events until one of `kind` comes.
     pub fn wait_for(&mut self, kind: EventKind) -> FeedEvent {
         loop {
-            let event = self.next();
+            let event = self.next_event();
             if event.kind == kind {
                 return event;
             }
