@@ -1,6 +1,8 @@
-//! Every transition of an approval's life, through the broker's API without
-//! spawning anything: for each state an approval can be in and each event
-//! that can happen to it, the state it ends in, what the caller gets, the
+//! An approval's transitions, through the broker's API without spawning
+//! anything: each state it can rest in (pending, applied, denied, expired,
+//! cancelled, failed, undone; approved and applying last no longer than one
+//! call here, and are covered by the apply and recovery tests) meets each
+//! event; for each pair, the state it ends in, what the caller gets, the
 //! events the feed records (in order, once each), and what the file holds.
 //!
 //! The table is the specification; time is a [`ManualClock`] moved past a
@@ -364,6 +366,40 @@ fn every_state_and_event_leads_where_the_table_says() {
             outcome(S::Applied, "refused already_decided", &undone, OLD),
         ),
     ];
+    // Every other event on a settled approval changes nothing of it (only
+    // the file, where the event itself writes it).
+    let settled: [(State, S, &[EventKind], &str); 6] = [
+        (State::Applied, S::Applied, &applied, NEW),
+        (State::Denied, S::Denied, &denied, OLD),
+        (State::Expired, S::Expired, &expired, OLD),
+        (State::Cancelled, S::Cancelled, &cancelled, OLD),
+        (State::Failed, S::Failed, &failed, OLD),
+        (State::Undone, S::Applied, &undone, OLD),
+    ];
+    let mut table = table;
+    for (state, status, events, file) in settled {
+        for event in [
+            Event::Approve,
+            Event::Deny,
+            Event::Timeout,
+            Event::Cancel,
+            Event::Undo,
+            Event::ApproveAfterChange,
+        ] {
+            if table.iter().any(|(s, e, _)| (*s, *e) == (state, event)) {
+                continue;
+            }
+            let (answer, file) = match event {
+                Event::Approve | Event::Deny => ("refused already_decided", file),
+                Event::ApproveAfterChange => ("refused already_decided", CHANGED),
+                Event::Timeout => ("0 expired", file),
+                Event::Cancel => ("not pending", file),
+                Event::Undo => ("refused invalid_input", file),
+            };
+            table.push((state, event, outcome(status, answer, events, file)));
+        }
+    }
+    assert_eq!(table.len(), 7 * 6, "every state meets every event");
     let mut wrong = Vec::new();
     for (state, event, want) in table {
         let harness = Harness::new();

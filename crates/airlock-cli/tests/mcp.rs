@@ -1637,7 +1637,11 @@ fn server_everything_over_streamable_http_is_prefixed_gated_and_fails_fast_once_
     let _upstream = EverythingHttp::start_on(port).expect("the port was taken");
     // airlock connects again on its own and tells the client its tools
     // changed; a call before that is an upstream_error, never a hang.
-    loop {
+    for attempt in 0.. {
+        assert!(
+            attempt < 20,
+            "airlock did not connect to the upstream again"
+        );
         let again = client.send(json!({"op": "call", "tool": "every__echo",
             "args": {"message": "back"}, "timeout": 30}));
         if status(&again) == "allowed" {

@@ -60,7 +60,7 @@ impl Channel {
 
 impl fmt::Display for Channel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        f.pad(self.as_str())
     }
 }
 
@@ -204,32 +204,53 @@ impl Plan {
         stored_text(self)
     }
 
-    /// Reads what [`Plan::to_stored`] wrote, in any format up to this
-    /// build's. Text without a format is a plan of before formats: a
-    /// [`ChangePlan`] (its variant from `tool`) or `{"forward": …}`.
+    /// Reads what [`Plan::to_stored`] wrote for an approval of `tool`, in
+    /// any format up to this build's. Text without a format is a plan of
+    /// before formats: a [`ChangePlan`] (its variant from `tool`), or an
+    /// upstream call stored as exactly `{"forward": …}`. A change to files
+    /// must be of the kind `tool` makes: a row cannot turn one write tool's
+    /// approval into another's.
     pub fn from_stored(text: &str, tool: &str) -> Result<Plan, StateError> {
-        let unreadable = |error: serde_json::Error| StateError::Unreadable {
+        let unreadable = |message: String| StateError::Unreadable {
             what: "plan",
-            message: error.to_string(),
+            message,
         };
-        match versioned("plan", text)? {
-            (Some(_), value) => serde_json::from_value(value).map_err(unreadable),
-            (None, mut value) => {
-                if let Some(forward) = value.as_object_mut().and_then(|o| o.remove("forward")) {
-                    return serde_json::from_value::<UpstreamCall>(forward)
-                        .map(Plan::Upstream)
-                        .map_err(unreadable);
+        let plan = match versioned("plan", text)? {
+            (Some(_), value) => {
+                serde_json::from_value(value).map_err(|error| unreadable(error.to_string()))?
+            }
+            (None, Value::Object(mut object)) if object.contains_key("forward") => {
+                if object.len() != 1 {
+                    return Err(unreadable(
+                        "a stored upstream call holds `forward` and nothing else".to_owned(),
+                    ));
                 }
-                let change: ChangePlan = serde_json::from_value(value).map_err(unreadable)?;
-                let builtin = BuiltinTool::from_name(tool).or(BuiltinTool::from_name(&change.tool));
-                builtin
+                let forward = object.remove("forward").unwrap_or(Value::Null);
+                serde_json::from_value::<UpstreamCall>(forward)
+                    .map(Plan::Upstream)
+                    .map_err(|error| unreadable(error.to_string()))?
+            }
+            (None, value) => {
+                let change: ChangePlan =
+                    serde_json::from_value(value).map_err(|error| unreadable(error.to_string()))?;
+                BuiltinTool::from_name(tool)
                     .and_then(|builtin| Plan::of_builtin(builtin, change))
                     .ok_or_else(|| StateError::Unknown {
                         what: "write tool",
                         value: tool.to_owned(),
-                    })
+                    })?
+            }
+        };
+        if plan.change().is_some() {
+            let expected = BuiltinTool::from_name(tool).and_then(Plan::kind_of);
+            if expected != Some(plan.kind()) {
+                return Err(unreadable(format!(
+                    "a `{}` plan in an approval of `{tool}`",
+                    plan.kind()
+                )));
             }
         }
+        Ok(plan)
     }
 }
 
@@ -260,8 +281,9 @@ fn versioned(what: &'static str, text: &str) -> Result<(Option<u64>, Value), Sta
         None => None,
         Some(format) => match format.as_u64() {
             Some(found) if found > STATE_FORMAT => return Err(StateError::Newer { what, found }),
-            Some(found) => Some(found),
-            None => {
+            // Formats count from 1; no airlock wrote a 0.
+            Some(found) if found >= 1 => Some(found),
+            _ => {
                 return Err(StateError::Unreadable {
                     what,
                     message: format!("format {format} is not a version number"),
@@ -318,7 +340,14 @@ mod tests {
             ApprovalTerms::from_stored(&text.to_string()),
             Err(StateError::Newer { found: 9, .. })
         ));
-        for bad in ["[]", "{\"format\": \"1\"}", "not json"] {
+        for bad in [
+            "[]",
+            "{\"format\": \"1\"}",
+            "{\"format\": 0, \"kind\": \"upstream\", \"upstream\": \"a\", \"tool\": \"b\", \"args\": {}}",
+            "{\"format\": 1.5}",
+            "{\"format\": -1}",
+            "not json",
+        ] {
             assert!(
                 matches!(
                     Plan::from_stored(bad, "write_file"),
@@ -327,6 +356,44 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn a_plan_cannot_change_its_kind_or_carry_more_than_it_should() {
+        let change = json!({"tool": "write_file", "summary": "MODIFY a", "changes": [],
+            "diff": "", "patch_hash": "sha256:00"});
+        // A legacy upstream call is `forward` and nothing else.
+        let mut both = change.clone();
+        both["forward"] = json!({"upstream": "fs", "tool": "write", "args": {}});
+        assert!(matches!(
+            Plan::from_stored(&both.to_string(), "write_file"),
+            Err(StateError::Unreadable { .. })
+        ));
+        // A write's plan stored under a delete's approval is refused.
+        let write = Plan::from_stored(&change.to_string(), "write_file").unwrap();
+        assert!(matches!(
+            Plan::from_stored(&write.to_stored(), "delete_file"),
+            Err(StateError::Unreadable { .. })
+        ));
+        assert!(matches!(
+            Plan::from_stored(&write.to_stored(), "fs__write"),
+            Err(StateError::Unreadable { .. })
+        ));
+        assert_eq!(
+            Plan::from_stored(&write.to_stored(), "write_file"),
+            Ok(write)
+        );
+        // An upstream call keeps the name its server gives it, even a
+        // built-in's (under `wrap`).
+        let upstream = Plan::Upstream(UpstreamCall {
+            upstream: "fs".to_owned(),
+            tool: "write_file".to_owned(),
+            args: json!({}),
+        });
+        assert_eq!(
+            Plan::from_stored(&upstream.to_stored(), "write_file"),
+            Ok(upstream)
+        );
     }
 
     #[test]
@@ -339,6 +406,11 @@ mod tests {
             );
         }
         assert!("telegram".parse::<Channel>().is_err());
+        // Names line up in tables: widths apply.
+        assert_eq!(
+            format!("{:<8}|{:>6}|", Risk::Low, Channel::Mcp),
+            "low     |   mcp|"
+        );
         assert_eq!("timeout".parse::<DecidedBy>(), Ok(DecidedBy::Timeout));
     }
 }

@@ -50,6 +50,31 @@ impl Plan {
         })
     }
 
+    /// The name of the variant, as its stored `kind` says it.
+    pub const fn kind(&self) -> &'static str {
+        match self {
+            Plan::Write(_) => "write",
+            Plan::Edit(_) => "edit",
+            Plan::Patch(_) => "patch",
+            Plan::Delete(_) => "delete",
+            Plan::Move(_) => "move",
+            Plan::Upstream(_) => "upstream",
+        }
+    }
+
+    /// The kind of plan a built-in tool makes; `None` for one that changes
+    /// nothing.
+    pub const fn kind_of(tool: BuiltinTool) -> Option<&'static str> {
+        match tool {
+            BuiltinTool::WriteFile => Some("write"),
+            BuiltinTool::EditFile => Some("edit"),
+            BuiltinTool::ApplyPatch => Some("patch"),
+            BuiltinTool::DeleteFile => Some("delete"),
+            BuiltinTool::MoveFile => Some("move"),
+            _ => None,
+        }
+    }
+
     /// The change to files, unless this is an upstream call.
     pub fn change(&self) -> Option<&ChangePlan> {
         match self {

@@ -38,7 +38,8 @@ impl Risk {
 
 impl fmt::Display for Risk {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        // `pad`: widths and alignment apply (`{:<8}` in a table).
+        f.pad(self.as_str())
     }
 }
 

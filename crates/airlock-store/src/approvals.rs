@@ -337,7 +337,7 @@ impl Store {
             let rows = statement.query_map(params![now as i64, session], approval_from_row)?;
             let mut out = Vec::new();
             for row in rows {
-                out.push(row??);
+                out.extend(readable(row?));
             }
             Ok(out)
         })
@@ -356,7 +356,7 @@ impl Store {
             let rows = statement.query_map(params![now as i64], approval_from_row)?;
             let mut out = Vec::new();
             for row in rows {
-                out.push(row??);
+                out.extend(readable(row?));
             }
             Ok(out)
         })
@@ -372,7 +372,8 @@ impl Store {
         } else {
             "denied"
         };
-        let edited = verdict.edited.as_ref();
+        // An edited version goes with an approval only.
+        let edited = verdict.edited.as_ref().filter(|_| verdict.approve);
         self.changing(|conn| {
             let changed = conn.execute(
                 "UPDATE approvals SET status = ?2, decided_by = ?3, decided_user = ?4, \
@@ -479,7 +480,9 @@ impl Store {
             let mut rows = statement.query([])?;
             let mut out = Vec::new();
             while let Some(row) = rows.next()? {
-                let approval = approval_from_row(row)??;
+                let Some(approval) = readable(approval_from_row(row)?) else {
+                    continue;
+                };
                 let owner = approval.owner_pid.unwrap_or(0);
                 if owner == 0 || !alive(owner) {
                     out.push((approval, owner));
@@ -500,7 +503,7 @@ impl Store {
             let mut rows = statement.query([waiter])?;
             let mut out = Vec::new();
             while let Some(row) = rows.next()? {
-                out.push(approval_from_row(row)??);
+                out.extend(readable(approval_from_row(row)?));
             }
             Ok(out)
         })
@@ -516,7 +519,9 @@ impl Store {
             let mut rows = statement.query([])?;
             let mut out = Vec::new();
             while let Some(row) = rows.next()? {
-                let approval = approval_from_row(row)??;
+                let Some(approval) = readable(approval_from_row(row)?) else {
+                    continue;
+                };
                 if approval.waiter_pid.is_some_and(|pid| !alive(pid)) {
                     out.push(approval);
                 }
@@ -643,6 +648,20 @@ impl Store {
                 })
             }
         })
+    }
+}
+
+/// A row of a listing: one whose stored parts cannot be read (written by a
+/// newer airlock, or damaged) is left out of the list, with a line on stderr
+/// naming it, so it holds up no other approval; asked for by its id, it is
+/// the error.
+fn readable(row: Result<Approval, StoreError>) -> Option<Approval> {
+    match row {
+        Ok(approval) => Some(approval),
+        Err(error) => {
+            eprintln!("airlock: an approval that cannot be read is left out: {error}");
+            None
+        }
     }
 }
 

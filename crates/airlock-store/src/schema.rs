@@ -86,7 +86,10 @@ const MIGRATIONS: &[&str] = &[
          data TEXT NOT NULL
      );",
     // 4: whether the approval applied is an approver's edited version.
-    "ALTER TABLE approvals ADD COLUMN edited INTEGER NOT NULL DEFAULT 0;",
+    "ALTER TABLE approvals ADD COLUMN edited INTEGER NOT NULL DEFAULT 0;
+     UPDATE approvals SET edited = 1
+     WHERE decided_by IS NOT NULL AND CASE WHEN json_valid(plan_json)
+         THEN json_extract(plan_json, '$.report.edited') END = 1;",
 ];
 /// Creates the tables of a new database and brings any database up to the
 /// newest schema, in one immediate transaction (so two processes opening it

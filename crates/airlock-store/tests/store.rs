@@ -516,6 +516,16 @@ fn a_plan_in_a_newer_format_is_refused_with_its_approval() {
         "approval hitl-new: stored plan is in format 7, newer than this airlock reads (1); use a newer airlock"
     );
     assert_eq!(store.get("hitl-ok").unwrap().id, "hitl-ok");
+    // A listing leaves the unreadable one out instead of failing whole, so
+    // it holds up no other approval (nor expiry, nor recovery).
+    let listed: Vec<String> = store
+        .pending(None, 2_000)
+        .unwrap()
+        .into_iter()
+        .map(|approval| approval.id.clone())
+        .collect();
+    assert_eq!(listed, ["hitl-ok"]);
+    assert_eq!(store.overdue(100_000).unwrap().len(), 1);
 }
 
 /// Grants stored before grants ended by default get an end, grant_ttl after

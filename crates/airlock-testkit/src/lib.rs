@@ -37,9 +37,10 @@ use std::path::PathBuf;
 
 /// The `airlock` binary of this build: next to the test executable's
 /// directory (`target/<profile>/airlock`, the tests being in
-/// `target/<profile>/deps/`), or `AIRLOCK_BIN`.
+/// `target/<profile>/deps/`), or `AIRLOCK_TEST_BIN` (a name of its own, so
+/// a binary exported for other scripts is never tested by mistake).
 pub fn bin() -> PathBuf {
-    if let Some(bin) = std::env::var_os("AIRLOCK_BIN") {
+    if let Some(bin) = std::env::var_os("AIRLOCK_TEST_BIN") {
         return PathBuf::from(bin);
     }
     let exe = std::env::current_exe().expect("the test executable's path");
@@ -50,7 +51,7 @@ pub fn bin() -> PathBuf {
     let bin = profile_dir.join("airlock");
     assert!(
         bin.exists(),
-        "no airlock binary at {} (it is built for airlock-cli's tests; set AIRLOCK_BIN elsewhere)",
+        "no airlock binary at {} (it is built for airlock-cli's tests; set AIRLOCK_TEST_BIN elsewhere)",
         bin.display()
     );
     bin

@@ -42,7 +42,11 @@ impl Peer {
     /// Whether the peer is here.
     pub fn present(self) -> bool {
         match self {
-            Peer::PythonMcp => tools_root().join("venv/bin/python").exists(),
+            // The client driver also needs the npm tools' directory.
+            Peer::PythonMcp => {
+                tools_root().join("venv/bin/python").exists()
+                    && tools_root().join("node_modules").exists()
+            }
             Peer::NodeTools => tools_root().join("node_modules/node/bin/node").exists(),
             Peer::Chromium => chromium().exists(),
             Peer::Ripgrep => on_path("rg"),
