@@ -10,7 +10,7 @@ use airlock_store::{Approval, ApprovalStatus, Snapshot, SnapshotFile};
 use serde_json::{Value, json};
 
 use crate::broker::Broker;
-use crate::envelopes::{approval_risk, decision_info, failure_for, failure_status, hitl_ref};
+use crate::envelopes::{decision_info, failure_for, failure_status, hitl_ref};
 use crate::error::BrokerError;
 use crate::record::Record;
 use crate::wait::process_alive;
@@ -125,7 +125,7 @@ impl Broker {
         };
         let path = approval.path.as_deref();
         let fail = |code: ErrorCode, message: String| {
-            let reason = ErrorReason::of_tool_refusal(code, &message, approval_risk(approval));
+            let reason = ErrorReason::of_tool_refusal(code, &message, Some(approval.risk));
             let mut envelope = Envelope::failure(
                 failure_status(code),
                 "fs.apply_patch",

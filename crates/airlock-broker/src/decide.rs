@@ -9,7 +9,7 @@ use airlock_store::{Approval, ApprovalStatus, EditedPlan, StoreError, Verdict};
 use serde_json::Value;
 
 use crate::broker::Broker;
-use crate::envelopes::{approval_risk, hitl_ref, human};
+use crate::envelopes::{hitl_ref, human};
 use crate::error::BrokerError;
 use crate::grants::grant_scope;
 use crate::record::Record;
@@ -288,11 +288,7 @@ impl Broker {
                     None => format!("denied by {}", request.user),
                 },
             )
-            .with_reason(Some(ErrorReason::new(
-                "human",
-                "human",
-                approval_risk(&decided),
-            )));
+            .with_reason(Some(ErrorReason::new("human", "human", Some(decided.risk))));
             envelope.hitl = Some(hitl_ref(&decided));
             envelope.decision = Some(human(request, reason));
             self.store_result(id, ApprovalStatus::Denied, &envelope);

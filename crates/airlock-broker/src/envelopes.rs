@@ -1,7 +1,7 @@
 //! The envelopes and record fields the lifecycle steps share.
 
 use airlock_core::envelope::{DecidedBy, DecisionInfo, Envelope, ErrorReason, HitlInfo, Status};
-use airlock_core::policy::{Reason, Risk};
+use airlock_core::policy::Reason;
 use airlock_core::{Decision, Disposition, ErrorCode, ToolCall};
 use airlock_store::{Approval, ApprovalStatus};
 use serde_json::Value;
@@ -57,11 +57,6 @@ pub(crate) fn reason_of(layer: &str, rule: &str, decision: &Decision) -> ErrorRe
     }
 }
 
-/// The risk an approval was made at.
-pub(crate) fn approval_risk(approval: &Approval) -> Option<Risk> {
-    Some(approval.risk)
-}
-
 /// Who decided an approval, as the envelope says it (`policy` until
 /// someone did).
 pub(crate) fn decision_info(approval: &Approval) -> DecisionInfo {
@@ -102,7 +97,7 @@ pub(crate) fn settled_from_row(approval: &Approval) -> Envelope {
         ApprovalStatus::Cancelled => Some(("hitl", "cancelled")),
         _ => None,
     }
-    .map(|(layer, rule)| ErrorReason::new(layer, rule, approval_risk(approval)));
+    .map(|(layer, rule)| ErrorReason::new(layer, rule, Some(approval.risk)));
     let mut envelope = Envelope::failure(
         status,
         "fs.apply_patch",
@@ -115,10 +110,6 @@ pub(crate) fn settled_from_row(approval: &Approval) -> Envelope {
     envelope.hitl = Some(hitl_ref(approval));
     envelope.decision = Some(decision_info(approval));
     envelope
-}
-
-pub(crate) fn stored_result(approval: &Approval) -> Option<Envelope> {
-    approval.result.clone()
 }
 
 pub(crate) fn failure_for(id: &str, error: &BrokerError) -> Envelope {

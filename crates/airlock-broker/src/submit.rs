@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use crate::broker::Broker;
 use crate::envelopes::{
     call_path, decided_by_policy_or_grant, failure_status, first_denial, method_of, reason_of,
-    stored_result, to_value,
+    to_value,
 };
 use crate::record::Record;
 
@@ -390,7 +390,7 @@ impl Broker {
             "created_ms": now.created_ms,
             "expires_ms": now.expires_ms,
             "decided_by": now.decision.as_ref().map(|decided| decided.by.as_str()),
-            "result": stored_result(&now),
+            "result": now.result.clone(),
         }))
     }
 

@@ -6,7 +6,7 @@ use airlock_core::envelope::{DecidedBy, DecisionInfo, Envelope, ErrorReason, Sta
 use airlock_store::ApprovalStatus;
 
 use crate::broker::Broker;
-use crate::envelopes::{approval_risk, failure_for, hitl_ref, settled_from_row, stored_result};
+use crate::envelopes::{failure_for, hitl_ref, settled_from_row};
 use crate::error::BrokerError;
 use crate::record::Record;
 
@@ -74,7 +74,10 @@ impl Broker {
                 | ApprovalStatus::Denied
                 | ApprovalStatus::Expired
                 | ApprovalStatus::Cancelled => {
-                    return stored_result(&approval).unwrap_or_else(|| settled_from_row(&approval));
+                    return approval
+                        .result
+                        .clone()
+                        .unwrap_or_else(|| settled_from_row(&approval));
                 }
             }
             let deadline =
@@ -101,7 +104,7 @@ impl Broker {
         .with_reason(Some(ErrorReason::new(
             "timeout",
             "timeout",
-            approval_risk(&approval),
+            Some(approval.risk),
         )));
         envelope.hitl = Some(hitl_ref(&approval));
         envelope.decision = Some(DecisionInfo {
@@ -144,7 +147,7 @@ impl Broker {
         .with_reason(Some(ErrorReason::new(
             "hitl",
             "cancelled",
-            approval_risk(&approval),
+            Some(approval.risk),
         )));
         envelope.hitl = Some(hitl_ref(&approval));
         let envelope = self.audited(
