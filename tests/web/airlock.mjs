@@ -1,10 +1,13 @@
-// Shared by the browser tests: starts `airlock serve --http 127.0.0.1:0` in
-// `workspace` with no tokens configured, as a newcomer would, and waits for
-// the login URL it prints once (the generated admin token in its fragment).
+// Shared by the browser tests: runs `airlock init` and then starts
+// `airlock serve --http 127.0.0.1:0` in `workspace` with no tokens
+// configured, as a newcomer would, and waits for the login URL it prints
+// once (the generated admin token in its fragment).
 
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 
 export async function startAirlock(workspace) {
+  const init = spawnSync(process.env.AIRLOCK_BIN, ["init"], { cwd: workspace, encoding: "utf8" });
+  if (init.status !== 0) throw new Error(`airlock init failed (${init.status}): ${init.stderr}`);
   const server = spawn(process.env.AIRLOCK_BIN, ["serve", "--http", "127.0.0.1:0"], {
     cwd: workspace,
     env: { ...process.env, AIRLOCK_USER: "browser-test" },

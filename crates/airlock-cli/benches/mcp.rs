@@ -146,7 +146,9 @@ fn main() {
 
     // Ready: spawn to the initialize answer (no upstream: that is the upstream's
     // own start-up).
+    // A workspace on the defaults: only its state dir.
     let bare = tempfile::tempdir().unwrap();
+    std::fs::create_dir(bare.path().join(".airlock")).unwrap();
     let mut ready = Vec::new();
     for _ in 0..if full { 20 } else { 3 } {
         let started = Instant::now();

@@ -18,7 +18,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::workspace::Workspace;
+use crate::workspace::{Need, Workspace};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -37,7 +37,9 @@ struct Cli {
 /// Flags every subcommand accepts.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct GlobalArgs {
-    /// The workspace directory [default: the current directory].
+    /// The workspace directory [default: the nearest directory at or above the
+    /// current one holding airlock.yaml or .airlock/; AIRLOCK_WORKSPACE
+    /// overrides].
     #[arg(long, global = true, value_name = "DIR")]
     workspace: Option<PathBuf>,
     /// The configuration file [default: <workspace>/airlock.yaml; built-in defaults
@@ -136,8 +138,12 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> Result<u8, Failure> {
     // Every command first loads the configuration: an invalid one stops them all.
-    let creating = matches!(cli.command, Command::Init { .. });
-    let workspace = Workspace::load(&cli.global, creating)?;
+    let need = match &cli.command {
+        Command::Init { .. } => Need::Creating,
+        Command::Config(ConfigCommand::Schema) => Need::Optional,
+        _ => Need::Existing,
+    };
+    let workspace = Workspace::load(&cli.global, need)?;
     match cli.command {
         Command::Init { force } => workspace.init(force).map(|()| 0),
         Command::Config(ConfigCommand::Check) => {

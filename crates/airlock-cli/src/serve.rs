@@ -300,7 +300,7 @@ impl Reload {
             return Ok(None);
         }
         self.last = now;
-        let workspace = Workspace::load(&self.global, false)
+        let workspace = Workspace::load(&self.global, crate::workspace::Need::Existing)
             .map_err(|failure| ConfigRefused(format!("{:#}", failure.error)))?;
         let workspace = match &self.wrapped {
             Some(upstream) => workspace

@@ -8,6 +8,117 @@ use anyhow::{Context, anyhow};
 
 use crate::{Failure, GlobalArgs};
 
+/// What a command needs of the place it runs in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Need {
+    /// `airlock init`: the workspace is the given or current directory, and
+    /// its `--config` file may not exist yet.
+    Creating,
+    /// A workspace found as git finds a repository; none is an error.
+    Existing,
+    /// A command that works anywhere (`config schema`, `tools`): the workspace
+    /// found, if any, else the built-in defaults.
+    Optional,
+}
+
+/// The file and directory whose presence makes a directory a workspace.
+const CONFIG_NAME: &str = "airlock.yaml";
+const STATE_DIR_NAME: &str = ".airlock";
+
+/// The workspace directory a command runs in: `--workspace`, else
+/// `AIRLOCK_WORKSPACE`, else the nearest directory at or above the current
+/// one holding `airlock.yaml` or `.airlock/`, on the current directory's file
+/// system. A named directory must exist; for every command but `init` it must
+/// be a workspace too, so nothing is ever created outside one.
+fn locate(global: &GlobalArgs, need: Need) -> Result<PathBuf, Failure> {
+    let named = global.workspace.clone().or_else(|| {
+        std::env::var_os("AIRLOCK_WORKSPACE")
+            .filter(|value| !value.is_empty())
+            .map(PathBuf::from)
+    });
+    if let Some(dir) = named {
+        let base = fs::canonicalize(&dir)
+            .with_context(|| format!("workspace {} does not exist", dir.display()))
+            .map_err(Failure::usage)?;
+        if !base.is_dir() {
+            return Err(Failure::usage(anyhow!(
+                "workspace {} is not a directory",
+                base.display()
+            )));
+        }
+        if need == Need::Existing && !is_workspace(&base) && global.config.is_none() {
+            return Err(Failure::usage(anyhow!(
+                "{} is not an airlock workspace (no {CONFIG_NAME} or {STATE_DIR_NAME}/ in it); run `airlock init` there first",
+                base.display()
+            )));
+        }
+        return Ok(base);
+    }
+    let cwd = std::env::current_dir()
+        .context("cannot read the current directory")
+        .map_err(Failure::internal)?;
+    let cwd = fs::canonicalize(&cwd)
+        .context("cannot resolve the current directory")
+        .map_err(Failure::internal)?;
+    if need == Need::Creating {
+        // `init` makes the current directory a workspace.
+        return Ok(cwd);
+    }
+    match discover(&cwd)? {
+        Some(found) => Ok(found),
+        // An explicit `--config` names the configuration, and the current
+        // directory is its workspace.
+        None if need == Need::Optional || global.config.is_some() => Ok(cwd),
+        None => Err(Failure::usage(anyhow!(
+            "no airlock workspace here or above; run `airlock init` or pass --workspace"
+        ))),
+    }
+}
+
+/// Whether `dir` holds `airlock.yaml` (any kind of entry: a dangling link is
+/// found, and then refused when read) or a `.airlock` directory.
+fn is_workspace(dir: &Path) -> bool {
+    fs::symlink_metadata(dir.join(CONFIG_NAME)).is_ok() || dir.join(STATE_DIR_NAME).is_dir()
+}
+
+/// The nearest workspace at or above `start`, walking up while the parent is
+/// on the same file system. A workspace owned by another user is refused, as
+/// git refuses a repository another user owns: whoever can write there would
+/// choose this process's policy, store and audit log.
+fn discover(start: &Path) -> Result<Option<PathBuf>, Failure> {
+    use std::os::unix::fs::MetadataExt;
+    let device = fs::metadata(start)
+        .context("cannot read the current directory")
+        .map_err(Failure::internal)?
+        .dev();
+    for dir in start.ancestors() {
+        let Ok(metadata) = fs::metadata(dir) else {
+            break;
+        };
+        if metadata.dev() != device {
+            break;
+        }
+        if !is_workspace(dir) {
+            continue;
+        }
+        let me = rustix::process::geteuid().as_raw();
+        let owner = [dir.join(CONFIG_NAME), dir.join(STATE_DIR_NAME)]
+            .iter()
+            .filter_map(|marker| fs::symlink_metadata(marker).ok())
+            .map(|marker| marker.uid())
+            .find(|&uid| uid != me);
+        if let Some(owner) = owner {
+            return Err(Failure::usage(anyhow!(
+                "the workspace found at {} belongs to another user (uid {owner}); pass --workspace {} to use it anyway",
+                dir.display(),
+                dir.display()
+            )));
+        }
+        return Ok(Some(dir.to_path_buf()));
+    }
+    Ok(None)
+}
+
 /// The workspace a command runs in, with its validated configuration.
 pub(crate) struct Workspace {
     /// The canonical sandbox root (`workspace.root`).
@@ -22,25 +133,8 @@ pub(crate) struct Workspace {
 impl Workspace {
     /// Finds the workspace and loads its configuration. Any problem is a usage
     /// failure (exit 2): airlock does not run on a configuration it cannot trust.
-    ///
-    /// `creating` is for `airlock init`, which may name a `--config` file that does
-    /// not exist yet.
-    pub fn load(global: &GlobalArgs, creating: bool) -> Result<Workspace, Failure> {
-        let base = match &global.workspace {
-            Some(dir) => dir.clone(),
-            None => std::env::current_dir()
-                .context("cannot read the current directory")
-                .map_err(Failure::internal)?,
-        };
-        let base = fs::canonicalize(&base)
-            .with_context(|| format!("workspace {} does not exist", base.display()))
-            .map_err(Failure::usage)?;
-        if !base.is_dir() {
-            return Err(Failure::usage(anyhow!(
-                "workspace {} is not a directory",
-                base.display()
-            )));
-        }
+    pub fn load(global: &GlobalArgs, need: Need) -> Result<Workspace, Failure> {
+        let base = locate(global, need)?;
 
         let config_path = match &global.config {
             Some(path) => path.clone(),
@@ -64,7 +158,7 @@ impl Workspace {
                 .map_err(Failure::usage)?;
             config::load(&text, &config_path.display().to_string())
                 .map_err(|error| Failure::usage(anyhow!("invalid configuration\n{error}")))?
-        } else if global.config.is_some() && !creating {
+        } else if global.config.is_some() && need != Need::Creating {
             return Err(Failure::usage(anyhow!(
                 "configuration file {} does not exist",
                 config_path.display()
@@ -170,21 +264,32 @@ impl Workspace {
         self.root.join(&self.loaded.config.workspace.state_dir)
     }
 
-    /// `airlock init`: writes the commented defaults and creates the state dir.
+    /// `airlock init`: writes the commented defaults and creates the state
+    /// dir. Run again, it keeps an existing configuration file (a project's
+    /// committed one, say) unless `--force`, and creates what is missing, as
+    /// `git init` does in a repository.
     pub fn init(&self, force: bool) -> Result<(), Failure> {
+        let mut said = Vec::new();
         if self.config_exists && !force {
-            return Err(Failure::usage(anyhow!(
-                "{} already exists; pass --force to overwrite it",
+            said.push(format!(
+                "kept {} (it exists; --force rewrites it with the defaults)",
                 self.config_path.display()
-            )));
+            ));
+        } else {
+            fs::write(&self.config_path, config::TEMPLATE)
+                .with_context(|| format!("cannot write {}", self.config_path.display()))
+                .map_err(Failure::internal)?;
+            said.push(format!("wrote {}", self.config_path.display()));
         }
-        fs::write(&self.config_path, config::TEMPLATE)
-            .with_context(|| format!("cannot write {}", self.config_path.display()))
-            .map_err(Failure::internal)?;
         let state_dir = self.state_dir();
-        fs::create_dir_all(&state_dir)
-            .with_context(|| format!("cannot create {}", state_dir.display()))
-            .map_err(Failure::internal)?;
+        if state_dir.is_dir() {
+            said.push(format!("state dir {} exists", state_dir.display()));
+        } else {
+            fs::create_dir_all(&state_dir)
+                .with_context(|| format!("cannot create {}", state_dir.display()))
+                .map_err(Failure::internal)?;
+            said.push(format!("created state dir {}", state_dir.display()));
+        }
         // The state dir holds keys and the approvals database: keep it out of git.
         let ignore = state_dir.join(".gitignore");
         if !ignore.exists() {
@@ -192,11 +297,7 @@ impl Workspace {
                 .with_context(|| format!("cannot write {}", ignore.display()))
                 .map_err(Failure::internal)?;
         }
-        crate::print(&format!(
-            "wrote {}\ncreated state dir {}",
-            self.config_path.display(),
-            state_dir.display()
-        ));
+        crate::print(&said.join("\n"));
         Ok(())
     }
 

@@ -26,7 +26,7 @@ fn listing(dir: &Path) -> Vec<String> {
 
 #[test]
 fn init_writes_every_default_with_comments_and_creates_the_state_dir() {
-    let ws = Workspace::empty();
+    let ws = Workspace::bare();
     let run = airlock(&ws, &["init"]);
     assert_eq!((run.code, run.stderr.as_str()), (0, ""));
     assert_eq!(
@@ -40,21 +40,28 @@ fn init_writes_every_default_with_comments_and_creates_the_state_dir() {
         "*\n"
     );
 
-    // A second init refuses to overwrite, and changes nothing.
+    // A second init keeps the configuration (a project's own, say) and
+    // creates what is missing, as `git init` does in a repository.
     std::fs::write(
         ws.path("airlock.yaml"),
         "profiles: {mine: {denylist: ['*']}}\n",
     )
     .unwrap();
+    std::fs::remove_dir_all(ws.path(".airlock")).unwrap();
     let again = airlock(&ws, &["init"]);
-    assert_eq!(again.code, 2);
+    assert_eq!((again.code, again.stderr.as_str()), (0, ""));
     assert_eq!(
-        again.stderr,
-        "error: $WS/airlock.yaml already exists; pass --force to overwrite it\n"
+        again.stdout,
+        "kept $WS/airlock.yaml (it exists; --force rewrites it with the defaults)\ncreated state dir $WS/.airlock\n"
     );
     assert_eq!(
         std::fs::read_to_string(ws.path("airlock.yaml")).unwrap(),
         "profiles: {mine: {denylist: ['*']}}\n"
+    );
+    let third = airlock(&ws, &["init"]);
+    assert_eq!(
+        third.stdout,
+        "kept $WS/airlock.yaml (it exists; --force rewrites it with the defaults)\nstate dir $WS/.airlock exists\n"
     );
     assert_eq!(airlock(&ws, &["init", "--force"]).code, 0);
     assert_eq!(
@@ -154,7 +161,7 @@ fn a_config_file_that_exists_but_cannot_be_read_is_not_the_defaults() {
 
 #[test]
 fn init_creates_the_file_named_by_config() {
-    let ws = Workspace::empty();
+    let ws = Workspace::bare();
     let run = airlock(&ws, &["--config", "conf/airlock.yaml", "init"]);
     assert_eq!(
         run.code, 1,
@@ -396,4 +403,190 @@ fn trusted_annotations_lower_an_upstream_tools_risk() {
         (decision["decision"].as_str(), decision["risk"].as_str()),
         (Some("allow"), Some("low"))
     );
+}
+
+/// The names in `dir` and below, sorted (what a refused command must leave).
+fn tree(dir: &Path) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(at) = stack.pop() {
+        for entry in std::fs::read_dir(&at).unwrap() {
+            let path = entry.unwrap().path();
+            names.push(path.strip_prefix(dir).unwrap().display().to_string());
+            if path.is_dir() {
+                stack.push(path);
+            }
+        }
+    }
+    names.sort();
+    names
+}
+
+const NO_WORKSPACE: &str =
+    "error: no airlock workspace here or above; run `airlock init` or pass --workspace\n";
+
+#[test]
+fn commands_find_the_workspace_from_a_subdirectory_as_git_does() {
+    let ws = Workspace::new("");
+    let id = ws.propose("notes.md", "hello\n");
+    std::fs::create_dir_all(ws.path("src/deep/er")).unwrap();
+    let deep = ws.path("src/deep/er");
+
+    let pending = ws.run_from(&deep, &["pending", "--json"]);
+    assert_eq!(pending.code, 0, "{}", pending.stderr);
+    assert_eq!(
+        pending.json.as_array().unwrap().len(),
+        1,
+        "{}",
+        pending.stdout
+    );
+    assert_eq!(pending.json[0]["id"], id.as_str());
+    // A call from below proposes into the same store, with paths still
+    // relative to the workspace root.
+    let call = ws.run_from(
+        &deep,
+        &[
+            "call",
+            "write_file",
+            "--args",
+            r#"{"path": "second.md", "content": "x\n"}"#,
+            "--defer",
+        ],
+    );
+    assert_eq!(call.code, 3, "{}{}", call.stdout, call.stderr);
+    let approve = ws.run_from(
+        &deep,
+        &["approve", call.json["hitl"]["hitl_id"].as_str().unwrap()],
+    );
+    assert_eq!(approve.code, 0, "{}{}", approve.stdout, approve.stderr);
+    assert_eq!(ws.read("second.md").as_deref(), Some("x\n"));
+    assert!(
+        !ws.path("src/deep/er/.airlock").exists() && !ws.path("src/.airlock").exists(),
+        "a command below the root made a state dir of its own"
+    );
+
+    // The nearest workspace wins: a nested one is its own.
+    ws.write("nested/airlock.yaml", "");
+    let nested = ws.run_from(&ws.path("nested"), &["pending", "--json"]);
+    assert_eq!((nested.code, nested.json.clone()), (0, json!([])));
+
+    // A state dir alone marks a workspace too (the defaults apply).
+    std::fs::create_dir_all(ws.path("other/.airlock")).unwrap();
+    std::fs::create_dir_all(ws.path("other/sub")).unwrap();
+    let check = ws.run_from(&ws.path("other/sub"), &["config", "check"]);
+    assert_eq!(check.code, 0, "{}", check.stderr);
+    assert!(
+        check
+            .stdout
+            .contains("workspace root $WS/other, state dir .airlock"),
+        "{}",
+        check.stdout
+    );
+}
+
+#[test]
+fn outside_a_workspace_every_command_but_init_fails_and_creates_nothing() {
+    let ws = Workspace::new("");
+    let id = ws.propose("notes.md", "hello\n");
+    let sibling = tempfile::tempdir().unwrap();
+    let args = r#"{"path": "a.txt", "content": "x\n"}"#;
+    let commands: [&[&str]; 12] = [
+        &["pending"],
+        &["pending", "--json"],
+        &["show", &id],
+        &["approve", &id],
+        &["deny", &id],
+        &["undo", &id],
+        &["call", "write_file", "--args", args, "--defer"],
+        &["check", "write_file", "--args", args],
+        &["config", "check"],
+        &["grants"],
+        &["audit", "verify"],
+        &["serve", "--stdio"],
+    ];
+    for args in commands {
+        let run = ws.run_from(sibling.path(), args);
+        assert_eq!(
+            (run.code, run.stdout.as_str(), run.stderr.as_str()),
+            (2, "", NO_WORKSPACE),
+            "{args:?}"
+        );
+    }
+    let watch = ws.run_from(sibling.path(), &["watch"]);
+    assert_eq!((watch.code, watch.stderr.as_str()), (2, NO_WORKSPACE));
+    assert_eq!(tree(sibling.path()), Vec::<String>::new());
+    // What works anywhere still does.
+    assert_eq!(ws.run_from(sibling.path(), &["config", "schema"]).code, 0);
+    // The approval waits untouched.
+    let show = ws.run(&["show", &id, "--json"]);
+    assert_eq!(show.json["status"], "pending", "{}", show.stdout);
+
+    // init makes the directory a workspace.
+    let init = ws.run_from(sibling.path(), &["init"]);
+    assert_eq!(init.code, 0, "{}", init.stderr);
+    let pending = ws.run_from(sibling.path(), &["pending", "--json"]);
+    assert_eq!((pending.code, pending.json.clone()), (0, json!([])));
+}
+
+#[test]
+fn workspace_and_airlock_workspace_override_the_search() {
+    let ws = Workspace::new("");
+    let id = ws.propose("notes.md", "hello\n");
+    let sibling = tempfile::tempdir().unwrap();
+    let root = ws.root().to_str().unwrap();
+
+    let flag = ws.run_from(sibling.path(), &["--workspace", root, "pending", "--json"]);
+    assert_eq!(flag.code, 0, "{}", flag.stderr);
+    assert_eq!(flag.json[0]["id"], id.as_str());
+
+    let output = ws
+        .command(&["pending", "--json"])
+        .current_dir(sibling.path())
+        .env("AIRLOCK_WORKSPACE", ws.root())
+        .output()
+        .unwrap();
+    let env = Run::of(&output);
+    assert_eq!(env.code, 0, "{}", env.stderr);
+    assert_eq!(env.json[0]["id"], id.as_str());
+
+    // The flag beats the variable, and a named directory must be a workspace:
+    // naming one is no way to create state outside one.
+    let output = ws
+        .command(&["--workspace", sibling.path().to_str().unwrap(), "pending"])
+        .env("AIRLOCK_WORKSPACE", ws.root())
+        .output()
+        .unwrap();
+    let named = Run::of(&output);
+    let sibling_path = std::fs::canonicalize(sibling.path()).unwrap();
+    assert_eq!(named.code, 2);
+    assert_eq!(
+        named.stderr,
+        format!(
+            "error: {} is not an airlock workspace (no airlock.yaml or .airlock/ in it); run `airlock init` there first\n",
+            sibling_path.display()
+        )
+    );
+    assert_eq!(tree(sibling.path()), Vec::<String>::new());
+}
+
+#[test]
+fn a_workspace_found_above_that_another_user_owns_is_refused() {
+    if rustix::process::geteuid().as_raw() != 0 {
+        eprintln!("skipped: making a file another user owns needs root");
+        return;
+    }
+    let ws = Workspace::new("");
+    std::fs::create_dir_all(ws.path("src")).unwrap();
+    std::os::unix::fs::chown(ws.path("airlock.yaml"), Some(65534), None).unwrap();
+    let run = ws.run_from(&ws.path("src"), &["pending"]);
+    assert_eq!(run.code, 2);
+    assert_eq!(
+        run.stderr,
+        "error: the workspace found at $WS belongs to another user (uid 65534); pass --workspace $WS to use it anyway\n"
+    );
+    assert!(!ws.path(".airlock").exists());
+    // Named explicitly, it is used.
+    let root = ws.root().to_str().unwrap();
+    let named = ws.run_from(&ws.path("src"), &["--workspace", root, "pending"]);
+    assert_eq!(named.code, 0, "{}", named.stderr);
 }

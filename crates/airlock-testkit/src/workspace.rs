@@ -47,7 +47,7 @@ impl Workspace {
     /// A workspace whose `airlock.yaml` is `config` (an empty file is the
     /// defaults), with an empty `src/`.
     pub fn new(config: &str) -> Workspace {
-        let ws = Workspace::empty();
+        let ws = Workspace::bare();
         ws.write("airlock.yaml", config);
         std::fs::create_dir_all(ws.path("src")).expect("create src/");
         ws
@@ -55,13 +55,21 @@ impl Workspace {
 
     /// A workspace holding only its `airlock.yaml`, `config`.
     pub fn with_config(config: &str) -> Workspace {
-        let ws = Workspace::empty();
+        let ws = Workspace::bare();
         ws.write("airlock.yaml", config);
         ws
     }
 
-    /// A workspace with nothing in it (no `airlock.yaml`).
+    /// A workspace on the built-in defaults: no `airlock.yaml`, an empty
+    /// state dir `.airlock/` (what makes the directory a workspace).
     pub fn empty() -> Workspace {
+        let ws = Workspace::bare();
+        std::fs::create_dir(ws.path(".airlock")).expect("create .airlock/");
+        ws
+    }
+
+    /// A directory with nothing in it: not a workspace until `airlock init`.
+    pub fn bare() -> Workspace {
         Workspace {
             dir: tempfile::tempdir().expect("a temporary directory"),
             clock: tempfile::tempdir().expect("a temporary directory"),
@@ -72,7 +80,7 @@ impl Workspace {
     /// A workspace holding a copy of the tree at `from` (files and
     /// directories; nothing else).
     pub fn copy_of(from: &Path) -> Workspace {
-        let ws = Workspace::empty();
+        let ws = Workspace::bare();
         copy_tree(from, ws.root());
         ws
     }
@@ -148,6 +156,22 @@ impl Workspace {
     /// replaced by `$WS`, for comparing whole outputs.
     pub fn run_shown(&self, args: &[&str]) -> Run {
         let mut run = self.run(args);
+        let root = std::fs::canonicalize(self.root()).unwrap_or_else(|_| self.root().to_owned());
+        let root = root.to_string_lossy();
+        run.stdout = run.stdout.replace(root.as_ref(), "$WS");
+        run.stderr = run.stderr.replace(root.as_ref(), "$WS");
+        run
+    }
+
+    /// `airlock ARGS` run from `dir` (any directory, inside the workspace or
+    /// not), with the workspace's path in the output replaced by `$WS`.
+    pub fn run_from(&self, dir: &Path, args: &[&str]) -> Run {
+        let output = self
+            .command(args)
+            .current_dir(dir)
+            .output()
+            .expect("run airlock");
+        let mut run = Run::of(&output);
         let root = std::fs::canonicalize(self.root()).unwrap_or_else(|_| self.root().to_owned());
         let root = root.to_string_lossy();
         run.stdout = run.stdout.replace(root.as_ref(), "$WS");
