@@ -26,6 +26,7 @@ mod error;
 mod feed;
 mod forward;
 mod grants;
+mod presence;
 mod propose;
 mod record;
 mod runtime;
@@ -42,6 +43,7 @@ pub use decide::{AlwaysAllow, AskForm, Authority, DecideRequest};
 pub use error::BrokerError;
 pub use feed::{Cursor, FEED_POLL};
 pub use forward::{ForwardError, Forwarder};
+pub use presence::{LiveChannel, Presence};
 pub use record::Record;
 pub use runtime::{
     ConfigRefused, NoUpstreams, Notice, Reloader, Runtime, RuntimeOptions, UpstreamTool, Upstreams,

@@ -419,6 +419,10 @@ impl Broker {
                     ClientAsk::Elicit => Handling::Wait,
                     ClientAsk::Rounds => Handling::Rounds,
                     ClientAsk::Unable => match decision.elicitation_fallback {
+                        ElicitationFallback::Auto if self.live_channels().is_empty() => {
+                            Handling::Refuse
+                        }
+                        ElicitationFallback::Auto => Handling::Wait,
                         ElicitationFallback::Deny => Handling::Refuse,
                         ElicitationFallback::Allow => Handling::Allow,
                         ElicitationFallback::Defer => Handling::Defer,
@@ -444,7 +448,9 @@ impl Broker {
     }
 
     /// A call that needs a human, from a client that cannot be asked, under
-    /// `elicitation_fallback: deny` (spec 004): denied, nothing proposed.
+    /// `elicitation_fallback: deny` (spec 004), or `auto` with no approver
+    /// channel live: denied, nothing proposed. The message names the key
+    /// that decided, its values, and what would let a person decide.
     pub(crate) fn refused_by_fallback(
         &self,
         call: &ToolCall,
@@ -453,32 +459,62 @@ impl Broker {
         method: &str,
         record: Record,
     ) -> Envelope {
+        let key = match decision.profile.as_deref() {
+            Some(profile)
+                if self
+                    .config
+                    .profiles
+                    .get(profile)
+                    .is_some_and(|config| config.elicitation_fallback.is_some()) =>
+            {
+                format!("profiles.{profile}.elicitation_fallback")
+            }
+            _ => "security.hitl.elicitation_fallback".to_owned(),
+        };
+        let workspace = self.root.display();
+        let (rule, message) = match decision.elicitation_fallback {
+            ElicitationFallback::Auto => (
+                "elicitation_fallback: auto (no approver channel live)",
+                format!(
+                    "this call needs a human's approval, this client cannot ask one, and no \
+                     approver channel is live: {key} is auto (values: auto | deny | allow | \
+                     defer | wait), which waits for a person only while `airlock watch`, the \
+                     web UI or a webhook can reach one. To decide this call, run `airlock \
+                     watch` in {workspace} (or open the web UI of `airlock serve --http`) and \
+                     call again"
+                ),
+            ),
+            _ => (
+                "elicitation_fallback: deny",
+                format!(
+                    "this call needs a human's approval and this client cannot ask one: {key} \
+                     is deny (values: auto | deny | allow | defer | wait). To let a person \
+                     decide, set it to auto and run `airlock watch` in {workspace}, or to \
+                     defer and decide with `airlock approve`"
+                ),
+            ),
+        };
         let mut envelope = Envelope::failure(
             Status::Denied,
             method,
             &call.tool,
             path,
             ErrorCode::PolicyDenied,
-            "this call needs a human's approval and this client cannot ask one \
-             (elicitation_fallback: deny)",
+            message,
         )
-        .with_reason(Some(reason_of(
-            "hitl",
-            "elicitation_fallback: deny",
-            decision,
-        )));
+        .with_reason(Some(reason_of("hitl", rule, decision)));
         envelope.decision = Some(DecisionInfo {
             by: DecidedBy::Policy,
             user: None,
             channel: None,
-            reason: Some("elicitation_fallback: deny".to_owned()),
+            reason: Some(rule.to_owned()),
         });
         self.audited(
             envelope,
             record
                 .text("decision", "deny")
                 .text("decided_by", "policy")
-                .text("reason", "elicitation_fallback: deny")
+                .text("reason", rule)
                 .text("status", "denied")
                 .text("code", ErrorCode::PolicyDenied.as_str()),
         )

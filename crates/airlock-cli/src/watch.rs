@@ -33,6 +33,11 @@ pub(crate) fn run(broker: &Broker) -> Result<u8, Failure> {
     // The feed's position first: whatever happens once the user is told
     // that watching began is seen.
     let mut cursor = broker.cursor().map_err(Failure::internal)?.seq;
+    // While this runs, a call from a client that cannot ask its human
+    // waits for this terminal (`elicitation_fallback: auto`).
+    let _live = broker
+        .announce(airlock_broker::LiveChannel::Watch)
+        .map_err(|error| Failure::internal(anyhow::anyhow!("cannot announce watch: {error}")))?;
     say("watching for approvals (ctrl-d to stop)");
     broker.expire_overdue().map_err(Failure::internal)?;
     let mut queue: VecDeque<String> = broker

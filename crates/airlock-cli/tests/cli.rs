@@ -232,7 +232,7 @@ fn check_json_explains_the_spec_004_example() {
             "approvers": [],
             "write_class": true,
             "profile": "supervised",
-            "elicitation_fallback": "deny",
+            "elicitation_fallback": "auto",
             "code": "policy_denied",
             "justification": [
                 {"layer": "profile", "effect": "deny", "profile": "supervised", "list": "denylist",

@@ -158,7 +158,8 @@ fn stdio_lists_tools_with_schemas_and_annotations_reads_and_denies_without_elici
     );
 
     // The default profile (supervised) asks for write_file; this client cannot
-    // be asked, and the fallback is deny.
+    // be asked, and with no approver channel live the default fallback
+    // (auto) denies.
     let write = client.call("write_file", json!({"path": "new.txt", "content": "x\n"}));
     assert_eq!(write["isError"], json!(true));
     assert_eq!(status(&write), "denied");
@@ -179,7 +180,7 @@ fn stdio_lists_tools_with_schemas_and_annotations_reads_and_denies_without_elici
             .any(|e| e["event"] == "read_file" && e["status"] == "allowed")
     );
     assert!(events.iter().any(|e| e["tool"] == "write_file"
-        && e["reason"] == "elicitation_fallback: deny"
+        && e["reason"] == "elicitation_fallback: auto (no approver channel live)"
         && e["status"] == "denied"));
 }
 
@@ -1775,4 +1776,72 @@ fn malformed_deep_and_over_long_stdio_lines_are_answered_with_json_rpc_errors_an
     );
     drop(input);
     let _ = child.wait();
+}
+
+/// `elicitation_fallback: auto` (the default): a client that cannot ask its
+/// human is denied, with the key, its values and the remedy, while no
+/// approver channel is live; with `airlock watch` running, the call waits
+/// and the person at that terminal decides it.
+#[test]
+fn auto_fallback_waits_while_watch_is_live_and_otherwise_denies_naming_the_remedy() {
+    if !require(
+        "auto_fallback_waits_while_watch_is_live_and_otherwise_denies_naming_the_remedy",
+        &[Peer::PythonMcp],
+    ) {
+        return;
+    }
+    let ws = Ws::new(
+        "default_profile: supervised\nprofiles:\n  supervised:\n    asklist: [write_file]\n",
+    );
+    let mut client = ws.stdio_client(&["--elicitation", "none"], &["serve", "--stdio"]);
+    let denied = client.call("write_file", json!({"path": "a.txt", "content": "x\n"}));
+    assert_eq!(status(&denied), "denied", "{denied}");
+    let root = std::fs::canonicalize(ws.root()).unwrap();
+    assert_eq!(
+        denied["structuredContent"]["error"]["message"],
+        json!(format!(
+            "this call needs a human's approval, this client cannot ask one, and no approver channel is live: security.hitl.elicitation_fallback is auto (values: auto | deny | allow | defer | wait), which waits for a person only while `airlock watch`, the web UI or a webhook can reach one. To decide this call, run `airlock watch` in {} (or open the web UI of `airlock serve --http`) and call again",
+            root.display()
+        ))
+    );
+    assert_eq!(
+        denied["structuredContent"]["error"]["reason"]["rule"],
+        json!("elicitation_fallback: auto (no approver channel live)")
+    );
+    assert!(ws.path("a.txt").metadata().is_err());
+
+    let (mut watch, mut terminal) =
+        airlock_testkit::terminal::Terminal::spawn(ws.command(&["watch"]));
+    terminal.expect("watching for approvals");
+    client.send(json!({"op": "call_async", "id": "w", "tool": "write_file",
+        "args": {"path": "a.txt", "content": "waited\n"}}));
+    terminal.expect("[y]es  [n]o  [v]iew");
+    terminal.send("y\n");
+    let result = client.send(json!({"op": "await", "id": "w", "timeout": 30}));
+    assert_eq!(status(&result), "allowed", "{result}");
+    assert_eq!(ws.read("a.txt").as_deref(), Some("waited\n"));
+
+    // Once watch has gone, nobody is there again.
+    terminal.send("\u{4}");
+    assert!(watch.wait().unwrap().success());
+    let again = client.call("write_file", json!({"path": "b.txt", "content": "x\n"}));
+    assert_eq!(status(&again), "denied", "{again}");
+
+    // The same with an explicit deny names that key and value.
+    std::fs::write(
+        ws.path("airlock.yaml"),
+        "default_profile: supervised\nprofiles:\n  supervised:\n    asklist: [write_file]\n    elicitation_fallback: deny\n",
+    )
+    .unwrap();
+    let mut client = ws.stdio_client(&["--elicitation", "none"], &["serve", "--stdio"]);
+    let denied = client.call("write_file", json!({"path": "a.txt", "content": "x\n"}));
+    let message = denied["structuredContent"]["error"]["message"]
+        .as_str()
+        .unwrap();
+    assert!(
+        message.contains(
+            "profiles.supervised.elicitation_fallback is deny (values: auto | deny | allow | defer | wait)"
+        ),
+        "{message}"
+    );
 }

@@ -46,7 +46,7 @@ fn design_defaults() -> Value {
                 "enabled": true,
                 "default_timeout": 60,
                 "approval_mode": "wait",
-                "elicitation_fallback": "deny",
+                "elicitation_fallback": "auto",
                 "max_pending": 100,
                 "max_pending_per_session": 10,
                 "rules": [],

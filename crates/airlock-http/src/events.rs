@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use airlock_broker::{EventKind, FEED_POLL, FeedEvent, Runtime, approval_view};
+use airlock_broker::{EventKind, FEED_POLL, FeedEvent, LiveChannel, Runtime, approval_view};
 use airlock_core::Principal;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use serde_json::{Value, json};
@@ -141,32 +141,47 @@ impl Events {
         cursor: u64,
     ) -> Sse<impl futures_util::Stream<Item = Result<Event, Infallible>> + use<>> {
         let events = self.clone();
-        let state = (events, cursor, VecDeque::<Change>::new());
-        let stream = futures_util::stream::unfold(state, move |(events, mut cursor, mut queue)| {
-            let only = only.clone();
-            async move {
-                let change = loop {
-                    if let Some(change) = queue.pop_front() {
-                        break change;
-                    }
-                    let read = events.after(cursor).await;
-                    if let Some(last) = read.last() {
-                        cursor = last.seq;
-                    }
-                    queue.extend(read.into_iter().filter(|change| match &only {
-                        None => true,
-                        Some(principal) => {
-                            change.kind.is_approval() && principal.owns(change.owner.as_deref())
+        // An approver's stream (the web UI) is a live approver channel for
+        // as long as it is open: `elicitation_fallback: auto` waits for it.
+        let presence = match only {
+            None => match self.runtime.broker().announce(LiveChannel::WebUi) {
+                Ok(presence) => Some(Arc::new(presence)),
+                Err(error) => {
+                    eprintln!("airlock: cannot announce the web UI as live: {error}");
+                    None
+                }
+            },
+            Some(_) => None,
+        };
+        let state = (events, cursor, VecDeque::<Change>::new(), presence);
+        let stream = futures_util::stream::unfold(
+            state,
+            move |(events, mut cursor, mut queue, presence)| {
+                let only = only.clone();
+                async move {
+                    let change = loop {
+                        if let Some(change) = queue.pop_front() {
+                            break change;
                         }
-                    }));
-                };
-                let event = Event::default()
-                    .id(change.seq.to_string())
-                    .event(change.name)
-                    .data(change.payload().to_string());
-                Some((Ok(event), (events, cursor, queue)))
-            }
-        });
+                        let read = events.after(cursor).await;
+                        if let Some(last) = read.last() {
+                            cursor = last.seq;
+                        }
+                        queue.extend(read.into_iter().filter(|change| match &only {
+                            None => true,
+                            Some(principal) => {
+                                change.kind.is_approval() && principal.owns(change.owner.as_deref())
+                            }
+                        }));
+                    };
+                    let event = Event::default()
+                        .id(change.seq.to_string())
+                        .event(change.name)
+                        .data(change.payload().to_string());
+                    Some((Ok(event), (events, cursor, queue, presence)))
+                }
+            },
+        );
         Sse::new(stream).keep_alive(KeepAlive::default())
     }
 }

@@ -171,6 +171,9 @@ pub enum ApprovalMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ElicitationFallback {
+    /// `wait` while an approver channel is live for the workspace (a
+    /// `watch`, a connected web UI, a configured webhook), else `deny`.
+    Auto,
     Deny,
     Allow,
     Defer,
@@ -502,7 +505,7 @@ impl Default for HitlConfig {
             enabled: true,
             default_timeout: 60,
             approval_mode: ApprovalMode::Wait,
-            elicitation_fallback: ElicitationFallback::Deny,
+            elicitation_fallback: ElicitationFallback::Auto,
             max_pending: 100,
             max_pending_per_session: 10,
             rules: Vec::new(),

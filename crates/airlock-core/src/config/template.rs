@@ -41,7 +41,8 @@ security:
     enabled: true            # false: calls that would ask are allowed (still audited)
     default_timeout: 60      # seconds, when neither a rule nor a risk policy says
     approval_mode: wait      # wait | defer
-    elicitation_fallback: deny   # when an MCP client cannot be asked: deny | allow | defer | wait
+    elicitation_fallback: auto   # when an MCP client cannot be asked: auto | deny | allow | defer | wait
+                             # auto: wait while `airlock watch`, the web UI or a webhook is there, else deny
     max_pending: 100         # per workspace; more are rejected with rate_limited
     max_pending_per_session: 10
     rules: []                # first match wins; for example:
@@ -69,7 +70,7 @@ profiles: {}                 # names match ^[A-Za-z0-9_]{1,32}$; precedence deny
 #   supervised:
 #     denylist: ["*__delete_*"]
 #     asklist: ["write_file", "edit_file", "apply_patch", "*__*"]
-#     elicitation_fallback: deny   # deny | allow | defer | wait
+#     elicitation_fallback: deny   # auto | deny | allow | defer | wait
 
 upstreams: []                # MCP servers whose tools airlock gates as <name>__<tool>; for example:
 # upstreams:
