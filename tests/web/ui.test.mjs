@@ -175,6 +175,17 @@ try {
   const delColour = await card.locator(".diff .del").evaluate((el) => getComputedStyle(el).backgroundColor);
   assert.equal(addColour, "rgb(230, 247, 234)");
   assert.equal(delColour, "rgb(253, 234, 234)");
+  // The reason says it is optional; the always-allows that apply are
+  // offered, each stated in full before it can be chosen.
+  assert.equal(await card.locator(".reason-need").textContent(), "(optional)");
+  assert.deepEqual(await card.locator(".scope option").allTextContents(), ["this session", "every session"]);
+  assert.match(
+    await card.locator(".always-says").textContent(),
+    /^Approves, and from now on will allow write_file on a\.txt with any content, for (user \S+|calls made for no user), in session agent-session-1 only, for 8h, without asking\.$/,
+  );
+  await card.locator(".scope").selectOption("persistent");
+  assert.match(await card.locator(".always-says").textContent(), /, in every session, for 8h, without asking\.$/);
+  await card.locator(".scope").selectOption("session");
   // Nothing is wider than the phone.
   const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
   assert.ok(overflow <= 0, `the page is ${overflow}px wider than the screen`);
@@ -201,6 +212,20 @@ try {
   assert.equal(answered.result.structuredContent.status, "allowed", JSON.stringify(answered));
   assert.equal(answered.result.structuredContent.decision.channel, "http");
   assert.equal(read("mcp.txt"), "from mcp\n");
+
+  step("a call made in no session offers only an always-allow for every session");
+  const unsessioned = await fetch(base + "/v1/tools/call", {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ tool: "write_file", arguments: { path: "nosession.txt", content: "x\n" } }),
+  });
+  assert.equal(unsessioned.status, 202);
+  const noSession = page.locator(`li.card[data-id="${(await unsessioned.json()).approval_id}"]`);
+  await noSession.waitFor({ timeout: 10000 });
+  assert.deepEqual(await noSession.locator(".scope option").allTextContents(), ["every session"]);
+  assert.match(await noSession.locator(".always-says").textContent(), /, in every session, for 8h, without asking\.$/);
+  await noSession.locator("button.deny").click();
+  await noSession.waitFor({ state: "detached", timeout: 10000 });
 
   step("deny another, with a reason");
   const second = await propose("write_file", { path: "b.txt", content: "b replaced\n" });
@@ -306,7 +331,7 @@ try {
     return rows.length > 0 && rows.every((row) => row.dataset.event === "hitl_decision");
   });
   const decisions = await page.locator("#audit-table tbody tr td:nth-child(6)").allTextContents();
-  assert.deepEqual(decisions, ["deny", "deny", "deny", "deny"]);
+  assert.deepEqual(decisions, ["deny", "deny", "deny", "deny", "deny"]);
 
   step("a wide screen");
   await page.setViewportSize({ width: 1280, height: 900 });

@@ -26,6 +26,10 @@ pub struct AskForm {
     pub diff_preview: String,
     /// "Always allow" may be offered.
     pub allow_skip: bool,
+    /// What "always allow" would allow (a grant for the call's session),
+    /// said before it is chosen; `None` where it cannot be offered (the risk
+    /// does not allow skipping, or the call was made in no session).
+    pub always: Option<String>,
     /// A reason is required to approve.
     pub require_reason: bool,
     /// The client's human may decide it (no `approvers` restriction, and
@@ -91,6 +95,16 @@ impl Broker {
             summary: approval.summary.clone(),
             diff_preview: airlock_fs::preview(&approval.diff, max),
             allow_skip: approval.terms.allow_skip,
+            always: self
+                .grant_terms(
+                    &approval,
+                    AlwaysAllow {
+                        persistent: false,
+                        for_ms: None,
+                    },
+                )
+                .ok()
+                .map(|terms| terms.statement()),
             require_reason: approval.terms.require_reason,
             client_may_decide: self.client_may_decide(&approval),
             expires_ms: approval.expires_ms,

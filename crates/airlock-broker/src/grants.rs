@@ -47,7 +47,7 @@ pub(crate) fn grant_scope(
         (false, Some(session)) => Some(session.clone()),
         (false, None) => {
             return refuse(
-                "a session grant needs a call made in a session; use --scope persistent".to_owned(),
+                "this call was made in no session, so an always-allow for it can only be persistent (every session)".to_owned(),
             );
         }
     };
@@ -58,6 +58,62 @@ pub(crate) fn grant_scope(
         session,
         for_ms: always.for_ms,
     })
+}
+
+/// What an always-allow would allow, in the words every face shows before
+/// the grant is made: a grant lets later calls of one tool (on one path,
+/// with any content; or with any arguments, for a tool that names no path)
+/// through unasked, for the user who asked, in one session or in all, until
+/// it ends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrantTerms {
+    pub tool: String,
+    pub path: Option<String>,
+    pub user: Option<String>,
+    /// `None`: every session.
+    pub session: Option<String>,
+    /// How long it lasts; `None`: until revoked.
+    pub lasts_ms: Option<u64>,
+}
+
+impl GrantTerms {
+    /// One sentence, e.g. "allow write_file on notes.md with any content,
+    /// for user tester, in session s1 only, for 8h, without asking".
+    pub fn statement(&self) -> String {
+        let what = match &self.path {
+            Some(path) => format!("{} on {path} with any content", self.tool),
+            None => format!("{} with any arguments", self.tool),
+        };
+        let user = match &self.user {
+            Some(user) => format!(", for user {user}"),
+            None => ", for calls made for no user".to_owned(),
+        };
+        let scope = match &self.session {
+            Some(session) => format!("in session {session} only"),
+            None => "in every session".to_owned(),
+        };
+        let lasts = match self.lasts_ms {
+            Some(ms) => format!("for {}", duration_words(ms)),
+            None => "until revoked".to_owned(),
+        };
+        format!("allow {what}{user}, {scope}, {lasts}, without asking")
+    }
+}
+
+/// `90000` as "1m30s", `28800000` as "8h".
+pub fn duration_words(ms: u64) -> String {
+    let mut seconds = ms / 1000;
+    if seconds == 0 {
+        return format!("{ms}ms");
+    }
+    let mut out = String::new();
+    for (unit, size) in [("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)] {
+        if seconds >= size {
+            out.push_str(&format!("{}{unit}", seconds / size));
+            seconds %= size;
+        }
+    }
+    out
 }
 
 /// Escapes glob metacharacters so a grant covers exactly one path.
@@ -73,6 +129,68 @@ pub(crate) fn globset_escape(path: &str) -> String {
 }
 
 impl Broker {
+    /// What `always` would grant on `approval`, or why it cannot be made
+    /// (the same refusal deciding would give).
+    pub fn grant_terms(
+        &self,
+        approval: &Approval,
+        always: AlwaysAllow,
+    ) -> Result<GrantTerms, BrokerError> {
+        let scope = grant_scope(approval, always, true, approval.terms.allow_skip)?;
+        Ok(GrantTerms {
+            tool: approval.tool.clone(),
+            path: approval.path.clone(),
+            user: approval.user.clone(),
+            session: scope.session,
+            lasts_ms: scope
+                .for_ms
+                .or_else(|| self.config.approvals.grant_ttl_ms()),
+        })
+    }
+
+    /// The terms of a grant in force, as [`GrantTerms::statement`] says them.
+    pub fn terms_of(&self, grant: &GrantRow) -> GrantTerms {
+        let path = grant.approval_id.as_deref().and_then(|id| {
+            self.store
+                .get(id)
+                .ok()
+                .and_then(|approval| approval.path.clone())
+        });
+        GrantTerms {
+            tool: grant.tool.clone(),
+            path: path.or_else(|| grant.path_glob.clone()),
+            user: grant.user.clone(),
+            session: grant.session.clone(),
+            lasts_ms: grant
+                .expires_ms
+                .map(|at| at.saturating_sub(grant.created_ms)),
+        }
+    }
+
+    /// The always-allows a person may choose on `approval` now, each with
+    /// its statement: `{"session": …, "persistent": …}` (`session` only for a
+    /// call made in a session), or `null` where none may be made.
+    pub fn always_offers(&self, approval: &Approval) -> Value {
+        if approval.status != airlock_store::ApprovalStatus::Pending || !approval.terms.allow_skip {
+            return Value::Null;
+        }
+        let offer = |persistent| {
+            self.grant_terms(
+                approval,
+                AlwaysAllow {
+                    persistent,
+                    for_ms: None,
+                },
+            )
+            .ok()
+            .map(|terms| Value::String(terms.statement()))
+        };
+        serde_json::json!({
+            "session": offer(false),
+            "persistent": offer(true),
+        })
+    }
+
     pub(crate) fn grant(
         &self,
         approval: &Approval,

@@ -43,6 +43,7 @@ pub use decide::{AlwaysAllow, AskForm, Authority, DecideRequest};
 pub use error::BrokerError;
 pub use feed::{Cursor, FEED_POLL};
 pub use forward::{ForwardError, Forwarder};
+pub use grants::{GrantTerms, duration_words};
 pub use presence::{LiveChannel, Presence};
 pub use record::Record;
 pub use runtime::{

@@ -75,6 +75,14 @@ pub fn default_mode(config: &Config) -> Mode {
 }
 
 impl Broker {
+    /// The decision `submit` would take on `call` now (grants and resolved
+    /// paths included), taking no step of it: what `airlock check` explains.
+    pub fn explain(&self, call: &ToolCall) -> Decision {
+        let grants = self.live_grants(self.now_ms());
+        let resolved = self.resolved_paths(call);
+        policy::evaluate_resolved(&self.policy, call, &grants, &resolved)
+    }
+
     /// Runs one call through the pipeline and returns its envelope.
     pub fn submit(&self, call: &ToolCall, mode: &Mode, on_pending: &dyn Fn(&Approval)) -> Envelope {
         let now = self.now_ms();

@@ -66,15 +66,23 @@ pub(crate) struct ApproveArgs {
     /// Why; required for risks whose policy says require_reason.
     #[arg(long, value_name = "R")]
     reason: Option<String>,
-    /// Also allow identical calls from now on (only where the policy allows skipping).
+    /// Also allow, from now on and without asking, every later call of this
+    /// tool on this path with any content (any arguments, for a tool that
+    /// names no path), for the same user; only where the policy allows
+    /// skipping. `airlock show ID` states exactly what it would allow.
     #[arg(long)]
     always: bool,
-    /// Where the always-allow applies.
-    #[arg(long, value_enum, default_value = "session", requires = "always")]
-    scope: Scope,
-    /// How long the always-allow lasts (30s, 10m, 2h, 7d) [default: forever].
+    /// Where the always-allow applies: the call's session only, or every
+    /// session [default: session for a call made in one, else persistent].
+    #[arg(long, value_enum, requires = "always")]
+    scope: Option<Scope>,
+    /// How long the always-allow lasts (30s, 10m, 2h, 7d) [default:
+    /// approvals.grant_ttl, 8h].
     #[arg(long = "for", value_name = "DURATION", requires = "always")]
     for_duration: Option<String>,
+    /// Print the envelope as JSON (the default when stdout is not a terminal).
+    #[arg(long)]
+    json: bool,
     /// Edit the proposed content in $VISUAL or $EDITOR first, and approve
     /// the edited version (a write of one file only).
     #[arg(long, conflicts_with = "always")]
@@ -88,12 +96,18 @@ pub(crate) struct DenyArgs {
     /// Why.
     #[arg(long, value_name = "R")]
     reason: Option<String>,
+    /// Print the envelope as JSON (the default when stdout is not a terminal).
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
 pub(crate) struct UndoArgs {
     /// The id of an applied approval.
     id: String,
+    /// Print the envelope as JSON (the default when stdout is not a terminal).
+    #[arg(long)]
+    json: bool,
 }
 
 /// The person at this terminal, who holds every role (DESIGN §7).
@@ -240,7 +254,23 @@ pub(crate) fn show(broker: &Broker, args: &ShowArgs) -> Result<u8, Failure> {
         return Ok(0);
     }
     let colour = std::io::stdout().is_terminal();
-    print_painted(&describe(&approval, colour, usize::MAX));
+    print_painted(&describe(&approval, colour, usize::MAX, true));
+    let offers = broker.always_offers(&approval);
+    let mut lines = Vec::new();
+    if let Some(statement) = offers["session"].as_str() {
+        lines.push(format!("  approve --always would {}", safe_line(statement)));
+    }
+    if let Some(statement) = offers["persistent"].as_str() {
+        let flags = if approval.session.is_some() {
+            "approve --always --scope persistent"
+        } else {
+            "approve --always"
+        };
+        lines.push(format!("  {flags} would {}", safe_line(statement)));
+    }
+    if !lines.is_empty() {
+        print(&format!("\n{}", lines.join("\n")));
+    }
     Ok(0)
 }
 
@@ -248,7 +278,12 @@ pub(crate) fn show(broker: &Broker, args: &ShowArgs) -> Result<u8, Failure> {
 /// cut to `max_diff_lines`. Everything in it that an agent, a file or an
 /// upstream wrote is made safe first (each field one line, control
 /// characters and bidi overrides visible), then painted.
-pub(crate) fn describe(approval: &Approval, colour: bool, max_diff_lines: usize) -> Painted {
+pub(crate) fn describe(
+    approval: &Approval,
+    colour: bool,
+    max_diff_lines: usize,
+    with_expiry: bool,
+) -> Painted {
     let now = now_ms();
     let field = |text: &str| safe_line(text).into_owned();
     let mut out = String::new();
@@ -268,7 +303,7 @@ pub(crate) fn describe(approval: &Approval, colour: bool, max_diff_lines: usize)
         "  session   {}",
         field(approval.session.as_deref().unwrap_or("-"))
     );
-    if approval.status == airlock_store::ApprovalStatus::Pending {
+    if with_expiry && approval.status == airlock_store::ApprovalStatus::Pending {
         let left = approval.expires_ms.saturating_sub(now).div_ceil(1000);
         let _ = writeln!(out, "  expires   in {left}s (then denied)");
     }
@@ -325,8 +360,14 @@ fn paint(line: &str, colour: bool) -> String {
 
 pub(crate) fn approve(broker: &Broker, args: &ApproveArgs) -> Result<u8, Failure> {
     let always = if args.always {
+        let approval = broker
+            .approval(&args.id)
+            .map_err(|error| Failure::with_code(5, error_line(&error)))?;
         Some(AlwaysAllow {
-            persistent: args.scope == Scope::Persistent,
+            persistent: match args.scope {
+                Some(scope) => scope == Scope::Persistent,
+                None => approval.session.is_none(),
+            },
             for_ms: match &args.for_duration {
                 Some(text) => Some(
                     parse_duration(text)?
@@ -357,6 +398,7 @@ pub(crate) fn approve(broker: &Broker, args: &ApproveArgs) -> Result<u8, Failure
             channel: Channel::Terminal,
             content,
         },
+        args.json,
     )
 }
 
@@ -440,27 +482,69 @@ pub(crate) fn deny(broker: &Broker, args: &DenyArgs) -> Result<u8, Failure> {
             channel: Channel::Terminal,
             content: None,
         },
+        args.json,
     )
 }
 
-fn decide(broker: &Broker, id: &str, request: &DecideRequest) -> Result<u8, Failure> {
-    match broker.decide(id, request) {
-        Ok(envelope) => print_envelope(&envelope),
-        Err(error) => Err(Failure {
-            code: 5,
-            error: anyhow!(error_line(&error)),
-        }),
+fn decide(broker: &Broker, id: &str, request: &DecideRequest, json: bool) -> Result<u8, Failure> {
+    let envelope = broker
+        .decide(id, request)
+        .map_err(|error| Failure::with_code(5, error_line(&error)))?;
+    if json || !std::io::stdout().is_terminal() {
+        return print_envelope(&envelope);
+    }
+    let id = envelope
+        .hitl
+        .as_ref()
+        .map_or(id.to_owned(), |hitl| hitl.hitl_id.clone());
+    let mut line = format!("{id}: {}", outcome_words(&envelope, request.approve));
+    if request.always.is_some() && envelope.status == airlock_core::envelope::Status::Allowed {
+        // The grant the decision made, as it stands in the store.
+        if let Some(grant) = broker.grants().ok().and_then(|grants| {
+            grants
+                .into_iter()
+                .find(|grant| grant.approval_id.as_deref() == Some(id.as_str()))
+        }) {
+            let terms = broker.terms_of(&grant);
+            let _ = write!(line, "; {}: {}", grant.id, terms.statement());
+        }
+    }
+    print(&line);
+    Ok(envelope.status.exit_code())
+}
+
+/// What became of a decided (or undone) approval, in a few words.
+fn outcome_words(envelope: &Envelope, approve: bool) -> String {
+    use airlock_core::envelope::Status;
+    match (&envelope.status, &envelope.error) {
+        (Status::Allowed, _) if approve => "approved and applied".to_owned(),
+        (Status::Allowed, _) => "done".to_owned(),
+        (Status::Denied, _) => "denied".to_owned(),
+        (_, Some(error)) if approve => format!(
+            "approved, but not applied: {}: {}",
+            error.code,
+            safe_line(&error.message)
+        ),
+        (_, Some(error)) => format!("{}: {}", error.code, safe_line(&error.message)),
+        (status, None) => format!("{status:?}").to_lowercase(),
     }
 }
 
 pub(crate) fn undo(broker: &Broker, args: &UndoArgs) -> Result<u8, Failure> {
-    match broker.undo(&args.id, &terminal_user()) {
-        Ok(envelope) => print_envelope(&envelope),
-        Err(error) => Err(Failure {
-            code: 5,
-            error: anyhow!(error_line(&error)),
-        }),
+    let envelope = broker
+        .undo(&args.id, &terminal_user())
+        .map_err(|error| Failure::with_code(5, error_line(&error)))?;
+    if args.json || !std::io::stdout().is_terminal() {
+        return print_envelope(&envelope);
     }
+    let words = match envelope.status {
+        airlock_core::envelope::Status::Allowed => {
+            "undone: the content before it is back".to_owned()
+        }
+        _ => outcome_words(&envelope, false),
+    };
+    print(&format!("{}: {words}", args.id));
+    Ok(envelope.status.exit_code())
 }
 
 /// `30s`, `10m`, `2h`, `7d`, or plain seconds.

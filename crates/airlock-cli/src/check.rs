@@ -120,8 +120,9 @@ pub(crate) struct CheckArgs {
     json: bool,
 }
 
-pub(crate) fn run(workspace: &Workspace, args: &CheckArgs) -> Result<(), Failure> {
-    let policy = &workspace.loaded.policy;
+pub(crate) fn run(workspace: Workspace, args: &CheckArgs) -> Result<(), Failure> {
+    let policy = workspace.loaded.policy.clone();
+    let policy = &policy;
     let annotations = match &args.annotations {
         None => None,
         Some(text) => Some(
@@ -133,7 +134,28 @@ pub(crate) fn run(workspace: &Workspace, args: &CheckArgs) -> Result<(), Failure
         ),
     };
     let call = args.call.to_call(policy, annotations)?;
-    let decision = policy::evaluate(policy, &call, &[]);
+    // Grants live in the store: where there is one, the decision is the one
+    // a call would get now, grants and resolved paths included. Where there
+    // is none yet, no grant exists, and nothing is created to find that out.
+    let (decision, grant) = if workspace.state_dir().join("airlock.db").exists() {
+        let broker = workspace.broker()?;
+        let decision = broker.explain(&call);
+        let grant = decision
+            .justification
+            .iter()
+            .find_map(|step| match &step.reason {
+                policy::Reason::Grant { id } => broker
+                    .grants()
+                    .ok()?
+                    .into_iter()
+                    .find(|grant| grant.id.as_str() == id.as_ref())
+                    .map(|grant| (grant.id.clone(), broker.terms_of(&grant).statement())),
+                _ => None,
+            });
+        (decision, grant)
+    } else {
+        (policy::evaluate(policy, &call, &[]), None)
+    };
 
     if args.json {
         let mut object = serde_json::Map::new();
@@ -141,11 +163,24 @@ pub(crate) fn run(workspace: &Workspace, args: &CheckArgs) -> Result<(), Failure
         if let Value::Object(fields) = serde_json::to_value(&decision).map_err(Failure::internal)? {
             object.extend(fields);
         }
+        if let Some((id, statement)) = &grant {
+            object.insert(
+                "grant".to_owned(),
+                serde_json::json!({"id": id, "allows": statement}),
+            );
+        }
         let text =
             serde_json::to_string_pretty(&Value::Object(object)).map_err(Failure::internal)?;
         print_json(&text);
     } else {
-        print(&explain(&args.call.tool, &decision));
+        let mut text = explain(&args.call.tool, &decision);
+        if let Some((id, statement)) = &grant {
+            let _ = write!(
+                text,
+                "\n  allowed by grant {id}: {statement} (airlock grants revoke {id} ends it)"
+            );
+        }
+        print(&text);
     }
     Ok(())
 }

@@ -110,6 +110,14 @@ impl Failure {
         }
     }
 
+    /// Exit `code` with `message`.
+    pub fn with_code(code: u8, message: String) -> Failure {
+        Failure {
+            code,
+            error: anyhow::anyhow!(message),
+        }
+    }
+
     /// Exit 1: something failed that is not the user's input.
     pub fn internal(error: impl Into<anyhow::Error>) -> Failure {
         Failure {
@@ -156,7 +164,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             print_json(&text);
             Ok(0)
         }
-        Command::Check(args) => check::run(&workspace, &args).map(|()| 0),
+        Command::Check(args) => check::run(workspace, &args).map(|()| 0),
         Command::Call(args) => approvals::call(workspace.broker()?, &args),
         Command::Pending(args) => approvals::pending(&workspace.broker()?, &args),
         Command::Show(args) => approvals::show(&workspace.broker()?, &args),

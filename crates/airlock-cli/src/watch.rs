@@ -70,7 +70,7 @@ pub(crate) fn run(broker: &Broker) -> Result<u8, Failure> {
             }
             mine.insert(approval.id.clone());
             told.insert(approval.id.clone());
-            if !present(broker, &approval, &lines, colour)? {
+            if !present(broker, &approval, &lines, colour, 1 + queue.len())? {
                 return Ok(0);
             }
             continue;
@@ -129,7 +129,10 @@ fn tell(
         ),
         EventKind::ApprovalApplied => "applied".to_owned(),
         EventKind::ApprovalFailed => "failed".to_owned(),
-        EventKind::ApprovalExpired => "timed out, denied".to_owned(),
+        EventKind::ApprovalExpired => match broker.approval(id) {
+            Ok(approval) => expired_words(&approval),
+            Err(_) => "expired: denied".to_owned(),
+        },
         EventKind::ApprovalCancelled => "cancelled".to_owned(),
         EventKind::ApprovalUndone => "undone".to_owned(),
         _ => return,
@@ -152,15 +155,33 @@ fn present(
     approval: &Approval,
     lines: &Receiver<Option<String>>,
     colour: bool,
+    waiting: usize,
 ) -> Result<bool, Failure> {
     let allow_skip = approval.terms.allow_skip;
     let require_reason = approval.terms.require_reason;
     say(&format!(
-        "\n[!] APPROVAL REQUIRED ({} risk)",
+        "\n[!] APPROVAL REQUIRED ({} risk), 1 of {waiting} waiting",
         approval.risk.as_str().to_uppercase()
     ));
-    say_painted(&describe(approval, colour, 40));
-    let choices = if allow_skip {
+    // The prompt counts down: the description shows no second clock.
+    say_painted(&describe(approval, colour, 40, false));
+    // What `a` would grant, said before anyone presses it.
+    let always = AlwaysAllow {
+        persistent: approval.session.is_none(),
+        for_ms: None,
+    };
+    let grant = if allow_skip {
+        broker.grant_terms(approval, always).ok()
+    } else {
+        None
+    };
+    if let Some(terms) = &grant {
+        say(&format!(
+            "[a]lways = approve, and {}",
+            safe_line(&terms.statement())
+        ));
+    }
+    let choices = if grant.is_some() {
         "[y]es  [n]o  [v]iew  [a]lways"
     } else {
         "[y]es  [n]o  [v]iew"
@@ -182,15 +203,32 @@ fn present(
         let (approve, always) = match word.as_str() {
             "yes" | "y" | "confirm" | "ok" | "approve" => (true, false),
             "v" | "view" => {
-                say_painted(&describe(approval, colour, usize::MAX));
+                say_painted(&describe(approval, colour, usize::MAX, false));
                 continue;
             }
-            "a" | "always" if allow_skip => (true, true),
+            "a" | "always" if grant.is_some() => (true, true),
             "a" | "always" => {
                 say("always-allow is not permitted for this risk");
                 continue;
             }
-            _ => (false, false),
+            "n" | "no" | "deny" | "reject" => (false, false),
+            _ => {
+                // A typo or a bare Enter decides nothing: only a no denies.
+                say(&format!(
+                    "not understood: {}; y approves, n denies, v shows the whole diff{}",
+                    if word.is_empty() {
+                        "an empty answer".to_owned()
+                    } else {
+                        format!("{:?}", safe_line(&word))
+                    },
+                    if grant.is_some() {
+                        ", a approves and always allows"
+                    } else {
+                        ""
+                    }
+                ));
+                continue;
+            }
         };
         let reason = if approve && require_reason {
             prompt("reason (required) > ");
@@ -223,9 +261,15 @@ fn present(
         };
         match broker.decide(&approval.id, &request) {
             Ok(envelope) => say(&format!(
-                "{}: {}{}",
+                "{}: {}{}{}",
                 approval.id,
                 if approve { "approved" } else { "denied" },
+                match (&grant, always, envelope.status) {
+                    (Some(terms), true, airlock_core::envelope::Status::Allowed) => {
+                        format!("; from now on {}", safe_line(&terms.statement()))
+                    }
+                    _ => String::new(),
+                },
                 match (&envelope.error, envelope.status) {
                     (Some(error), airlock_core::envelope::Status::Error) => {
                         format!(
@@ -302,11 +346,23 @@ fn next_answer(
         if broker.now_ms() >= current.expires_ms {
             broker.expire(&approval.id);
             return Ok(Some(Answer::Settled(format!(
-                "\n{}: timed out, denied",
-                approval.id
+                "\n{}: {}",
+                approval.id,
+                expired_words(approval)
             ))));
         }
     }
+}
+
+/// "expired (no decision in 8 s): denied".
+fn expired_words(approval: &Approval) -> String {
+    format!(
+        "expired (no decision in {} s): denied",
+        approval
+            .expires_ms
+            .saturating_sub(approval.created_ms)
+            .div_ceil(1000)
+    )
 }
 
 fn seconds_left(broker: &Broker, approval: &Approval) -> u64 {

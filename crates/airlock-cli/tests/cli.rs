@@ -590,3 +590,97 @@ fn a_workspace_found_above_that_another_user_owns_is_refused() {
     let named = ws.run_from(&ws.path("src"), &["--workspace", root, "pending"]);
     assert_eq!(named.code, 0, "{}", named.stderr);
 }
+
+/// Before an always-allow is made, `show` states exactly what each choice
+/// would allow; `approve --always` on a terminal says in one line what it
+/// granted; `check` then evaluates the grant and names it.
+#[test]
+fn grants_are_stated_before_they_are_made_and_check_names_the_grant_that_allows() {
+    let ws = Workspace::new("");
+    let id = ws.propose("notes.md", "hello\n");
+    let show = airlock(&ws, &["show", &id]);
+    assert_eq!(show.code, 0, "{}", show.stderr);
+    assert!(
+        show.stdout.ends_with(
+            "\n\n  approve --always would allow write_file on notes.md with any content, for calls made for no user, in session s1 only, for 8h, without asking\n  approve --always --scope persistent would allow write_file on notes.md with any content, for calls made for no user, in every session, for 8h, without asking\n"
+        ),
+        "{}",
+        show.stdout
+    );
+    let later = r#"{"path": "notes.md", "content": "other\n"}"#;
+    let before = airlock(
+        &ws,
+        &["check", "write_file", "--args", later, "--session", "s1"],
+    );
+    assert!(
+        before
+            .stdout
+            .starts_with("write_file: ask: a human must approve it\n"),
+        "{}",
+        before.stdout
+    );
+
+    let (mut child, mut terminal) =
+        airlock_testkit::terminal::Terminal::spawn(ws.command(&["approve", &id, "--always"]));
+    let said = terminal.expect(
+        ": allow write_file on notes.md with any content, for calls made for no user, in session s1 only, for 8h, without asking",
+    );
+    assert!(child.wait().unwrap().success());
+    assert!(
+        said.contains(&format!("{id}: approved and applied; grant-")),
+        "{said}"
+    );
+    assert_eq!(ws.read("notes.md").as_deref(), Some("hello\n"));
+
+    let after = airlock(
+        &ws,
+        &["check", "write_file", "--args", later, "--session", "s1"],
+    );
+    assert_eq!(after.code, 0, "{}", after.stderr);
+    assert!(
+        after
+            .stdout
+            .starts_with("write_file: allow: runs without asking\n"),
+        "{}",
+        after.stdout
+    );
+    let grant = ws.run(&["grants", "--json"]).json[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        after.stdout.ends_with(&format!(
+            "\n  allowed by grant {grant}: allow write_file on notes.md with any content, for calls made for no user, in session s1 only, for 8h, without asking (airlock grants revoke {grant} ends it)\n"
+        )),
+        "{}",
+        after.stdout
+    );
+    let json = ws.run(&[
+        "check",
+        "write_file",
+        "--args",
+        later,
+        "--session",
+        "s1",
+        "--json",
+    ]);
+    assert_eq!(json.json["decision"], "allow");
+    assert_eq!(json.json["grant"]["id"], grant.as_str());
+    // Another session is not covered: check says ask, as the call would.
+    let other = airlock(
+        &ws,
+        &["check", "write_file", "--args", later, "--session", "s2"],
+    );
+    assert!(
+        other.stdout.starts_with("write_file: ask"),
+        "{}",
+        other.stdout
+    );
+    // And the call itself agrees with check.
+    let call = ws.call(
+        "write_file",
+        &json!({"path": "notes.md", "content": "other\n"}),
+        &["--session", "s1"],
+    );
+    assert_eq!(call.json["status"], "allowed", "{}", call.stdout);
+}

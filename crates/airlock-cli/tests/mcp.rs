@@ -229,6 +229,16 @@ fn elicitation_approves_declines_and_the_profile_hides_what_it_denies() {
         json!(["approve", "deny"])
     );
     assert_eq!(schema["required"], json!(["decision"]));
+    // "Always" says exactly what it would allow before it is chosen.
+    let always = schema["properties"]["always"]["description"]
+        .as_str()
+        .unwrap();
+    assert!(
+        always.starts_with(
+            "Approve, and from now on allow write_file on a.txt with any content, for "
+        ) && always.contains(" only, for 8h, without asking."),
+        "{always}"
+    );
 
     client.answer_elicitations("decline", json!(null));
     let declined = client.call("write_file", json!({"path": "b.txt", "content": "no\n"}));

@@ -39,7 +39,11 @@ fn watch_approves_views_denies_and_asks_for_reasons_at_a_terminal() {
     // A modification: shown with its diff in colour and a countdown; viewed; approved.
     let first = propose(&ws, "a.txt", "new line\n");
     let shown = terminal.expect("[y]es  [n]o  [v]iew  [a]lways  (auto-deny in ");
-    assert!(shown.contains("APPROVAL REQUIRED (MEDIUM risk)"), "{shown}");
+    assert!(
+        shown.contains("APPROVAL REQUIRED (MEDIUM risk), 1 of 1 waiting"),
+        "{shown}"
+    );
+    assert!(!shown.contains("expires   in"), "two countdowns: {shown}");
     assert!(shown.contains(&first), "{shown}");
     assert!(shown.contains("MODIFY a.txt"), "{shown}");
     assert!(
@@ -54,11 +58,21 @@ fn watch_approves_views_denies_and_asks_for_reasons_at_a_terminal() {
     terminal.expect(&format!("{first}: approved"));
     assert_eq!(ws.read("a.txt").unwrap(), "new line\n");
 
-    // Anything that is not a yes denies.
+    // A typo or a bare Enter asks again; only a no denies.
     let second = propose(&ws, "b.txt", "nope\n");
     terminal.expect(&second);
     terminal.expect("> ");
     terminal.send("hmm\n");
+    terminal.expect(
+        "not understood: \"hmm\"; y approves, n denies, v shows the whole diff, a approves and always allows",
+    );
+    terminal.expect("> ");
+    terminal.send("\n");
+    terminal.expect("not understood: an empty answer;");
+    terminal.expect("> ");
+    let show = airlock(&ws, &["show", &second, "--json"]);
+    assert_eq!(show["status"], "pending");
+    terminal.send("no\n");
     terminal.expect(&format!("{second}: denied"));
     assert!(!ws.path("b.txt").exists());
 
@@ -78,12 +92,18 @@ fn watch_approves_views_denies_and_asks_for_reasons_at_a_terminal() {
     assert_eq!(show["reason"], "reviewed the file");
     assert_eq!(show["channel"], "terminal");
 
-    // `a` approves and always allows (medium risk allows skipping).
+    // `a` approves and always allows (medium risk allows skipping); what it
+    // grants is said before and after.
     let always = propose(&ws, "e.txt", "always\n");
     terminal.expect(&always);
+    terminal.expect(
+        "[a]lways = approve, and allow write_file on e.txt with any content, for calls made for no user, in every session, for 8h, without asking",
+    );
     terminal.expect("> ");
     terminal.send("a\n");
-    terminal.expect(&format!("{always}: approved"));
+    terminal.expect(&format!(
+        "{always}: approved; from now on allow write_file on e.txt with any content, for calls made for no user, in every session, for 8h, without asking"
+    ));
     let log = ws.read(".airlock/audit.jsonl").unwrap();
     assert!(
         log.contains("\"event\":\"grant_created\""),
@@ -115,7 +135,7 @@ fn the_countdown_runs_out_and_denies() {
     ws.advance(1_000);
     terminal.expect("(auto-deny in 1s) > ");
     ws.advance(1_000);
-    terminal.expect(&format!("{id}: timed out, denied"));
+    terminal.expect(&format!("{id}: expired (no decision in 2 s): denied"));
     let show = airlock(&ws, &["show", &id, "--json"]);
     assert_eq!(show["status"], "expired");
     assert_eq!(show["decided_by"], "timeout");

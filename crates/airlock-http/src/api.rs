@@ -350,10 +350,22 @@ async fn pending(State(api): State<Api>, caller: Option<axum::Extension<Caller>>
     if let Err(refused) = admit(caller, Role::Approver) {
         return refused;
     }
-    match on_broker(&api, |broker| Ok((broker.pending(None)?, broker.now_ms()))).await {
-        Ok((mut approvals, now_ms)) => {
-            approvals.reverse();
-            let views: Vec<Value> = approvals.iter().map(approval_view).collect();
+    let listed = on_broker(&api, |broker| {
+        let approvals = broker.pending(None)?;
+        // Newest first, each with the always-allows it offers, stated.
+        let views: Vec<Value> = approvals
+            .iter()
+            .rev()
+            .map(|approval| {
+                let mut view = approval_view(approval);
+                view["always"] = broker.always_offers(approval);
+                view
+            })
+            .collect();
+        Ok((views, broker.now_ms()))
+    });
+    match listed.await {
+        Ok((views, now_ms)) => {
             axum::Json(json!({"approvals": views, "now_ms": now_ms})).into_response()
         }
         Err(refused) => refused,
@@ -411,9 +423,15 @@ async fn pending_one(
     if let Err(refused) = admit(caller, Role::Approver) {
         return refused;
     }
-    match on_broker(&api, move |broker| broker.approval(&id)).await {
-        Ok(approval) => {
+    let found = on_broker(&api, move |broker| {
+        let approval = broker.approval(&id)?;
+        let offers = broker.always_offers(&approval);
+        Ok((approval, offers))
+    });
+    match found.await {
+        Ok((approval, offers)) => {
             let mut view = approval_view(&approval);
+            view["always"] = offers;
             // What an approver edits before approving.
             if approval.status.as_str() == "pending"
                 && let Some(content) = airlock_broker::proposed_content(&approval)

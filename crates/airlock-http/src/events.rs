@@ -196,7 +196,11 @@ fn change_of(broker: &airlock_broker::Broker, event: FeedEvent) -> Change {
     let open_to_links = row
         .as_ref()
         .is_some_and(|approval| broker.open_to_any_approver(approval));
-    let approval = row.as_ref().map(approval_view);
+    let approval = row.as_ref().map(|approval| {
+        let mut view = approval_view(approval);
+        view["always"] = broker.always_offers(approval);
+        view
+    });
     Change {
         seq: event.seq,
         kind: event.kind,

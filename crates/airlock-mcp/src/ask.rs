@@ -28,10 +28,11 @@ pub(crate) fn decision_form(form: &airlock_broker::AskForm) -> Value {
             },
         },
     });
-    if form.allow_skip {
+    if let Some(statement) = &form.always {
         properties["always"] = json!({
             "type": "boolean",
-            "title": "Always allow this for the session",
+            "title": "Always allow",
+            "description": format!("Approve, and from now on {statement}."),
             "default": false,
         });
     }
@@ -83,7 +84,7 @@ pub(crate) fn decide_request(
                 return None;
             }
             let always =
-                form.allow_skip && field("always").and_then(Value::as_bool).unwrap_or(false);
+                form.always.is_some() && field("always").and_then(Value::as_bool).unwrap_or(false);
             Some(DecideRequest {
                 approve: true,
                 reason,

@@ -153,8 +153,25 @@ function renderCard(approval) {
   if (decision.require_reason) {
     reasonLabel.classList.add("required");
     reason.required = true;
+    setText($(".reason-need", card), "(required)");
   }
-  if (decision.allow_skip) $(".always-row", card).hidden = false;
+  // Only the always-allows that apply to this call, each stated in full
+  // before it can be chosen.
+  const offers = approval.always || {};
+  const scope = $(".scope", card);
+  for (const [value, label] of [["session", "this session"], ["persistent", "every session"]]) {
+    if (!offers[value]) continue;
+    const option = document.createElement("option");
+    option.value = value;
+    option.textContent = label;
+    scope.append(option);
+  }
+  if (scope.options.length) {
+    $(".always-row", card).hidden = false;
+    const says = () => setText($(".always-says", card), "Approves, and from now on will " + offers[scope.value] + ".");
+    scope.addEventListener("change", says);
+    says();
+  }
   const edit = $(".edit", card);
   if (approval.editable) {
     edit.hidden = false;
