@@ -12,7 +12,7 @@
 // list kept live by server-sent events, then reads the audit view.
 
 import { spawn } from "node:child_process";
-import { mkdtempSync, mkdirSync, readFileSync, writeFileSync, existsSync, rmSync } from "node:fs";
+import { mkdtempSync, mkdirSync, readFileSync, writeFileSync, existsSync, rmSync, renameSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import assert from "node:assert/strict";
@@ -23,6 +23,8 @@ const shots = process.env.AIRLOCK_SHOTS;
 mkdirSync(shots, { recursive: true });
 
 const workspace = mkdtempSync(join(tmpdir(), "airlock-web-"));
+// airlock's clock, which the test moves (outside the workspace).
+process.env.AIRLOCK_TEST_CLOCK = join(mkdtempSync(join(tmpdir(), "airlock-web-clock-")), "offset");
 writeFileSync(join(workspace, "a.txt"), "old line\nkept\n");
 writeFileSync(join(workspace, "b.txt"), "b stays\n");
 writeFileSync(join(workspace, "c.txt"), "c old\n");
@@ -142,6 +144,31 @@ function step(name) {
   console.log("step:", name);
 }
 
+// Waits until `card` shows an outcome matching `pattern` (it may say
+// "applying…" first), then dismisses it: the card leaves only then.
+async function settled(card, pattern) {
+  const text = card.locator(".outcome-text");
+  const deadline = Date.now() + 10000;
+  let shown = "";
+  while (Date.now() < deadline) {
+    shown = (await text.isVisible()) ? await text.textContent() : "";
+    if (pattern.test(shown)) break;
+    await new Promise((resolve) => setTimeout(resolve, 25));
+  }
+  assert.match(shown, pattern);
+  assert.equal(await card.locator("button.approve").isVisible(), false, "a decided card offers no decision");
+  await card.locator("button.dismiss").click();
+  await card.waitFor({ state: "detached", timeout: 10000 });
+}
+
+// Moves the clock of airlock's processes (AIRLOCK_TEST_CLOCK) forward.
+function advanceClock(ms) {
+  const file = process.env.AIRLOCK_TEST_CLOCK;
+  const now = existsSync(file) ? Number(readFileSync(file, "utf8").trim()) || 0 : 0;
+  writeFileSync(file + ".tmp", String(now + ms));
+  renameSync(file + ".tmp", file);
+}
+
 try {
   // A phone-sized screen.
   const context = await browser.newContext({ viewport: { width: 390, height: 844 }, deviceScaleFactor: 2 });
@@ -191,9 +218,9 @@ try {
   assert.ok(overflow <= 0, `the page is ${overflow}px wider than the screen`);
   await page.screenshot({ path: join(shots, "02-pending-write-phone.png"), fullPage: true });
 
-  step("approve it: it disappears and the file changes");
+  step("approve it: the card says it was applied, and the file changes");
   await card.locator("button.approve").click();
-  await card.waitFor({ state: "detached", timeout: 10000 });
+  await settled(card, /^Approved by \S+ via http and applied\.$/);
   await eventually("a.txt", "new line\nkept\n");
   await page.locator("#pending-empty").waitFor({ state: "visible" });
 
@@ -207,7 +234,7 @@ try {
   await viaMcp.waitFor({ timeout: 10000 });
   assert.deepEqual(await viaMcp.locator(".diff .add").allTextContents(), ["+from mcp"]);
   await viaMcp.locator("button.approve").click();
-  await viaMcp.waitFor({ state: "detached", timeout: 10000 });
+  await settled(viaMcp, /^Approved by \S+ via http and applied\.$/);
   const answered = await mcpCall;
   assert.equal(answered.result.structuredContent.status, "allowed", JSON.stringify(answered));
   assert.equal(answered.result.structuredContent.decision.channel, "http");
@@ -225,7 +252,7 @@ try {
   assert.deepEqual(await noSession.locator(".scope option").allTextContents(), ["every session"]);
   assert.match(await noSession.locator(".always-says").textContent(), /, in every session, for 8h, without asking\.$/);
   await noSession.locator("button.deny").click();
-  await noSession.waitFor({ state: "detached", timeout: 10000 });
+  await settled(noSession, /^Denied by \S+ via http\.$/);
 
   step("deny another, with a reason");
   const second = await propose("write_file", { path: "b.txt", content: "b replaced\n" });
@@ -233,7 +260,7 @@ try {
   await denied.waitFor({ timeout: 10000 });
   await denied.locator("input.reason").fill("not this one");
   await denied.locator("button.deny").click();
-  await denied.waitFor({ state: "detached", timeout: 10000 });
+  await settled(denied, /^Denied by \S+ via http \(reason: not this one\)\.$/);
   assert.equal(read("b.txt"), "b stays\n");
 
   step("edit before approving");
@@ -245,9 +272,12 @@ try {
   await text.waitFor();
   assert.equal(await text.inputValue(), "c proposed\n");
   await text.fill("c edited by a human\n");
+  // The diff of the edited version, live, as approving would apply it.
+  await edited.locator(".edit-diff .add", { hasText: "+c edited by a human" }).waitFor({ timeout: 10000 });
+  assert.deepEqual(await edited.locator(".edit-diff .del").allTextContents(), ["-c old"]);
   await page.screenshot({ path: join(shots, "03-edit-before-approve.png"), fullPage: true });
   await edited.locator("button.approve").click();
-  await edited.waitFor({ state: "detached", timeout: 10000 });
+  await settled(edited, /^Approved by \S+ via http and applied\.$/);
   await eventually("c.txt", "c edited by a human\n");
 
   step("a multi-file patch shows each file, collapsible");
@@ -299,18 +329,88 @@ try {
   assert.deepEqual(await spoofed.locator(".diff .del").allTextContents(), ["--- header"]);
   assert.deepEqual(await spoofed.locator(".diff .add").allTextContents(), ["+++ b/harmless.txt"]);
   await spoofed.locator("button.deny").click();
-  await spoofed.waitFor({ state: "detached", timeout: 10000 });
+  await settled(spoofed, /^Denied by /);
 
-  step("a decision made elsewhere removes the card live");
+  step("a decision made elsewhere shows on the card live: by whom, how");
   const cli = spawn(process.env.AIRLOCK_BIN, ["deny", hostile, "--reason", "from the terminal"], {
     cwd: workspace,
     env: { ...process.env, AIRLOCK_USER: "terminal-user" },
     stdio: "ignore",
   });
   await new Promise((resolve) => cli.on("exit", resolve));
-  await evil.waitFor({ state: "detached", timeout: 10000 });
+  await settled(evil, /^Denied by terminal-user via terminal \(reason: from the terminal\)\.$/);
   await patched.locator("button.deny").click();
-  await patched.waitFor({ state: "detached", timeout: 10000 });
+  await settled(patched, /^Denied by /);
+
+  step("approving a change whose file changed since says stale on the card");
+  const staleId = await propose("write_file", { path: "c.txt", content: "c from the agent\n" });
+  const stale = page.locator(`li.card[data-id="${staleId}"]`);
+  await stale.waitFor({ timeout: 10000 });
+  writeFileSync(join(workspace, "c.txt"), "c changed meanwhile\n");
+  await stale.locator("button.approve").click();
+  await stale.locator(".outcome-text", { hasText: "stale" }).waitFor({ timeout: 10000 });
+  await page.screenshot({ path: join(shots, "07-stale-outcome-phone.png"), fullPage: true });
+  await settled(stale, /^Approved by \S+ via http, but not applied: stale: the file changed after this was proposed/);
+  assert.equal(read("c.txt"), "c changed meanwhile\n");
+
+  step("deciding what was already decided elsewhere says by whom");
+  // Live updates cut, so the page still shows it as pending when clicked.
+  // (A route never answered: the stream neither opens nor fails.)
+  await page.route("**/hitl/events", () => {});
+  await page.reload();
+  const lateId = await propose("write_file", { path: "late.txt", content: "late\n" });
+  await page.reload();
+  const late = page.locator(`li.card[data-id="${lateId}"]`);
+  await late.waitFor({ timeout: 10000 });
+  const other = spawn(process.env.AIRLOCK_BIN, ["approve", lateId], {
+    cwd: workspace,
+    env: { ...process.env, AIRLOCK_USER: "terminal-user" },
+    stdio: "ignore",
+  });
+  await new Promise((resolve) => other.on("exit", resolve));
+  await late.locator("button.deny").click();
+  await settled(late, /^Already decided: Approved by terminal-user via terminal and applied\.$/);
+  assert.equal(read("late.txt"), "late\n");
+  await page.unroute("**/hitl/events");
+  await page.reload();
+  await page.locator("#live.on").waitFor({ timeout: 10000 });
+
+  step("an approval that runs out says expired on its card");
+  const deferred = spawn(process.env.AIRLOCK_BIN, ["call", "write_file", "--args", JSON.stringify({ path: "never.txt", content: "x\n" }), "--defer"], {
+    cwd: workspace,
+    env: process.env,
+    stdio: "ignore",
+  });
+  await new Promise((resolve) => deferred.on("exit", resolve));
+  const expiring = page.locator("li.card", { hasText: "never.txt" });
+  await expiring.waitFor({ timeout: 10000 });
+  advanceClock(121000);
+  await settled(expiring, /^Expired: no decision in 120 s, so denied\.$/);
+  assert.equal(read("never.txt"), null);
+
+  step("a 4,000-line diff on a phone: collapsed, with the buttons in reach");
+  const long = Array.from({ length: 4000 }, (_, n) => `line ${n} of a long file`).join("\n") + "\n";
+  const longId = await propose("write_file", { path: "long.txt", content: long });
+  const longCard = page.locator(`li.card[data-id="${longId}"]`);
+  await longCard.waitFor({ timeout: 10000 });
+  assert.ok((await longCard.locator(".diff .line").count()) < 100, "a large file is shown in full");
+  const showAll = longCard.locator("button.show-all");
+  assert.match(await showAll.textContent(), /^Show all \d+ lines$/);
+  const inView = async () => {
+    const box = await longCard.locator("button.approve").boundingBox();
+    return box !== null && box.y >= 0 && box.y + box.height <= 844;
+  };
+  await showAll.scrollIntoViewIfNeeded();
+  assert.ok(await inView(), "the approve button is out of reach beside the collapsed diff");
+  await page.screenshot({ path: join(shots, "08-large-diff-phone.png") });
+  await showAll.click();
+  assert.ok((await longCard.locator(".diff .line").count()) > 4000);
+  await longCard.locator(".diff .line").nth(2000).scrollIntoViewIfNeeded();
+  assert.ok(await inView(), "the approve button scrolled away in the middle of a long diff");
+  await page.screenshot({ path: join(shots, "09-large-diff-expanded-phone.png") });
+  await longCard.locator("button.approve").click();
+  await settled(longCard, /^Approved by \S+ via http and applied\.$/);
+  assert.equal(read("long.txt"), long);
 
   step("the audit view lists the events and the chain's status");
   await page.locator("#tab-audit").click();
@@ -346,7 +446,13 @@ try {
   await stranger.locator("#login-view").waitFor({ state: "visible", timeout: 10000 });
   assert.match(await stranger.locator("#login-error").textContent(), /not accepted/);
 
-  assert.deepEqual(pageErrors, [], "the page reported errors");
+  // The browser logs the one refused decision (409: it was already decided
+  // elsewhere), which the page handled; nothing else.
+  assert.deepEqual(
+    pageErrors,
+    ["Failed to load resource: the server responded with a status of 409 (Conflict)"],
+    "the page reported errors",
+  );
   console.log(`ok: ${steps.length} steps; screenshots in ${shots}`);
 } finally {
   await browser.close();

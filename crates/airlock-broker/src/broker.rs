@@ -301,4 +301,60 @@ impl Broker {
     pub fn approval(&self, id: &str) -> Result<Approval, BrokerError> {
         Ok(self.store.get(id)?)
     }
+
+    /// The approval id `given` names, as git reads a short hash: the id
+    /// itself, or the one id it is a prefix of (with or without `hitl-`, at
+    /// least 4 characters after it). An unknown id is `not_found` with the
+    /// nearest known one ("did you mean"); a prefix of several is
+    /// `invalid_input` naming them.
+    pub fn resolve_id(&self, given: &str) -> Result<String, BrokerError> {
+        const PREFIX: &str = "hitl-";
+        if self.store.get(given).is_ok() {
+            return Ok(given.to_owned());
+        }
+        let full = if given.starts_with(PREFIX) {
+            given.to_owned()
+        } else {
+            format!("{PREFIX}{given}")
+        };
+        let short = full.len() < PREFIX.len() + 4;
+        let matches = if short {
+            Vec::new()
+        } else {
+            self.store.ids_starting_with(&full, 5)?
+        };
+        match matches.as_slice() {
+            [one] => Ok(one.clone()),
+            [] => {
+                let recent = self.store.recent_ids(1000)?;
+                let hint = airlock_core::suggest::nearest(given, recent.iter().map(String::as_str))
+                    .map(|id| format!("; did you mean {id}?"))
+                    .unwrap_or_else(|| {
+                        if short && !given.is_empty() {
+                            "; give at least 4 characters after hitl-".to_owned()
+                        } else {
+                            "; `airlock pending` and `airlock history` list the ids".to_owned()
+                        }
+                    });
+                Err(BrokerError::refused(
+                    ErrorCode::NotFound,
+                    format!("no approval {given}{hint}"),
+                ))
+            }
+            several => Err(BrokerError::refused(
+                ErrorCode::InvalidInput,
+                format!(
+                    "{given} is ambiguous: it starts {}{}",
+                    several[..several.len().min(4)].join(", "),
+                    if several.len() > 4 { ", …" } else { "" }
+                ),
+            )),
+        }
+    }
+
+    /// Settled approvals created at or after `since_ms`, newest first (at
+    /// most `limit`).
+    pub fn history(&self, since_ms: u64, limit: usize) -> Result<Vec<Approval>, BrokerError> {
+        Ok(self.store.history(since_ms, limit)?)
+    }
 }

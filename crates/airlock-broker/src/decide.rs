@@ -311,6 +311,24 @@ impl Broker {
         Ok(self.settle(id))
     }
 
+    /// The diff that approving pending `id` with `content` (an approver's
+    /// edited version) would apply, computed as deciding would; nothing is
+    /// decided or changed.
+    pub fn preview_edit(&self, id: &str, content: Vec<u8>) -> Result<String, BrokerError> {
+        let approval = self.store.get(id)?;
+        if approval.status != ApprovalStatus::Pending {
+            return Err(BrokerError::Store(StoreError::AlreadyDecided {
+                id: id.to_owned(),
+                status: approval.status,
+            }));
+        }
+        let plan = self.edited_plan(&approval, content)?;
+        Ok(plan
+            .change()
+            .map(|change| change.diff.clone())
+            .unwrap_or_default())
+    }
+
     /// The plan of `approval` with the approver's `content` in place of the
     /// proposed one.
     pub(crate) fn edited_plan(

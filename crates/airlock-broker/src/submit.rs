@@ -132,7 +132,19 @@ impl Broker {
                     other,
                     call.args.get("path").and_then(Value::as_str),
                     ErrorCode::UnknownTool,
-                    format!("no tool named {other} is available"),
+                    match airlock_core::suggest::nearest(
+                        other,
+                        airlock_core::tools::BuiltinTool::ALL
+                            .iter()
+                            .map(|tool| tool.name()),
+                    ) {
+                        Some(near) => {
+                            format!("no tool named {other} is available; did you mean {near}?")
+                        }
+                        None => format!(
+                            "no tool named {other} is available (`airlock tools` lists them)"
+                        ),
+                    },
                 );
                 self.observed(
                     envelope,

@@ -19,6 +19,8 @@ pub fn approval_view(approval: &Approval) -> Value {
     json!({
         "id": approval.id,
         "status": approval.status.as_str(),
+        // Applied, then put back by `airlock undo`.
+        "undone": approval.undone,
         "tool": approval.tool,
         "path": approval.path,
         "risk": approval.risk.as_str(),

@@ -241,9 +241,102 @@ pub(crate) fn pending(broker: &Broker, args: &PendingArgs) -> Result<u8, Failure
     Ok(0)
 }
 
+#[derive(Debug, Args)]
+pub(crate) struct HistoryArgs {
+    /// Only approvals made in this last while (30s, 10m, 2h, 7d).
+    #[arg(long, value_name = "DURATION")]
+    since: Option<String>,
+    /// At most this many, newest first.
+    #[arg(long, default_value_t = 50)]
+    limit: usize,
+    /// One JSON array instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `airlock history`: decided, applied, undone, expired and cancelled
+/// approvals, newest first, so the id to show or undo can be found.
+pub(crate) fn history(broker: &Broker, args: &HistoryArgs) -> Result<u8, Failure> {
+    let now = now_ms();
+    let since = match &args.since {
+        Some(text) => now.saturating_sub(
+            parse_duration(text)?
+                .as_millis()
+                .try_into()
+                .unwrap_or(u64::MAX),
+        ),
+        None => 0,
+    };
+    let approvals = broker
+        .history(since, args.limit)
+        .map_err(Failure::internal)?;
+    if args.json {
+        let list: Vec<Value> = approvals
+            .iter()
+            .map(airlock_broker::approval_view)
+            .collect();
+        let text = serde_json::to_string_pretty(&list).map_err(Failure::internal)?;
+        print_json(&text);
+        return Ok(0);
+    }
+    if approvals.is_empty() {
+        print("no decided approvals yet");
+        return Ok(0);
+    }
+    let mut out = format!(
+        "{:<41} {:<9} {:<11} {:>8} {:<18} {}\n",
+        "ID", "STATUS", "TOOL", "AGO", "DECIDED BY", "SUMMARY"
+    );
+    for approval in &approvals {
+        let status = if approval.undone {
+            "undone".to_owned()
+        } else {
+            approval.status.to_string()
+        };
+        let at = approval
+            .decision
+            .as_ref()
+            .map_or(approval.created_ms, |decided| decided.at_ms);
+        let by = approval
+            .decision
+            .as_ref()
+            .map_or("-".to_owned(), |decided| {
+                match (&decided.user, decided.channel) {
+                    (Some(user), Some(channel)) => format!("{} via {channel}", safe_line(user)),
+                    (Some(user), None) => safe_line(user).into_owned(),
+                    (None, _) => decided.by.as_str().to_owned(),
+                }
+            });
+        let _ = writeln!(
+            out,
+            "{:<41} {:<9} {:<11} {:>8} {:<18} {}",
+            safe_line(&approval.id),
+            status,
+            safe_line(&approval.tool),
+            ago(now.saturating_sub(at)),
+            by,
+            safe_line(&approval.summary)
+        );
+    }
+    print(out.trim_end());
+    Ok(0)
+}
+
+/// `95000` ms as "1m35s ago"-style "1m".
+fn ago(ms: u64) -> String {
+    let seconds = ms / 1000;
+    match seconds {
+        0..60 => format!("{seconds}s"),
+        60..3600 => format!("{}m", seconds / 60),
+        3600..86_400 => format!("{}h", seconds / 3600),
+        _ => format!("{}d", seconds / 86_400),
+    }
+}
+
 /// An approval as JSON for `pending --json` and `show --json`.
 pub(crate) fn show(broker: &Broker, args: &ShowArgs) -> Result<u8, Failure> {
-    let approval = broker.approval(&args.id).map_err(|error| Failure {
+    let id = resolve(broker, &args.id)?;
+    let approval = broker.approval(&id).map_err(|error| Failure {
         code: 5,
         error: anyhow!("{error}"),
     })?;
@@ -287,7 +380,12 @@ pub(crate) fn describe(
     let now = now_ms();
     let field = |text: &str| safe_line(text).into_owned();
     let mut out = String::new();
-    let _ = writeln!(out, "{}  {}", field(&approval.id), approval.status);
+    let status = if approval.undone {
+        "undone (applied, then put back by airlock undo)".to_owned()
+    } else {
+        approval.status.to_string()
+    };
+    let _ = writeln!(out, "{}  {status}", field(&approval.id));
     let _ = writeln!(out, "  tool      {}", field(&approval.tool));
     let _ = writeln!(out, "  risk      {}", approval.risk);
     let _ = writeln!(out, "  summary   {}", field(&approval.summary));
@@ -359,9 +457,10 @@ fn paint(line: &str, colour: bool) -> String {
 }
 
 pub(crate) fn approve(broker: &Broker, args: &ApproveArgs) -> Result<u8, Failure> {
+    let id = resolve(broker, &args.id)?;
     let always = if args.always {
         let approval = broker
-            .approval(&args.id)
+            .approval(&id)
             .map_err(|error| Failure::with_code(5, error_line(&error)))?;
         Some(AlwaysAllow {
             persistent: match args.scope {
@@ -382,13 +481,13 @@ pub(crate) fn approve(broker: &Broker, args: &ApproveArgs) -> Result<u8, Failure
         None
     };
     let content = if args.edit {
-        edit_in_editor(broker, &args.id)?
+        edit_in_editor(broker, &id)?
     } else {
         None
     };
     decide(
         broker,
-        &args.id,
+        &id,
         &DecideRequest {
             approve: true,
             reason: args.reason.clone(),
@@ -470,9 +569,10 @@ fn edit_in_editor(broker: &Broker, id: &str) -> Result<Option<Vec<u8>>, Failure>
 }
 
 pub(crate) fn deny(broker: &Broker, args: &DenyArgs) -> Result<u8, Failure> {
+    let id = resolve(broker, &args.id)?;
     decide(
         broker,
-        &args.id,
+        &id,
         &DecideRequest {
             approve: false,
             reason: args.reason.clone(),
@@ -531,8 +631,9 @@ fn outcome_words(envelope: &Envelope, approve: bool) -> String {
 }
 
 pub(crate) fn undo(broker: &Broker, args: &UndoArgs) -> Result<u8, Failure> {
+    let id = resolve(broker, &args.id)?;
     let envelope = broker
-        .undo(&args.id, &terminal_user())
+        .undo(&id, &terminal_user())
         .map_err(|error| Failure::with_code(5, error_line(&error)))?;
     if args.json || !std::io::stdout().is_terminal() {
         return print_envelope(&envelope);
@@ -543,8 +644,16 @@ pub(crate) fn undo(broker: &Broker, args: &UndoArgs) -> Result<u8, Failure> {
         }
         _ => outcome_words(&envelope, false),
     };
-    print(&format!("{}: {words}", args.id));
+    print(&format!("{id}: {words}"));
     Ok(envelope.status.exit_code())
+}
+
+/// The approval id an argument names (a whole id or a unique prefix); an
+/// unknown or ambiguous one is a usage error (exit 2).
+pub(crate) fn resolve(broker: &Broker, given: &str) -> Result<String, Failure> {
+    broker
+        .resolve_id(given)
+        .map_err(|error| Failure::with_code(2, error_line(&error)))
 }
 
 /// `30s`, `10m`, `2h`, `7d`, or plain seconds.

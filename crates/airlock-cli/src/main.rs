@@ -9,6 +9,7 @@ mod audit;
 mod check;
 mod grants;
 mod serve;
+mod tools;
 mod watch;
 mod workspace;
 
@@ -73,6 +74,8 @@ enum Command {
     Deny(approvals::DenyArgs),
     /// Approve or deny requests interactively as they arrive.
     Watch,
+    /// Decided, applied, undone, expired and cancelled approvals, newest first.
+    History(approvals::HistoryArgs),
     /// Restore the content an applied approval replaced.
     Undo(approvals::UndoArgs),
     /// List the "always allow" grants in force, or revoke them.
@@ -84,6 +87,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Gate one stdio MCP server under its own tool names.
     Wrap(serve::WrapArgs),
+    /// Every built-in tool with its arguments (the schemas MCP serves).
+    Tools(tools::ToolsArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -148,7 +153,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
     // Every command first loads the configuration: an invalid one stops them all.
     let need = match &cli.command {
         Command::Init { .. } => Need::Creating,
-        Command::Config(ConfigCommand::Schema) => Need::Optional,
+        Command::Config(ConfigCommand::Schema) | Command::Tools(_) => Need::Optional,
         _ => Need::Existing,
     };
     let workspace = Workspace::load(&cli.global, need)?;
@@ -172,10 +177,12 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Deny(args) => approvals::deny(&workspace.broker()?, &args),
         Command::Watch => watch::run(&workspace.broker()?),
         Command::Undo(args) => approvals::undo(&workspace.broker()?, &args),
+        Command::History(args) => approvals::history(&workspace.broker()?, &args),
         Command::Grants(args) => grants::run(&workspace.broker()?, &args),
         Command::Audit(command) => audit::run(&workspace, &command),
         Command::Serve(args) => serve::serve(&cli.global, workspace, &args),
         Command::Wrap(args) => serve::wrap(&cli.global, workspace, &args),
+        Command::Tools(args) => tools::run(&args),
     }
 }
 

@@ -181,8 +181,15 @@ fn check_profile(workspace: &Workspace, profile: Option<&str>) -> Result<(), Fai
     if let Some(profile) = profile
         && !workspace.loaded.policy.has_profile(profile)
     {
+        let known: Vec<&str> = workspace.loaded.policy.profile_names().collect();
         return Err(Failure::usage(anyhow!(
-            "no profile named {profile} in the configuration"
+            "no profile named {profile} in {}; {}",
+            workspace.config_path.display(),
+            if known.is_empty() {
+                "it defines none (add one under `profiles:`, or leave out --profile)".to_owned()
+            } else {
+                format!("it defines: {}", known.join(", "))
+            }
         )));
     }
     Ok(())

@@ -684,3 +684,128 @@ fn grants_are_stated_before_they_are_made_and_check_names_the_grant_that_allows(
     );
     assert_eq!(call.json["status"], "allowed", "{}", call.stdout);
 }
+
+/// What `airlock ARGS` shows on a terminal, with its exit code.
+fn on_a_terminal(ws: &Workspace, args: &[&str]) -> (i32, String) {
+    let (mut child, mut terminal) = airlock_testkit::terminal::Terminal::spawn(ws.command(args));
+    let status = child.wait().unwrap();
+    (status.code().unwrap_or(-1), terminal.expect_end())
+}
+
+/// Ids work as git's short hashes; an unknown id or tool says what was
+/// probably meant; approve, deny and undo say one line on a terminal;
+/// `show` and `history` say when a change was undone.
+#[test]
+fn ids_take_unique_prefixes_unknown_names_suggest_and_history_lists_what_was_decided() {
+    let ws = Workspace::new("");
+    let first = ws.propose("a.md", "a\n");
+    let second = ws.propose("b.md", "b\n");
+    let shared = first
+        .chars()
+        .zip(second.chars())
+        .take_while(|(a, b)| a == b)
+        .count();
+    let prefix = &first[..(shared + 1).max(9)];
+    let shown = ws.run(&["show", prefix, "--json"]);
+    assert_eq!(shown.json["id"], first.as_str(), "{}", shown.stderr);
+    let bare = ws.run(&["show", prefix.strip_prefix("hitl-").unwrap(), "--json"]);
+    assert_eq!(bare.json["id"], first.as_str(), "{}", bare.stderr);
+
+    // A mistyped id is a usage error that names the id meant.
+    let mut typo = first.clone();
+    let last = typo.pop().unwrap();
+    typo.push(if last == '0' { '1' } else { '0' });
+    let unknown = airlock(&ws, &["approve", &typo]);
+    assert_eq!(unknown.code, 2);
+    assert_eq!(
+        unknown.stderr,
+        format!("error: not_found: no approval {typo}; did you mean {first}?\n")
+    );
+    let short = airlock(&ws, &["deny", "hitl-a"]);
+    assert_eq!(short.code, 2);
+    assert!(
+        short.stderr.contains("no approval hitl-a"),
+        "{}",
+        short.stderr
+    );
+    assert_eq!(
+        ws.run(&["show", &first, "--json"]).json["status"],
+        "pending"
+    );
+
+    // A mistyped tool names the tool meant.
+    let tool = ws.call(
+        "wirte_file",
+        &json!({"path": "c.md", "content": "c\n"}),
+        &[],
+    );
+    assert_eq!(tool.json["error"]["code"], "unknown_tool");
+    assert_eq!(
+        tool.json["error"]["message"],
+        "no tool named wirte_file is available; did you mean write_file?"
+    );
+
+    // One line each on a terminal, by prefix.
+    assert_eq!(
+        on_a_terminal(&ws, &["approve", prefix]),
+        (0, format!("{first}: approved and applied\n"))
+    );
+    assert_eq!(ws.read("a.md").as_deref(), Some("a\n"));
+    assert_eq!(
+        on_a_terminal(&ws, &["undo", prefix]),
+        (
+            0,
+            format!("{first}: undone: the content before it is back\n")
+        )
+    );
+    assert_eq!(ws.read("a.md"), None);
+    assert_eq!(
+        on_a_terminal(&ws, &["deny", &second]),
+        (4, format!("{second}: denied\n"))
+    );
+
+    // show and history say undone.
+    let show = airlock(&ws, &["show", &first]);
+    assert!(
+        show.stdout.starts_with(&format!(
+            "{first}  undone (applied, then put back by airlock undo)\n"
+        )),
+        "{}",
+        show.stdout
+    );
+    assert_eq!(ws.run(&["show", &first, "--json"]).json["undone"], true);
+    let history = ws.run(&["history", "--json"]).json;
+    let listed: Vec<(&str, &str, bool)> = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|approval| {
+            (
+                approval["id"].as_str().unwrap(),
+                approval["status"].as_str().unwrap(),
+                approval["undone"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        vec![
+            (second.as_str(), "denied", false),
+            (first.as_str(), "applied", true)
+        ]
+    );
+    let table = airlock(&ws, &["history"]).stdout;
+    let rows: Vec<&str> = table.lines().collect();
+    assert_eq!(rows.len(), 3, "{table}");
+    assert!(rows[0].starts_with("ID "), "{table}");
+    assert!(
+        rows[1].starts_with(&second) && rows[1].contains(" denied "),
+        "{table}"
+    );
+    assert!(
+        rows[2].starts_with(&first)
+            && rows[2].contains(" undone ")
+            && rows[2].ends_with("CREATE FILE a.md"),
+        "{table}"
+    );
+}

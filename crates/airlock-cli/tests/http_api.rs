@@ -294,6 +294,30 @@ fn an_approver_may_approve_an_edited_version_which_is_applied_and_audited_as_edi
     // An edit of a proposed edit to a.txt: the edited content is what lands.
     let id = submit(json!({"tool": "edit_file", "arguments":
         {"path": "a.txt", "old_string": "hello", "new_string": "hello world"}}));
+    // Before deciding: the diff an edited version would apply, exactly as
+    // approving it would compute it; nothing is decided or written.
+    let preview = |id: &str, token: &str, body: Value| {
+        server.post(&format!("/hitl/preview/{id}"), Some(token), &body)
+    };
+    let (status, shown) = preview(&id, APPROVER, json!({"content": "hello, edited\n"}));
+    assert_eq!(status, 200, "{shown}");
+    let diff = shown["diff"].as_str().unwrap();
+    assert!(
+        diff.contains("\n+hello, edited\n") && diff.contains("--- a/a.txt\n+++ b/a.txt\n"),
+        "{diff}"
+    );
+    assert_eq!(
+        server.get(&format!("/hitl/pending/{id}"), Some(APPROVER)).1["status"],
+        "pending"
+    );
+    assert_eq!(read(&server.path("a.txt")).as_deref(), Some("hello\n"));
+    // Only approvers may ask; an unknown id is 404; a bad body 400.
+    assert_eq!(preview(&id, AGENT, json!({"content": "x"})).0, 403);
+    assert_eq!(
+        preview("hitl-nope", APPROVER, json!({"content": "x"})).0,
+        404
+    );
+    assert_eq!(preview(&id, APPROVER, json!({"contents": "x"})).0, 400);
     // Content goes only with an approval, never with always-allow.
     let (status, body) = decide(&id, json!({"decision": "deny", "content": "x\n"}));
     assert_eq!(
@@ -321,6 +345,13 @@ fn an_approver_may_approve_an_edited_version_which_is_applied_and_audited_as_edi
     assert_eq!(status, 200, "{applied}");
     assert_eq!(applied["status"], "allowed");
     assert_eq!(applied["data"]["edited"], true, "{applied}");
+    // Once decided there is nothing to preview.
+    let (status, late) = preview(&id, APPROVER, json!({"content": "y\n"}));
+    assert_eq!(
+        (status, error_code(&late)),
+        (409, "already_decided"),
+        "{late}"
+    );
     assert_eq!(
         read(&server.path("a.txt")).as_deref(),
         Some("hello, edited\n")
@@ -851,6 +882,7 @@ fn openapi_describes_every_route_and_each_one_is_served() {
             "GET /openapi.json",
             "POST /hitl/decide/{id}",
             "POST /hitl/link/{id}/{decision}",
+            "POST /hitl/preview/{id}",
             "POST /v1/tools/call",
         ]
     );

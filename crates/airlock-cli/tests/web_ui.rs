@@ -67,7 +67,7 @@ fn approvals_are_seen_and_decided_in_a_real_browser() {
     }
     let stdout = run_browser_script("ui.test.mjs");
     let shots = shots_dir();
-    assert!(stdout.contains("ok: 15 steps"), "{stdout}");
+    assert!(stdout.contains("ok: 19 steps"), "{stdout}");
     for shot in [
         "01-logged-in.png",
         "02-pending-write-phone.png",
@@ -75,6 +75,9 @@ fn approvals_are_seen_and_decided_in_a_real_browser() {
         "04-patch-and-hostile-content.png",
         "05-audit-phone.png",
         "06-desktop.png",
+        "07-stale-outcome-phone.png",
+        "08-large-diff-phone.png",
+        "09-large-diff-expanded-phone.png",
     ] {
         assert!(shots.join(shot).exists(), "no screenshot {shot}");
     }

@@ -37,6 +37,7 @@ pub mod plan;
 pub mod policy;
 pub mod redact;
 pub mod risk;
+pub mod suggest;
 pub mod tools;
 pub mod yaml;
 

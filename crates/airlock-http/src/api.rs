@@ -44,6 +44,7 @@ pub(crate) fn routes(runtime: Arc<Runtime>, events: Events) -> Router {
         .route("/hitl/pending", get(pending))
         .route("/hitl/pending/{id}", get(pending_one))
         .route("/hitl/decide/{id}", post(decide).route_layer(json_only()))
+        .route("/hitl/preview/{id}", post(preview).route_layer(json_only()))
         .route("/hitl/result/{id}", get(result))
         .route("/hitl/grants", get(grants))
         .route("/hitl/grants/{id}", axum::routing::delete(revoke_grant))
@@ -551,6 +552,36 @@ async fn decide(
     }
 }
 
+/// An approver's edited version, to see its diff before approving it.
+#[derive(Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct PreviewBody {
+    content: String,
+}
+
+/// `POST /hitl/preview/{id}`: the diff approving with `content` would
+/// apply, computed as deciding would (the web UI shows it live while the
+/// approver edits); nothing is decided.
+async fn preview(
+    State(api): State<Api>,
+    caller: Option<axum::Extension<Caller>>,
+    Path(id): Path<String>,
+    body: Body,
+) -> Response {
+    if let Err(refused) = admit(caller, Role::Approver) {
+        return refused;
+    }
+    let body: PreviewBody = match parse(body) {
+        Ok(body) => body,
+        Err(refused) => return refused,
+    };
+    let content = body.content.into_bytes();
+    match on_broker(&api, move |broker| broker.preview_edit(&id, content)).await {
+        Ok(diff) => axum::Json(json!({ "diff": diff })).into_response(),
+        Err(refused) => refused,
+    }
+}
+
 /// `GET /hitl/result/{id}`: 202 while pending, 200 with the final envelope.
 /// An agent sees only the results of its own calls.
 async fn result(
@@ -690,6 +721,7 @@ pub(crate) async fn openapi_json() -> Response {
     axum::Json(crate::openapi::document(
         schemars::schema_for!(CallBody),
         schemars::schema_for!(DecideBody),
+        schemars::schema_for!(PreviewBody),
         schemars::schema_for!(AuditParams),
     ))
     .into_response()

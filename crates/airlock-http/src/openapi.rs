@@ -72,6 +72,22 @@ const ROUTES: &[Route] = &[
         ],
     },
     Route {
+        method: "post",
+        path: "/hitl/preview/{id}",
+        role: "approver",
+        summary: "The diff approving with an edited version (content) would apply; decides nothing",
+        body: Some("PreviewBody"),
+        answers: &[
+            (200, "Preview"),
+            (400, "Error"),
+            (401, "Error"),
+            (403, "Error"),
+            (404, "Error"),
+            (409, "Error"),
+            (413, "Error"),
+        ],
+    },
+    Route {
         method: "get",
         path: "/hitl/result/{id}",
         role: "agent",
@@ -172,7 +188,12 @@ const LINK_ANSWERS: &[(u16, &str)] = &[
 ];
 
 /// The document, given the request bodies' and the audit query's schemas.
-pub(crate) fn document(call: Schema, decide: Schema, audit_params: Schema) -> Value {
+pub(crate) fn document(
+    call: Schema,
+    decide: Schema,
+    preview: Schema,
+    audit_params: Schema,
+) -> Value {
     let mut schemas = json!({
         "Error": {
             "type": "object",
@@ -233,6 +254,15 @@ pub(crate) fn document(call: Schema, decide: Schema, audit_params: Schema) -> Va
                 "diff": {"type": ["string", "null"]},
                 "created_ms": {"type": "integer"},
                 "expires_ms": {"type": "integer"},
+                "undone": {"type": "boolean"},
+                "always": {
+                    "description": "The always-allows that may be chosen now, each stated in full (null where none may)",
+                    "type": ["object", "null"],
+                    "properties": {
+                        "session": {"type": ["string", "null"]},
+                        "persistent": {"type": ["string", "null"]},
+                    },
+                },
             },
         },
         "ApprovalList": {
@@ -308,12 +338,21 @@ pub(crate) fn document(call: Schema, decide: Schema, audit_params: Schema) -> Va
             },
         },
         "Page": {"type": "string"},
+        "Preview": {
+            "type": "object",
+            "required": ["diff"],
+            "properties": {"diff": {"type": "string"}},
+        },
         "LinkForm": {
             "type": "object",
             "properties": {"reason": {"type": "string"}},
         },
     });
-    for (name, schema) in [("CallBody", call), ("DecideBody", decide)] {
+    for (name, schema) in [
+        ("CallBody", call),
+        ("DecideBody", decide),
+        ("PreviewBody", preview),
+    ] {
         add_component(&mut schemas, name, schema);
     }
     let mut paths = Map::new();

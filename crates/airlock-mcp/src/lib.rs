@@ -19,6 +19,16 @@ mod upstream;
 pub use face::McpFace;
 pub use server::{Session, SessionOptions};
 
+/// The built-in tools exactly as `tools/list` serves them (name,
+/// description, input schema, annotations), `proposal_status` last: what
+/// `airlock tools` prints.
+pub fn builtin_tools() -> Vec<serde_json::Value> {
+    tools::builtin()
+        .iter()
+        .filter_map(|tool| serde_json::to_value(tool).ok())
+        .collect()
+}
+
 /// Errors starting the MCP face.
 #[derive(Debug, thiserror::Error)]
 pub enum McpError {

@@ -163,6 +163,8 @@ pub struct Approval {
     pub result: Option<Envelope>,
     /// The process that decided or is applying it.
     pub owner_pid: Option<u32>,
+    /// An applied change whose before-content was put back (`airlock undo`).
+    pub undone: bool,
 }
 
 impl std::ops::Deref for Approval {
@@ -210,7 +212,7 @@ pub struct EditedPlan {
 const APPROVAL_COLUMNS: &str = "seq, id, tool, args_json, args_display, dedup_key, user, agent, \
      session, tool_call_id, risk, decision_json, path, summary, diff, plan_json, created_ms, \
      expires_ms, status, decided_by, decided_user, channel, reason, decided_ms, result_json, \
-     waiter_pid, owner_pid, owner, context_id, edited";
+     waiter_pid, owner_pid, owner, context_id, edited, undone";
 impl Store {
     /// Records a new pending approval, unless an identical call is already
     /// pending (then that one is returned), or the pending limits are reached.
@@ -340,6 +342,55 @@ impl Store {
                 out.extend(readable(row?));
             }
             Ok(out)
+        })
+    }
+
+    /// Settled approvals (decided, applied, failed, expired, cancelled),
+    /// newest first: those created at or after `since`, at most `limit`.
+    pub fn history(&self, since: Millis, limit: usize) -> Result<Vec<Approval>, StoreError> {
+        self.with(|conn| {
+            let mut statement = conn.prepare(&format!(
+                "SELECT {APPROVAL_COLUMNS} FROM approvals \
+                 WHERE status <> 'pending' AND created_ms >= ?1 ORDER BY seq DESC LIMIT ?2"
+            ))?;
+            let rows = statement.query_map(
+                params![since as i64, i64::try_from(limit).unwrap_or(i64::MAX)],
+                approval_from_row,
+            )?;
+            let mut out = Vec::new();
+            for row in rows {
+                out.extend(readable(row?));
+            }
+            Ok(out)
+        })
+    }
+
+    /// Ids of approvals that start with `prefix` (at most `limit`), and
+    /// failing that the ids of the newest approvals, for a "did you mean".
+    pub fn ids_starting_with(&self, prefix: &str, limit: usize) -> Result<Vec<String>, StoreError> {
+        self.with(|conn| {
+            let mut statement = conn.prepare(
+                "SELECT id FROM approvals WHERE substr(id, 1, length(?1)) = ?1 ORDER BY seq LIMIT ?2",
+            )?;
+            let rows = statement.query_map(
+                params![prefix, i64::try_from(limit).unwrap_or(i64::MAX)],
+                |row| row.get::<_, String>(0),
+            )?;
+            rows.collect::<Result<Vec<_>, _>>().map_err(StoreError::from)
+        })
+    }
+
+    /// The ids of the newest `limit` approvals.
+    pub fn recent_ids(&self, limit: usize) -> Result<Vec<String>, StoreError> {
+        self.with(|conn| {
+            let mut statement =
+                conn.prepare("SELECT id FROM approvals ORDER BY seq DESC LIMIT ?1")?;
+            let rows = statement
+                .query_map(params![i64::try_from(limit).unwrap_or(i64::MAX)], |row| {
+                    row.get::<_, String>(0)
+                })?;
+            rows.collect::<Result<Vec<_>, _>>()
+                .map_err(StoreError::from)
         })
     }
 
@@ -767,5 +818,6 @@ fn approval_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Approval, StoreEr
         owner_pid: row
             .get::<_, Option<i64>>("owner_pid")?
             .and_then(|pid| u32::try_from(pid).ok()),
+        undone: row.get::<_, i64>("undone")? != 0,
     }))
 }

@@ -90,7 +90,18 @@ const MIGRATIONS: &[&str] = &[
      UPDATE approvals SET edited = 1
      WHERE decided_by IS NOT NULL AND CASE WHEN json_valid(plan_json)
          THEN json_extract(plan_json, '$.report.edited') END = 1;",
+    // 5: whether an applied change was undone (`show` and `history` say so);
+    // the one-file `snapshots` table of older stores is read in `migrate`.
+    "ALTER TABLE approvals ADD COLUMN undone INTEGER NOT NULL DEFAULT 0;
+     UPDATE approvals SET undone = 1
+     WHERE id IN (SELECT approval_id FROM snapshot_files WHERE undone = 1);",
 ];
+
+/// The migration that added `approvals.undone`, and what it backfills from
+/// the one-file `snapshots` table where an older store still has one.
+const UNDONE_STEP: usize = 4;
+const UNDONE_FROM_LEGACY: &str = "UPDATE approvals SET undone = 1
+     WHERE id IN (SELECT approval_id FROM snapshots WHERE undone = 1);";
 /// Creates the tables of a new database and brings any database up to the
 /// newest schema, in one immediate transaction (so two processes opening it
 /// together migrate it once). A database newer than this build is refused.
@@ -106,8 +117,11 @@ pub(crate) fn migrate(conn: &Connection) -> Result<(), StoreError> {
                 supported: MIGRATIONS.len(),
             });
         }
-        for step in &MIGRATIONS[version..] {
+        for (at, step) in MIGRATIONS.iter().enumerate().skip(version) {
             conn.execute_batch(step)?;
+            if at == UNDONE_STEP && crate::snapshots::has_legacy_snapshots(conn)? {
+                conn.execute_batch(UNDONE_FROM_LEGACY)?;
+            }
         }
         conn.pragma_update(None, "user_version", MIGRATIONS.len() as i64)?;
         Ok(())

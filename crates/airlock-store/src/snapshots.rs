@@ -110,6 +110,10 @@ impl Store {
                 )?;
             }
             if changed >= 1 {
+                conn.execute(
+                    "UPDATE approvals SET undone = 1 WHERE id = ?1",
+                    params![approval_id],
+                )?;
                 let owner = get_in(conn, approval_id).ok().and_then(|a| a.owner.clone());
                 write_event(
                     conn,
@@ -129,7 +133,7 @@ impl Store {
 
 /// Whether the database still has the one-file `snapshots` table of earlier
 /// versions (undo keeps working for changes applied before the upgrade).
-fn has_legacy_snapshots(conn: &Connection) -> Result<bool, StoreError> {
+pub(crate) fn has_legacy_snapshots(conn: &Connection) -> Result<bool, StoreError> {
     let count: i64 = conn.query_row(
         "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'snapshots'",
         [],

@@ -26,6 +26,8 @@ pub enum Peer {
     Ripgrep,
     /// Python 3 (`python3`), for small helper scripts.
     Python3,
+    /// jq, which the README's examples use to build JSON arguments.
+    Jq,
 }
 
 impl Peer {
@@ -36,6 +38,7 @@ impl Peer {
             Peer::Chromium => "Chromium (apt-get install chromium)",
             Peer::Ripgrep => "ripgrep (apt-get install ripgrep)",
             Peer::Python3 => "python3",
+            Peer::Jq => "jq (apt-get install jq)",
         }
     }
 
@@ -51,6 +54,7 @@ impl Peer {
             Peer::Chromium => chromium().exists(),
             Peer::Ripgrep => on_path("rg"),
             Peer::Python3 => on_path("python3"),
+            Peer::Jq => on_path("jq"),
         }
     }
 }

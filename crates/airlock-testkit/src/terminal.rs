@@ -93,6 +93,27 @@ impl Terminal {
         }
     }
 
+    /// Everything the terminal shows after what was consumed already, up
+    /// to the program's end (when no one holds the terminal any more), with
+    /// the terminal's `\r\n` line ends read as `\n`.
+    pub fn expect_end(&mut self) -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(
+                !left.is_zero(),
+                "the terminal stayed open; it shows:\n{}",
+                self.seen
+            );
+            match self.output.recv_timeout(left) {
+                Ok(chunk) => self.seen.push_str(&String::from_utf8_lossy(&chunk)),
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+            }
+        }
+        std::mem::take(&mut self.seen).replace("\r\n", "\n")
+    }
+
     /// Types `text`.
     pub fn send(&mut self, text: &str) {
         self.writer

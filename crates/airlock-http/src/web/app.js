@@ -5,7 +5,7 @@
 
 const state = {
   token: null,
-  approvals: new Map(), // id -> approval view
+  approvals: new Map(), // id -> approval view, while pending
   skewMs: 0,            // server clock minus browser clock
   streamAbort: null,
   lastEventId: null,    // the feed position of the last event read
@@ -101,8 +101,12 @@ async function loadPending() {
   if (typeof body.now_ms === "number") {
     state.skewMs = body.now_ms - Math.round((before + Date.now()) / 2);
   }
-  state.approvals.clear();
-  $("#pending-list").replaceChildren();
+  // Cards shown as pending that no longer are (decided while the stream
+  // was away) say what became of them; settled cards stay until dismissed.
+  const listed = new Set(body.approvals.map((approval) => approval.id));
+  for (const id of [...state.approvals.keys()]) {
+    if (!listed.has(id)) showOutcome(id, "").catch(() => {});
+  }
   // Newest first, as the API lists them.
   for (const approval of body.approvals.slice().reverse()) addApproval(approval);
   updateCount();
@@ -116,9 +120,92 @@ function addApproval(approval) {
   updateCount();
 }
 
+function cardOf(id) {
+  return document.querySelector(`li.card[data-id="${CSS.escape(id)}"]`);
+}
+
+// What became of an approval, in words, from its view as the API shows it
+// now: who decided, through which channel, and whether the change applied.
+function outcomeOf(approval) {
+  const who = [approval.decided_user, approval.channel ? `via ${approval.channel}` : ""].filter(Boolean).join(" ");
+  const by = who ? ` by ${who}` : "";
+  const reason = approval.reason ? ` (reason: ${approval.reason})` : "";
+  const error = approval.result && approval.result.error;
+  const seconds = Math.round((approval.expires_ms - approval.created_ms) / 1000);
+  switch (approval.status) {
+    case "applied":
+      if (approval.undone) return { good: false, text: `Approved${by}, applied, then undone` };
+      return { good: true, text: `Approved${by} and applied${reason}` };
+    case "approved":
+    case "applying":
+      return { good: true, text: `Approved${by}; applying…` };
+    case "failed":
+      return {
+        good: false,
+        text: `Approved${by}, but not applied: ` + (error
+          ? (error.code === "stale"
+            ? "stale: the file changed after this was proposed; nothing was written"
+            : `${error.code}: ${error.message}`)
+          : "it failed"),
+      };
+    case "denied":
+      return { good: false, text: `Denied${by}${reason}` };
+    case "expired":
+      return { good: false, text: `Expired: no decision in ${seconds} s, so denied` };
+    case "cancelled":
+      return { good: false, text: "Cancelled: the agent stopped waiting" };
+    default:
+      return null;
+  }
+}
+
+// A card whose approval is no longer pending shows what became of it
+// (whoever decided, wherever) until it is dismissed; it never just vanishes.
+function settleCard(approval, note) {
+  const card = cardOf(approval.id);
+  state.approvals.delete(approval.id);
+  updateCount();
+  if (!card) return;
+  const outcome = outcomeOf(approval);
+  if (!outcome) return;
+  card.classList.add("settled");
+  card.dataset.status = approval.undone ? "undone" : approval.status;
+  $(".decide", card).hidden = true;
+  $(".editor", card).hidden = true;
+  // The countdown stops (a card settled before has none left).
+  const countdown = $(".countdown", card);
+  if (countdown) {
+    countdown.classList.remove("countdown", "soon");
+    setText(countdown, "decided");
+  }
+  const box = $(".outcome", card);
+  box.hidden = false;
+  box.classList.toggle("good", outcome.good);
+  box.classList.toggle("bad", !outcome.good);
+  setText($(".outcome-text", card), (note ? note + " " : "") + outcome.text + ".");
+}
+
+// After this page's own decision (or its refusal): the approval as it is now.
+async function showOutcome(id, note) {
+  try {
+    settleCard(await api(`/hitl/pending/${encodeURIComponent(id)}`), note);
+  } catch (e) {
+    const card = cardOf(id);
+    state.approvals.delete(id);
+    updateCount();
+    if (!card) return;
+    card.classList.add("settled");
+    $(".decide", card).hidden = true;
+    const box = $(".outcome", card);
+    box.hidden = false;
+    box.classList.add("bad");
+    setText($(".outcome-text", card), e.status === 404 ? "This approval no longer exists." : e.message);
+  }
+}
+
 function removeApproval(id) {
   state.approvals.delete(id);
-  const card = document.querySelector(`li.card[data-id="${CSS.escape(id)}"]`);
+  const card = cardOf(id);
   if (card) card.remove();
   updateCount();
 }
@@ -177,6 +264,7 @@ function renderCard(approval) {
     edit.hidden = false;
     edit.addEventListener("click", () => openEditor(card, approval));
   }
+  $(".dismiss", card).addEventListener("click", () => removeApproval(approval.id));
   $(".approve", card).addEventListener("click", () => decide(card, approval, "approve"));
   $(".deny", card).addEventListener("click", () => decide(card, approval, "deny"));
   return card;
@@ -228,6 +316,10 @@ function parseDiff(diff) {
   return files;
 }
 
+// Files with more diff lines than this show the first SHOWN_LINES.
+const LARGE_FILE_LINES = 200;
+const SHOWN_LINES = 80;
+
 function renderDiff(container, diff) {
   container.replaceChildren();
   const files = parseDiff(diff);
@@ -241,13 +333,31 @@ function renderDiff(container, diff) {
     setText(summary, `${file.name}  +${added} −${removed}`);
     details.append(summary);
     const pre = document.createElement("pre");
-    for (const line of file.lines) {
-      const span = document.createElement("span");
-      span.className = "line " + line.kind;
-      setText(span, line.text);
-      pre.append(span);
-    }
+    const addLines = (lines) => {
+      for (const line of lines) {
+        const span = document.createElement("span");
+        span.className = "line " + line.kind;
+        setText(span, line.text);
+        pre.append(span);
+      }
+    };
     details.append(pre);
+    // A large file shows its first lines; the rest on request, so the
+    // decision is never thousands of lines away.
+    if (file.lines.length > LARGE_FILE_LINES) {
+      addLines(file.lines.slice(0, SHOWN_LINES));
+      const more = document.createElement("button");
+      more.type = "button";
+      more.className = "show-all";
+      setText(more, `Show all ${file.lines.length} lines`);
+      more.addEventListener("click", () => {
+        addLines(file.lines.slice(SHOWN_LINES));
+        more.remove();
+      });
+      details.append(more);
+    } else {
+      addLines(file.lines);
+    }
     container.append(details);
   });
   if (files.length === 0) {
@@ -280,6 +390,28 @@ async function openEditor(card, approval) {
     setText($(".approve", card), "Approve edited");
     // An edited version is never made an always-allow.
     $(".always-row", card).hidden = true;
+    // The diff approving would apply, kept live as the text changes: the
+    // server computes it as deciding would.
+    const editDiff = $(".edit-diff", card);
+    renderDiff(editDiff, full.diff || "");
+    let timer = null;
+    let asked = 0;
+    text.addEventListener("input", () => {
+      clearTimeout(timer);
+      timer = setTimeout(async () => {
+        const mine = ++asked;
+        const content = text.dataset.crlf === "1" ? text.value.replace(/\r?\n/g, "\r\n") : text.value;
+        try {
+          const preview = await api(`/hitl/preview/${encodeURIComponent(approval.id)}`, { method: "POST", body: { content } });
+          if (mine === asked) {
+            renderDiff(editDiff, preview.diff);
+            setText(error, "");
+          }
+        } catch (e) {
+          if (mine === asked) setText(error, e.message);
+        }
+      }, 200);
+    });
     text.focus();
   } catch (e) {
     setText(error, e.message);
@@ -308,14 +440,15 @@ async function decide(card, approval, decision) {
       body.always = { scope: $(".scope", card).value };
     }
   }
-  const buttons = card.querySelectorAll("button");
+  const buttons = card.querySelectorAll(".decide button");
   buttons.forEach((b) => { b.disabled = true; });
   try {
     await api(`/hitl/decide/${encodeURIComponent(approval.id)}`, { method: "POST", body });
-    removeApproval(approval.id);
+    await showOutcome(approval.id, "");
   } catch (e) {
     if (e.status === 409 || e.status === 404) {
-      removeApproval(approval.id);
+      // Decided elsewhere first, or ran out: say by whom and how.
+      await showOutcome(approval.id, e.code === "expired" ? "Too late:" : "Already decided:");
     } else {
       setText(error, e.message);
       buttons.forEach((b) => { b.disabled = false; });
@@ -401,7 +534,7 @@ function handleEvent(block) {
   let payload;
   try { payload = JSON.parse(data.join("\n")); } catch (_) { return; }
   if (type === "created" && payload.approval) addApproval(payload.approval);
-  else if (SETTLED.has(type) && payload.approval) removeApproval(payload.approval.id);
+  else if (SETTLED.has(type) && payload.approval) settleCard(payload.approval, "");
   else if (type === "resync") loadPending().catch(() => {});
   if (state.view === "audit" && type !== "created") loadAudit().catch(() => {});
 }
