@@ -108,6 +108,12 @@ impl Record {
 }
 
 impl Broker {
+    /// Appends a record a face made (`airlock token`'s changes, say) to the
+    /// audit log; `false` when it could not be written.
+    pub fn note(&self, record: Record) -> bool {
+        self.log(record).is_some()
+    }
+
     /// Appends an audit record; a failure to audit is reported on stderr-free
     /// terms by returning `None` (callers turn that into an error envelope).
     pub(crate) fn log(&self, record: Record) -> Option<airlock_core::envelope::AuditRef> {

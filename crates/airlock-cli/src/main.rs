@@ -9,6 +9,7 @@ mod audit;
 mod check;
 mod grants;
 mod serve;
+mod token;
 mod tools;
 mod watch;
 mod workspace;
@@ -89,6 +90,9 @@ enum Command {
     Wrap(serve::WrapArgs),
     /// Every built-in tool with its arguments (the schemas MCP serves).
     Tools(tools::ToolsArgs),
+    /// Tokens for the HTTP API and the web UI: create, list, revoke, rotate.
+    #[command(subcommand)]
+    Token(token::TokenCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -183,6 +187,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Serve(args) => serve::serve(&cli.global, workspace, &args),
         Command::Wrap(args) => serve::wrap(&cli.global, workspace, &args),
         Command::Tools(args) => tools::run(&args),
+        Command::Token(command) => token::run(workspace, &command),
     }
 }
 

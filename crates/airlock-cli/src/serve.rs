@@ -1,6 +1,7 @@
 //! `airlock serve` (MCP over stdio and streamable HTTP) and `airlock wrap`
 //! (one stdio MCP server, gated, under its own tool names).
 
+use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -18,8 +19,10 @@ pub(crate) struct ServeArgs {
     /// Serve MCP on stdin/stdout (logs go to stderr).
     #[arg(long)]
     stdio: bool,
-    /// Serve MCP over streamable HTTP at /mcp and /mcp/{profile} on this address.
-    #[arg(long, value_name = "ADDR")]
+    /// Serve MCP over streamable HTTP at /mcp and /mcp/{profile} on this
+    /// address: HOST:PORT, or a PORT alone for 127.0.0.1:PORT (`7420`,
+    /// `localhost:7420`, `0.0.0.0:7420`).
+    #[arg(long, value_name = "ADDR", value_parser = parse_listen_address)]
     http: Option<SocketAddr>,
     /// The address people reach this server at (behind a proxy, or another
     /// host name), which webhook links and the UI address start with
@@ -177,6 +180,50 @@ fn default_name(command: &[String]) -> String {
     }
 }
 
+/// `--http`: `PORT`, `HOST:PORT` (a name is resolved; `localhost` is
+/// loopback) or `[IPv6]:PORT`.
+fn parse_listen_address(text: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs as _;
+    if let Ok(port) = text.parse::<u16>() {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    if let Ok(addr) = text.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    if let Some(port) = text.strip_prefix("localhost:") {
+        let port = port
+            .parse::<u16>()
+            .map_err(|_| format!("{text:?}: the port must be a number from 0 to 65535"))?;
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    let Some((_, port)) = text.rsplit_once(':') else {
+        return Err(format!(
+            "{text:?} is not an address: give PORT, HOST:PORT or [IPv6]:PORT (e.g. 7420, localhost:7420, 0.0.0.0:7420)"
+        ));
+    };
+    port.parse::<u16>()
+        .map_err(|_| format!("{text:?}: the port must be a number from 0 to 65535"))?;
+    text.to_socket_addrs()
+        .map_err(|error| format!("cannot resolve {text:?}: {error}"))?
+        .next()
+        .ok_or_else(|| format!("{text:?} resolves to no address"))
+}
+
+/// `text` as a QR code drawn with half blocks, two rows per line, dark on
+/// light with the quiet zone around it.
+fn qr_code(text: &str) -> String {
+    match qrcode::QrCode::new(text.as_bytes()) {
+        Ok(code) => {
+            code.render::<qrcode::render::unicode::Dense1x2>()
+                .dark_color(qrcode::render::unicode::Dense1x2::Light)
+                .light_color(qrcode::render::unicode::Dense1x2::Dark)
+                .build()
+                + "\n"
+        }
+        Err(_) => String::new(),
+    }
+}
+
 fn check_profile(workspace: &Workspace, profile: Option<&str>) -> Result<(), Failure> {
     if let Some(profile) = profile
         && !workspace.loaded.policy.has_profile(profile)
@@ -236,11 +283,18 @@ fn run(
                 let served = airlock_http::serve(runtime.clone(), airlock_mcp::streamable_http_service(face.clone()), tokens, addr, public_url, |bound, login| {
                     eprintln!("airlock: serving MCP at http://{bound}/mcp");
                     match login {
-                        Some(login) => {
-                            eprintln!("airlock: approvals at {login} (admin token, shown once)");
+                        airlock_http::Login::New(url) => {
+                            eprintln!("airlock: approvals at {url} (admin token, shown once)");
+                            // For a phone's camera (on a terminal only).
+                            if std::io::stderr().is_terminal() {
+                                eprint!("{}", qr_code(&url));
+                            }
                         }
-                        None => eprintln!(
-                            "airlock: approvals at http://{bound}/#token=<an approver token>"
+                        airlock_http::Login::Kept => eprintln!(
+                            "airlock: approvals at http://{bound}/ (the admin token shown when it was made still works; `airlock token rotate` makes a new one, `airlock token create` one for a phone)"
+                        ),
+                        airlock_http::Login::Configured => eprintln!(
+                            "airlock: approvals at http://{bound}/#token=<an approver token> (`airlock token create --role approver` makes one)"
                         ),
                     }
                 });

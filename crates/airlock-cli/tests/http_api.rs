@@ -9,6 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use airlock_store::EventKind;
+use airlock_testkit::Workspace;
 use airlock_testkit::http::{Server, exchange, next_event, refusing_hook, request};
 use airlock_testkit::token_sha256 as sha;
 use serde_json::{Value, json};
@@ -1176,4 +1177,171 @@ fn the_web_ui_and_the_api_description_need_no_token_and_the_page_is_locked_down(
     // Everything with data still needs a token.
     assert_eq!(server.get("/hitl/pending", None).0, 401);
     assert_eq!(server.get("/hitl/events", None).0, 401);
+}
+
+/// The token shown once by `airlock token create` or `rotate`.
+fn shown_token(stdout: &str) -> String {
+    stdout
+        .lines()
+        .nth(1)
+        .map(str::trim)
+        .filter(|token| token.len() == 64)
+        .unwrap_or_else(|| panic!("no token in {stdout:?}"))
+        .to_owned()
+}
+
+/// `airlock token` makes, lists, revokes and rotates tokens; a running
+/// server takes each change at once; the admin token survives a restart.
+#[test]
+fn tokens_are_made_with_a_command_and_a_running_server_follows_them() {
+    let ws = Workspace::new("");
+    let mut feed = ws.feed();
+    let first = airlock_testkit::http::Serving::start(&ws, &[]);
+    let admin = first
+        .banner
+        .split("#token=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap()
+        .to_owned();
+    let get = |addr: &str, token: Option<&str>| {
+        airlock_testkit::http::request(addr, "GET", "/hitl/pending", token, b"").0
+    };
+    assert_eq!(get(&first.addr, Some(&admin)), 200);
+    feed.skip_to_now();
+
+    // --print writes nothing.
+    let printed = ws.run(&[
+        "token", "create", "--name", "phone", "--role", "approver", "--print",
+    ]);
+    assert_eq!(printed.code, 0, "{}", printed.stderr);
+    assert!(
+        printed.stdout.contains("add under auth.tokens in "),
+        "{}",
+        printed.stdout
+    );
+    assert!(!ws.read("airlock.yaml").unwrap().contains("phone"));
+
+    let made = ws.run(&[
+        "token", "create", "--name", "phone", "--role", "approver", "--user", "alice",
+    ]);
+    assert_eq!(made.code, 0, "{}", made.stderr);
+    let phone = shown_token(&made.stdout);
+    assert!(
+        ws.read("airlock.yaml").unwrap().contains(&format!(
+            "{{name: \"phone\", sha256: \"sha256:{}\", roles: [approver], user: \"alice\"}}",
+            airlock_testkit::sha(&phone).trim_start_matches("sha256:")
+        )),
+        "{}",
+        ws.read("airlock.yaml").unwrap()
+    );
+    // The running server reloads its configuration and takes the token.
+    feed.wait_for(EventKind::ConfigReloaded);
+    assert_eq!(get(&first.addr, Some(&phone)), 200);
+    // With a token configured, a request without one is refused.
+    assert_eq!(get(&first.addr, None), 401);
+    // A second token of that name is refused, and changes nothing.
+    let again = ws.run(&["token", "create", "--name", "phone", "--role", "agent"]);
+    assert_eq!(again.code, 2);
+    assert!(
+        again.stderr.contains("a token named phone exists"),
+        "{}",
+        again.stderr
+    );
+
+    let listed = ws.run(&["token", "list", "--json"]).json;
+    let names: Vec<(&str, &str)> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|token| {
+            (
+                token["name"].as_str().unwrap(),
+                token["source"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [("phone", "auth.tokens"), ("local-admin", "state dir")]
+    );
+
+    let revoked = ws.run(&["token", "revoke", "phone"]);
+    assert_eq!(revoked.code, 0, "{}", revoked.stderr);
+    feed.wait_for(EventKind::ConfigReloaded);
+    assert_eq!(get(&first.addr, Some(&phone)), 401);
+    assert!(ws.read("airlock.yaml").unwrap().contains("  tokens: []"));
+    let unknown = ws.run(&["token", "revoke", "phnoe"]);
+    assert_eq!(
+        (unknown.code, unknown.stderr.as_str()),
+        (2, "error: no token named phnoe\n")
+    );
+
+    // The admin token outlives a restart; rotating it ends it at once.
+    drop(first);
+    let second = airlock_testkit::http::Serving::start(&ws, &[]);
+    assert!(
+        second
+            .banner
+            .contains("the admin token shown when it was made still works"),
+        "{}",
+        second.banner
+    );
+    assert_eq!(get(&second.addr, Some(&admin)), 200);
+    let rotated = ws.run(&["token", "rotate"]);
+    assert_eq!(rotated.code, 0, "{}", rotated.stderr);
+    let new_admin = shown_token(&rotated.stdout);
+    assert_eq!(get(&second.addr, Some(&admin)), 401);
+    assert_eq!(get(&second.addr, Some(&new_admin)), 200);
+    let events = ws.audit_events();
+    for event in ["token_created", "token_revoked", "admin_token_rotated"] {
+        assert!(
+            events.iter().any(|e| e == event),
+            "no {event} in {events:?}"
+        );
+    }
+}
+
+/// `--http` takes a port alone or a host name.
+#[test]
+fn http_takes_a_port_alone_or_localhost() {
+    let ws = Workspace::new("");
+    for addr in ["0", "localhost:0"] {
+        let mut child = ws
+            .command(&["serve", "--http", addr])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        stderr.read_line(&mut line).unwrap();
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(
+            line.starts_with("airlock: serving MCP at http://127.0.0.1:"),
+            "{addr}: {line}"
+        );
+    }
+    let bad = ws.run(&["serve", "--http", "nonsense"]);
+    assert_eq!(bad.code, 2);
+    assert!(
+        bad.stderr
+            .contains("is not an address: give PORT, HOST:PORT"),
+        "{}",
+        bad.stderr
+    );
+}
+
+/// On a terminal, the one-time login URL comes with a QR code of it.
+#[test]
+fn on_a_terminal_the_login_url_is_also_a_qr_code() {
+    let ws = Workspace::new("");
+    let (mut child, mut terminal) =
+        airlock_testkit::terminal::Terminal::spawn(ws.command(&["serve", "--http", "0"]));
+    terminal.expect("(admin token, shown once)");
+    // Half blocks, two modules a character, a quiet zone around it.
+    let code = terminal.expect("▀▀▀▀▀▀▀▀▀▀▀▀▀▀▀▀▀▀▀▀▀");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(code.contains('█') && code.contains('▄'), "{code}");
 }

@@ -82,3 +82,16 @@ fn approvals_are_seen_and_decided_in_a_real_browser() {
         assert!(shots.join(shot).exists(), "no screenshot {shot}");
     }
 }
+
+#[test]
+fn a_phone_signs_in_with_a_token_made_by_airlock_token_create() {
+    if !require(
+        "a_phone_signs_in_with_a_token_made_by_airlock_token_create",
+        &[Peer::NodeTools, Peer::Chromium],
+    ) {
+        return;
+    }
+    let stdout = run_browser_script("phone.test.mjs");
+    assert!(stdout.contains("ok: 5 steps"), "{stdout}");
+    assert!(shots_dir().join("10-phone-token-signed-in.png").exists());
+}

@@ -13,6 +13,8 @@
 //! shown once in a login URL).
 
 mod api;
+mod auth;
+pub use auth::{ADMIN_TOKEN_FILE, ADMIN_TOKEN_NAME, Auth, new_admin_token, read_admin_digest};
 mod events;
 mod guard;
 mod links;
@@ -33,7 +35,6 @@ use axum::extract::Request;
 use axum::http::StatusCode;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use sha2::{Digest, Sha256};
 
 /// Errors starting the HTTP face.
 #[derive(Debug, thiserror::Error)]
@@ -72,68 +73,6 @@ impl Caller {
     }
 }
 
-/// The tokens a request may present: the configured ones, or (without any)
-/// the admin token generated at start.
-#[derive(Clone)]
-pub struct Auth {
-    tokens: Arc<Vec<TokenConfig>>,
-    local_admin: Option<[u8; 32]>,
-}
-
-impl Auth {
-    /// The configured tokens, and the SHA-256 of a generated admin token.
-    pub fn new(tokens: Vec<TokenConfig>, local_admin: Option<[u8; 32]>) -> Auth {
-        Auth {
-            tokens: Arc::new(tokens),
-            local_admin,
-        }
-    }
-
-    fn configured(&self) -> bool {
-        !self.tokens.is_empty()
-    }
-
-    /// The caller a presented token belongs to. Every candidate is compared,
-    /// in constant time.
-    fn identify(&self, presented: &str) -> Option<Caller> {
-        let digest = Sha256::digest(presented.as_bytes());
-        let mut found = None;
-        for token in self.tokens.iter() {
-            let expected = token
-                .sha256
-                .strip_prefix("sha256:")
-                .unwrap_or(&token.sha256);
-            let Ok(expected) = hex::decode(expected) else {
-                continue;
-            };
-            if constant_time_eq(&expected, &digest) {
-                found = Some(Caller {
-                    name: token.name.clone(),
-                    user: token.user.clone(),
-                    roles: token.roles.clone(),
-                });
-            }
-        }
-        if let Some(admin) = &self.local_admin
-            && constant_time_eq(admin, &digest)
-        {
-            found = Some(Caller {
-                name: "local-admin".to_owned(),
-                user: None,
-                roles: vec![Role::Admin],
-            });
-        }
-        found
-    }
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
 fn unauthorized(message: &str) -> Response {
     let mut response = api::failure(StatusCode::UNAUTHORIZED, ErrorCode::Unauthorized, message);
     response.headers_mut().insert(
@@ -166,7 +105,7 @@ async fn identify(auth: Auth, mut request: Request, next: Next) -> Response {
             None => return unauthorized("the bearer token is not known"),
         },
         Some(None) => return unauthorized("the Authorization header must be \"Bearer <token>\""),
-        None if auth.configured() => return unauthorized("a bearer token is required"),
+        None if auth.required() => return unauthorized("a bearer token is required"),
         None => {}
     }
     next.run(request).await
@@ -318,33 +257,15 @@ pub fn router(
         })))
 }
 
-/// Without configured tokens: a new admin token, its SHA-256 kept in
-/// `<state_dir>/http-admin-token.sha256` (mode 0600), replaced at each start.
-fn generate_admin_token(runtime: &Runtime) -> Result<(String, [u8; 32]), HttpError> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let token = format!(
-        "{}{}",
-        uuid::Uuid::new_v4().simple(),
-        uuid::Uuid::new_v4().simple()
-    );
-    let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-    let broker = runtime.broker();
-    let path = broker
-        .root()
-        .join(&broker.config().workspace.state_dir)
-        .join("http-admin-token.sha256");
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&path)
-        .map_err(HttpError::AdminToken)?;
-    file.write_all(format!("sha256:{}\n", hex::encode(digest)).as_bytes())
-        .and_then(|()| file.sync_all())
-        .map_err(HttpError::AdminToken)?;
-    Ok((token, digest))
+/// How a person signs in to the web UI of a server that just started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Login {
+    /// The login URL with a new admin token in its fragment (shown once).
+    New(String),
+    /// The admin token made at an earlier start stays valid.
+    Kept,
+    /// Only configured tokens (none was generated).
+    Configured,
 }
 
 /// Serves the router on `addr` until the process ends. Links and the UI
@@ -357,7 +278,7 @@ pub async fn serve(
     tokens: Vec<TokenConfig>,
     addr: SocketAddr,
     public_url: Option<String>,
-    ready: impl FnOnce(SocketAddr, Option<String>),
+    ready: impl FnOnce(SocketAddr, Login),
 ) -> Result<(), HttpError> {
     if tokens.is_empty() && !addr.ip().is_loopback() {
         return Err(HttpError::OpenToNetwork(addr));
@@ -366,15 +287,22 @@ pub async fn serve(
         .await
         .map_err(|error| HttpError::Bind { addr, error })?;
     let bound = listener.local_addr().map_err(HttpError::Serve)?;
-    let (auth, login) = if tokens.is_empty() {
-        let (token, digest) = generate_admin_token(&runtime)?;
-        (
-            Auth::new(tokens, Some(digest)),
-            Some(format!("http://{bound}/#token={token}")),
-        )
+    // The workspace's admin token: made at the first start without
+    // configured tokens and shown once; kept (as its hash) across restarts
+    // until `airlock token rotate`.
+    let broker = runtime.broker();
+    let state_dir = broker.root().join(&broker.config().workspace.state_dir);
+    drop(broker);
+    let admin_file = state_dir.join(ADMIN_TOKEN_FILE);
+    let login = if admin_file.exists() {
+        Login::Kept
+    } else if tokens.is_empty() {
+        let token = new_admin_token(&state_dir).map_err(HttpError::AdminToken)?;
+        Login::New(format!("http://{bound}/#token={token}"))
     } else {
-        (Auth::new(tokens, None), None)
+        Login::Configured
     };
+    let auth = Auth::new(runtime.clone(), Some(admin_file), addr.ip().is_loopback());
     if public_url.is_none()
         && bound.ip().is_unspecified()
         && !runtime.broker().config().notify.webhooks.is_empty()

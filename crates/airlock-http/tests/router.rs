@@ -64,7 +64,6 @@ async fn app(extra: &str) -> App {
     let root_text = root.to_str().unwrap().to_owned();
     let config_path = format!("{root_text}/airlock.yaml");
     loaded.policy.bind_workspace(&root_text, Some(&config_path));
-    let tokens = loaded.config.auth.tokens.clone();
     let runtime = tokio::task::spawn_blocking(move || {
         airlock_broker::Runtime::start(
             airlock_broker::Workspace { root, loaded },
@@ -78,7 +77,7 @@ async fn app(extra: &str) -> App {
     let router = router(
         runtime.clone(),
         tower::service_fn(stand_in_mcp),
-        Auth::new(tokens, None),
+        Auth::new(runtime.clone(), None, true),
         Listening {
             bound: "127.0.0.1:7420".parse().unwrap(),
             public_url: Some("http://airlock.test".to_owned()),
