@@ -67,6 +67,14 @@ pub(crate) enum Handling<'m> {
 }
 
 /// Whether the configuration's default mode is wait or defer.
+/// How long a deferred proposal of `decision` lives: its timeout, at most
+/// `file_broker.hitl_ttl_seconds`.
+pub fn deferred_ttl(config: &Config, decision: &Decision) -> u64 {
+    decision
+        .timeout_seconds
+        .min(config.file_broker.hitl_ttl_seconds)
+}
+
 pub fn default_mode(config: &Config) -> Mode {
     match config.security.hitl.approval_mode {
         ApprovalMode::Wait => Mode::Wait,
@@ -453,8 +461,11 @@ impl Broker {
         }
     }
 
-    /// How long an approval lives: the wait timeout while someone waits (or a
-    /// client will answer on a retry), the proposal TTL otherwise.
+    /// How long an approval lives, by one rule: the decision's timeout (a
+    /// rule's, else its risk policy's, else `hitl.default_timeout`) while
+    /// someone waits (or a client will answer on a retry); a deferred
+    /// proposal at most `file_broker.hitl_ttl_seconds` too. `airlock check`
+    /// and `pending` show both.
     pub(crate) fn ttl_seconds(
         &self,
         asks: bool,
@@ -463,7 +474,7 @@ impl Broker {
     ) -> u64 {
         match (asks, handling) {
             (true, Handling::Wait | Handling::Rounds) => decision.timeout_seconds,
-            _ => self.config.file_broker.hitl_ttl_seconds,
+            _ => deferred_ttl(&self.config, decision),
         }
     }
 

@@ -221,18 +221,26 @@ pub(crate) fn pending(broker: &Broker, args: &PendingArgs) -> Result<u8, Failure
         return Ok(0);
     }
     let now = now_ms();
+    // EXPIRES is what is left of the approval's time: its timeout while a
+    // call waits for it, its deferred TTL otherwise (`airlock check` says
+    // both for a call).
     let mut out = format!(
-        "{:<41} {:<8} {:<11} {:>7} {:<12} {}\n",
-        "ID", "RISK", "TOOL", "EXPIRES", "SESSION", "SUMMARY"
+        "{:<41} {:<8} {:<11} {:>7} {:<8} {:<12} {}\n",
+        "ID", "RISK", "TOOL", "EXPIRES", "MODE", "SESSION", "SUMMARY"
     );
     for approval in &approvals {
         let _ = writeln!(
             out,
-            "{:<41} {:<8} {:<11} {:>6}s {:<12} {}",
+            "{:<41} {:<8} {:<11} {:>6}s {:<8} {:<12} {}",
             safe_line(&approval.id),
             approval.risk,
             safe_line(&approval.tool),
             approval.expires_ms.saturating_sub(now).div_ceil(1000),
+            if approval.waiter_pid.is_some() {
+                "waiting"
+            } else {
+                "deferred"
+            },
             safe_line(approval.session.as_deref().unwrap_or("-")),
             safe_line(&approval.summary)
         );
@@ -458,10 +466,22 @@ fn paint(line: &str, colour: bool) -> String {
 
 pub(crate) fn approve(broker: &Broker, args: &ApproveArgs) -> Result<u8, Failure> {
     let id = resolve(broker, &args.id)?;
+    let approval = broker
+        .approval(&id)
+        .map_err(|error| Failure::with_code(5, error_line(&error)))?;
+    if approval.status == airlock_store::ApprovalStatus::Pending
+        && approval.terms.require_reason
+        && args
+            .reason
+            .as_deref()
+            .is_none_or(|reason| reason.trim().is_empty())
+    {
+        return Err(Failure::usage(anyhow!(
+            "approving a {} risk call requires a reason: airlock approve {id} --reason \"why\"",
+            approval.risk
+        )));
+    }
     let always = if args.always {
-        let approval = broker
-            .approval(&id)
-            .map_err(|error| Failure::with_code(5, error_line(&error)))?;
         Some(AlwaysAllow {
             persistent: match args.scope {
                 Some(scope) => scope == Scope::Persistent,

@@ -123,6 +123,7 @@ pub(crate) struct CheckArgs {
 pub(crate) fn run(workspace: Workspace, args: &CheckArgs) -> Result<(), Failure> {
     let policy = workspace.loaded.policy.clone();
     let policy = &policy;
+    let config = workspace.loaded.config.clone();
     let annotations = match &args.annotations {
         None => None,
         Some(text) => Some(
@@ -163,6 +164,10 @@ pub(crate) fn run(workspace: Workspace, args: &CheckArgs) -> Result<(), Failure>
         if let Value::Object(fields) = serde_json::to_value(&decision).map_err(Failure::internal)? {
             object.extend(fields);
         }
+        object.insert(
+            "deferred_ttl".to_owned(),
+            Value::from(airlock_broker::deferred_ttl(&config, &decision)),
+        );
         if let Some((id, statement)) = &grant {
             object.insert(
                 "grant".to_owned(),
@@ -173,7 +178,11 @@ pub(crate) fn run(workspace: Workspace, args: &CheckArgs) -> Result<(), Failure>
             serde_json::to_string_pretty(&Value::Object(object)).map_err(Failure::internal)?;
         print_json(&text);
     } else {
-        let mut text = explain(&args.call.tool, &decision);
+        let mut text = explain(
+            &args.call.tool,
+            &decision,
+            airlock_broker::deferred_ttl(&config, &decision),
+        );
         if let Some((id, statement)) = &grant {
             let _ = write!(
                 text,
@@ -186,7 +195,7 @@ pub(crate) fn run(workspace: Workspace, args: &CheckArgs) -> Result<(), Failure>
 }
 
 /// A short human explanation of a decision.
-fn explain(tool: &str, decision: &Decision) -> String {
+fn explain(tool: &str, decision: &Decision, deferred_ttl: u64) -> String {
     let mut out = String::new();
     let verdict = match decision.disposition {
         Disposition::Allow => "allow: runs without asking",
@@ -196,7 +205,11 @@ fn explain(tool: &str, decision: &Decision) -> String {
     let _ = writeln!(out, "{tool}: {verdict}");
     let _ = write!(out, "  risk {}", decision.risk);
     if decision.disposition == Disposition::Ask {
-        let _ = write!(out, ", {}s to decide", decision.timeout_seconds);
+        let _ = write!(
+            out,
+            ", {}s to decide while the call waits, {deferred_ttl}s when deferred",
+            decision.timeout_seconds
+        );
         if decision.allow_skip {
             out.push_str(", always-allow possible");
         }

@@ -234,6 +234,7 @@ fn check_json_explains_the_spec_004_example() {
             "profile": "supervised",
             "elicitation_fallback": "auto",
             "code": "policy_denied",
+            "deferred_ttl": 60,
             "justification": [
                 {"layer": "profile", "effect": "deny", "profile": "supervised", "list": "denylist",
                  "pattern": "filesystem__delete_*",
@@ -328,7 +329,7 @@ fn check_explains_in_plain_words() {
     );
     expect![[r#"
         write_file: ask: a human must approve it
-          risk medium, 120s to decide, always-allow possible, any approver
+          risk medium, 120s to decide while the call waits, 120s when deferred, always-allow possible, any approver
           because:
             default_risk    built-in write tool: risk medium
             risk_policy     medium risk requires approval -> ask
@@ -806,6 +807,67 @@ fn ids_take_unique_prefixes_unknown_names_suggest_and_history_lists_what_was_dec
         rows[2].starts_with(&first)
             && rows[2].contains(" undone ")
             && rows[2].ends_with("CREATE FILE a.md"),
+        "{table}"
+    );
+}
+
+/// One rule for how long an approval lives: a rule's or risk's timeout
+/// bounds it, waiting or deferred; a deferred one at most
+/// `file_broker.hitl_ttl_seconds`. `check` and `pending` say so.
+#[test]
+fn a_deferred_proposal_lives_as_long_as_its_risk_allows_and_check_and_pending_say_so() {
+    let ws = Workspace::new(
+        "file_broker:\n  hitl_ttl_seconds: 90\nsecurity:\n  hitl:\n    rules:\n      - {tools: [write_file], conditions: [{param: path, glob: \"crit*\"}], risk: critical}\n",
+    );
+    let critical = r#"{"path": "crit.txt", "content": "x\n"}"#;
+    let check = airlock(&ws, &["check", "write_file", "--args", critical]);
+    assert!(
+        check
+            .stdout
+            .contains("risk critical, 30s to decide while the call waits, 30s when deferred"),
+        "{}",
+        check.stdout
+    );
+    let medium = r#"{"path": "notes.md", "content": "x\n"}"#;
+    let check = airlock(&ws, &["check", "write_file", "--args", medium, "--json"]);
+    assert_eq!(
+        (
+            check.json["timeout"].clone(),
+            check.json["deferred_ttl"].clone()
+        ),
+        (json!(120), json!(90))
+    );
+
+    let id = ws
+        .call(
+            "write_file",
+            &serde_json::from_str(critical).unwrap(),
+            &["--defer"],
+        )
+        .json["hitl"]["hitl_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let shown = ws.run(&["show", &id, "--json"]).json;
+    assert_eq!(
+        shown["expires_ms"].as_u64().unwrap() - shown["created_ms"].as_u64().unwrap(),
+        30_000
+    );
+    let other = ws.propose("notes.md", "x\n");
+    let shown = ws.run(&["show", &other, "--json"]).json;
+    assert_eq!(
+        shown["expires_ms"].as_u64().unwrap() - shown["created_ms"].as_u64().unwrap(),
+        90_000
+    );
+    let table = airlock(&ws, &["pending"]).stdout;
+    let rows: Vec<&str> = table.lines().collect();
+    assert!(rows[0].contains(" EXPIRES MODE "), "{table}");
+    assert!(
+        rows[1].starts_with(&id) && rows[1].contains("     30s deferred "),
+        "{table}"
+    );
+    assert!(
+        rows[2].starts_with(&other) && rows[2].contains("     90s deferred "),
         "{table}"
     );
 }

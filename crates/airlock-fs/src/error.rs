@@ -12,8 +12,15 @@ pub enum FsError {
     #[error("{param} contains a nul byte")]
     NulByte { param: String },
 
-    #[error("{param} `{path}` is absolute and absolute paths are rejected")]
-    AbsolutePath { param: String, path: String },
+    #[error("{param} `{path}` is absolute and absolute paths are rejected{}", match inside {
+        Some(rel) => format!("; it is `{rel}` in the workspace: pass that, or set file_broker.absolute_paths: within_root"),
+        None => "; paths are relative to the workspace root".to_owned(),
+    })]
+    AbsolutePath {
+        param: String,
+        path: String,
+        inside: Option<String>,
+    },
 
     #[error("{param} `{path}` leaves the workspace root")]
     EscapesRoot { param: String, path: String },
@@ -82,7 +89,7 @@ pub enum FsError {
     #[error("`{path}`: the selected bytes are not valid utf-8 (ask for encoding bytes)")]
     InvalidUtf8 { path: String },
 
-    #[error("{what} is {size} bytes, over the limit of {limit}")]
+    #[error("{what} is {size} bytes, over file_broker.max_write_bytes_hard ({limit})")]
     TooLarge { what: String, size: u64, limit: u64 },
 
     #[error(

@@ -101,7 +101,7 @@ pub fn prepare_edit(sandbox: &Sandbox, params: &EditParams) -> Result<ChangePlan
         return Err(FsError::LimitExceeded {
             limit: "max_edit_replacements",
             message: format!(
-                "`{path}`: the edit makes {} replacements, over the limit of {max_replacements}",
+                "`{path}`: the edit makes {} replacements, over file_broker.max_edit_replacements ({max_replacements})",
                 outcome.replacements
             ),
         });
@@ -233,7 +233,7 @@ pub fn prepare_patch(sandbox: &Sandbox, params: &PatchParams) -> Result<ChangePl
         return Err(FsError::LimitExceeded {
             limit: "max_changed_files",
             message: format!(
-                "the patch changes {changed} files, over the limit of {}",
+                "the patch changes {changed} files, over file_broker.max_changed_files ({})",
                 config.max_changed_files
             ),
         });

@@ -427,6 +427,12 @@ impl Sandbox {
                 AbsolutePaths::Reject => Err(FsError::AbsolutePath {
                     param: param.to_owned(),
                     path: raw.to_owned(),
+                    inside: Path::new(&normalize_absolute(raw))
+                        .strip_prefix(&self.root)
+                        .ok()
+                        .and_then(Path::to_str)
+                        .filter(|rel| !rel.is_empty())
+                        .map(str::to_owned),
                 }),
                 AbsolutePaths::WithinRoot => {
                     let absolute = normalize_absolute(raw);

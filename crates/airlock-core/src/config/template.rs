@@ -14,7 +14,7 @@ workspace:
 
 file_broker:                 # limits of the file tools
   enabled: true              # false turns the file tools off (spec 000)
-  hitl_ttl_seconds: 120      # how long a proposal waits for a decision
+  hitl_ttl_seconds: 120      # longest a deferred proposal lives (a rule's or risk's timeout shortens it)
   max_read_bytes_default: 32000
   max_read_bytes_hard: 131072
   max_write_bytes_hard: 524288
@@ -39,7 +39,9 @@ security:
   write_tool_confirmation: true   # false: write calls of allowed users are not asked
   hitl:
     enabled: true            # false: calls that would ask are allowed (still audited)
-    default_timeout: 60      # seconds, when neither a rule nor a risk policy says
+    default_timeout: 60      # seconds a waiting call waits when neither a rule nor a risk policy says
+                             # one rule: a rule's timeout, else its risk's, bounds every approval;
+                             # a waiting call gets that long, a deferred one at most hitl_ttl_seconds
     approval_mode: wait      # wait | defer
     elicitation_fallback: auto   # when an MCP client cannot be asked: auto | deny | allow | defer | wait
                              # auto: wait while `airlock watch`, the web UI or a webhook is there, else deny

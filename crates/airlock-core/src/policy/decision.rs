@@ -187,6 +187,8 @@ pub enum Reason {
     AbsolutePath {
         param: String,
         path: String,
+        /// The path relative to the workspace root, when it is inside it.
+        inside: Option<String>,
     },
     /// A path that leaves the workspace root.
     EscapesRoot {
@@ -363,10 +365,23 @@ impl fmt::Display for Justification {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.reason {
             Reason::NulByte { param } => write!(f, "{param} contains a nul byte"),
-            Reason::AbsolutePath { param, path } => write!(
-                f,
-                "{param} `{path}` is absolute and absolute paths are rejected"
-            ),
+            Reason::AbsolutePath {
+                param,
+                path,
+                inside,
+            } => {
+                write!(
+                    f,
+                    "{param} `{path}` is absolute and absolute paths are rejected"
+                )?;
+                match inside {
+                    Some(rel) => write!(
+                        f,
+                        "; it is `{rel}` in the workspace: pass that, or set file_broker.absolute_paths: within_root"
+                    ),
+                    None => write!(f, "; paths are relative to the workspace root"),
+                }
+            }
             Reason::EscapesRoot { param, path } => {
                 write!(f, "{param} `{path}` leaves the workspace root")
             }
@@ -473,7 +488,7 @@ impl Serialize for Justification {
         map.serialize_entry("effect", &self.effect)?;
         match &self.reason {
             Reason::NulByte { param } => map.serialize_entry("param", param)?,
-            Reason::AbsolutePath { param, path } | Reason::EscapesRoot { param, path } => {
+            Reason::AbsolutePath { param, path, .. } | Reason::EscapesRoot { param, path } => {
                 map.serialize_entry("param", param)?;
                 map.serialize_entry("path", path)?;
             }

@@ -300,9 +300,17 @@ impl PathGuard {
             && raw.starts_with('/')
             && self.absolute_paths == AbsolutePaths::Reject
         {
+            let inside = self
+                .root
+                .as_deref()
+                .and_then(|root| raw.strip_prefix(root))
+                .and_then(|rest| rest.strip_prefix('/'))
+                .and_then(normalize_relative)
+                .filter(|rel| !rel.is_empty() && rel != "." && !rel.starts_with(".."));
             return forbidden(Reason::AbsolutePath {
                 param: param.to_owned(),
                 path: raw.to_owned(),
+                inside,
             });
         }
         let location = self.locate(raw);
