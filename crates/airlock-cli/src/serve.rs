@@ -43,6 +43,11 @@ pub(crate) struct WrapArgs {
     /// The profile bound to the endpoint (default: `default_profile`).
     #[arg(long, value_name = "P")]
     profile: Option<String>,
+    /// Decide the server's tools by their own annotations: a tool marked
+    /// read-only is a read (low risk, no approval), as with an upstream's
+    /// `trusted_annotations: true`. Without it every tool is high risk.
+    #[arg(long)]
+    trust_annotations: bool,
     /// The MCP server to start, and its arguments.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
@@ -107,7 +112,7 @@ pub(crate) fn wrap(
         cwd: None,
         url: None,
         headers: Default::default(),
-        trusted_annotations: false,
+        trusted_annotations: args.trust_annotations,
     };
     let workspace = workspace.with_upstream(upstream.clone())?;
     let session = SessionOptions {

@@ -392,9 +392,16 @@ fn a_critical_approval_needs_a_reason() {
     let ws =
         Ws::new("security:\n  hitl:\n    rules:\n      - {tools: [write_file], risk: critical}\n");
     let id = ws.propose("a.txt", "x");
+    // A usage error that names the flag, and nothing is decided.
     let run = ws.run(&["approve", &id]);
-    assert_eq!(run.code, 5);
-    assert!(run.stderr.contains("requires a reason"), "{}", run.stderr);
+    assert_eq!(run.code, 2);
+    assert_eq!(
+        run.stderr,
+        format!(
+            "error: approving a critical risk call requires a reason: airlock approve {id} --reason \"why\"\n"
+        )
+    );
+    assert_eq!(ws.run(&["show", &id, "--json"]).json["status"], "pending");
     assert_eq!(ws.run(&["approve", &id, "--reason", "checked"]).code, 0);
 }
 

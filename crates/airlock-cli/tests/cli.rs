@@ -871,3 +871,22 @@ fn a_deferred_proposal_lives_as_long_as_its_risk_allows_and_check_and_pending_sa
         "{table}"
     );
 }
+
+/// `glob` says what it did not look into (hidden, ignored, protected), so
+/// fewer paths than `list_dir` shows are never a silent surprise.
+#[test]
+fn glob_says_what_it_left_out() {
+    let ws = Workspace::new("");
+    ws.write(".gitignore", "target/\n");
+    ws.write("target/x.rs", "x\n");
+    ws.write(".hidden/h.rs", "x\n");
+    ws.write("src/a.rs", "x\n");
+    let run = ws.call("glob", &json!({"pattern": "**/*.rs"}), &[]);
+    assert_eq!(run.json["status"], "allowed", "{}", run.stdout);
+    assert_eq!(run.json["data"]["paths"], "src/a.rs");
+    // .gitignore and .hidden/; target/; .airlock/ and airlock.yaml.
+    assert_eq!(
+        run.json["data"]["left_out"],
+        json!({"hidden": 2, "ignored": 1, "protected": 2})
+    );
+}

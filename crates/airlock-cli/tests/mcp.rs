@@ -1855,3 +1855,85 @@ fn auto_fallback_waits_while_watch_is_live_and_otherwise_denies_naming_the_remed
         "{message}"
     );
 }
+
+/// `airlock wrap -- server-filesystem`: without trust every call asks, reads
+/// too; with `--trust-annotations` a read-only tool is a read, a listing of
+/// the workspace that holds `.airlock/` passes, and anything inside
+/// `.airlock/` stays refused.
+#[test]
+fn wrapped_server_filesystem_reads_pass_with_trusted_annotations_and_the_state_dir_stays_shut() {
+    if !require(
+        "wrapped_server_filesystem_reads_pass_with_trusted_annotations_and_the_state_dir_stays_shut",
+        &[Peer::PythonMcp, Peer::NodeTools],
+    ) {
+        return;
+    }
+    let ws = Ws::new("");
+    let script = tools_dir()
+        .join("node_modules/@modelcontextprotocol/server-filesystem/dist/index.js")
+        .display()
+        .to_string();
+    let root = std::fs::canonicalize(ws.root())
+        .unwrap()
+        .display()
+        .to_string();
+    let wrap = |trust: bool| {
+        let mut args = vec!["wrap", "--name", "fs"];
+        if trust {
+            args.push("--trust-annotations");
+        }
+        args.extend(["--", "node", script.as_str(), root.as_str()]);
+        ws.stdio_client(&["--elicitation", "none"], &args)
+    };
+
+    // Untrusted: a listing is high risk and asks; nobody can be asked.
+    let mut untrusted = wrap(false);
+    let listed = untrusted.call("list_directory", json!({"path": root}));
+    assert_eq!(status(&listed), "denied", "{listed}");
+    assert_eq!(
+        listed["structuredContent"]["error"]["reason"]["risk"], "high",
+        "{listed}"
+    );
+    drop(untrusted);
+    // The README's rule makes the reads pass without trusting the server.
+    std::fs::write(
+        ws.path("airlock.yaml"),
+        "security:\n  hitl:\n    rules:\n      - tools: [\"fs__read_*\", \"fs__list_*\", \"fs__search_files\", \"fs__get_file_info\", \"fs__directory_tree\"]\n        risk: low\n        require_approval: false\n",
+    )
+    .unwrap();
+    let mut ruled = wrap(false);
+    let listed = ruled.call("list_directory", json!({"path": root}));
+    assert_eq!(status(&listed), "allowed", "{listed}");
+    drop(ruled);
+    std::fs::write(ws.path("airlock.yaml"), "").unwrap();
+
+    let mut client = wrap(true);
+    let listed = client.call("list_directory", json!({"path": root}));
+    assert_eq!(status(&listed), "allowed", "{listed}");
+    let text = listed["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("hello.txt"), "{text}");
+    let read = client.call(
+        "read_text_file",
+        json!({"path": format!("{root}/hello.txt")}),
+    );
+    assert_eq!(status(&read), "allowed", "{read}");
+    // Inside the state dir: refused, read or not.
+    let inside = client.call(
+        "read_text_file",
+        json!({"path": format!("{root}/.airlock/airlock.db")}),
+    );
+    assert_eq!(status(&inside), "denied", "{inside}");
+    assert_eq!(code(&inside), "path_forbidden", "{inside}");
+    let below = client.call(
+        "list_directory",
+        json!({"path": format!("{root}/.airlock")}),
+    );
+    assert_eq!(code(&below), "path_forbidden", "{below}");
+    // A write is still a write: it asks, and nobody can be asked.
+    let write = client.call(
+        "write_file",
+        json!({"path": format!("{root}/new.txt"), "content": "x"}),
+    );
+    assert_eq!(status(&write), "denied", "{write}");
+    assert!(ws.path("new.txt").metadata().is_err());
+}

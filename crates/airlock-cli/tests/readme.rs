@@ -12,6 +12,8 @@
 //! - `json` and `toml` blocks of MCP client configurations: each server
 //!   entry's command line is started as the client would start it and must
 //!   answer `initialize` and list tools.
+//! - `yaml` blocks: each is an `airlock.yaml` that `airlock config check`
+//!   accepts.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -39,12 +41,16 @@ fn blocks() -> Vec<Block> {
     let mut blocks = Vec::new();
     let mut heading = String::new();
     let mut open: Option<Block> = None;
+    // A block inside a list item is indented as a whole; that much is not
+    // part of its lines.
+    let mut indent = 0;
     for (at, raw) in text.lines().enumerate() {
         let trimmed = raw.trim_start();
         if let Some(fence) = trimmed.strip_prefix("```") {
             match open.take() {
                 Some(block) => blocks.push(block),
                 None => {
+                    indent = raw.len() - trimmed.len();
                     open = Some(Block {
                         lang: fence.trim().to_owned(),
                         heading: heading.clone(),
@@ -56,7 +62,10 @@ fn blocks() -> Vec<Block> {
             continue;
         }
         match &mut open {
-            Some(block) => block.lines.push(trimmed.to_owned()),
+            Some(block) => {
+                let cut = raw.len() - raw.trim_start_matches(' ').len();
+                block.lines.push(raw[cut.min(indent)..].to_owned());
+            }
             None if raw.starts_with('#') => heading = raw.trim_start_matches('#').trim().to_owned(),
             None => {}
         }
@@ -252,6 +261,7 @@ fn every_shell_example_in_the_readme_runs_as_written() {
     let mut ran = 0;
     for block in blocks().iter().filter(|block| block.lang == "sh") {
         for (offset, line) in block.lines.iter().enumerate() {
+            let line = line.trim();
             if skipped(line) {
                 continue;
             }
@@ -263,7 +273,7 @@ fn every_shell_example_in_the_readme_runs_as_written() {
             // The output lines a server line promises, as comments.
             let expected: Vec<String> = block.lines[offset + 1..]
                 .iter()
-                .map_while(|next| next.strip_prefix("# ").map(str::to_owned))
+                .map_while(|next| next.trim().strip_prefix("# ").map(str::to_owned))
                 .filter(|next| next.starts_with("airlock: "))
                 .collect();
             runner.run(&at, line, &expected);
@@ -456,4 +466,20 @@ fn every_mcp_client_snippet_in_the_readme_starts_a_server_that_lists_tools() {
         }
     }
     assert!(started >= 5, "only {started} client snippets were started");
+}
+
+#[test]
+fn every_config_snippet_in_the_readme_is_valid() {
+    let mut checked = 0;
+    for block in blocks().iter().filter(|block| block.lang == "yaml") {
+        let ws = Workspace::with_config(&block.lines.join("\n"));
+        let run = ws.run(&["config", "check"]);
+        assert_eq!(
+            run.code, 0,
+            "README.md:{} ({}): {}",
+            block.line, block.heading, run.stderr
+        );
+        checked += 1;
+    }
+    assert!(checked >= 1, "no yaml block in the README");
 }

@@ -196,6 +196,51 @@ pub struct GlobData {
     /// Why, when truncated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub truncated_reason: Option<TruncatedReason>,
+    /// Entries under the search's start that were not looked into, by why
+    /// (each a file or a whole directory); absent when none was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub left_out: Option<LeftOut>,
+}
+
+/// Entries a walk did not look into, by why: hidden (a name starting with
+/// `.`), ignored (`.gitignore`, `.ignore`, `.git/info/exclude`), protected
+/// (airlock's state dir, a deny glob, `.git`, the configuration file).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeftOut {
+    pub hidden: u64,
+    pub ignored: u64,
+    pub protected: u64,
+}
+
+impl LeftOut {
+    fn any(&self) -> bool {
+        self.hidden + self.ignored + self.protected > 0
+    }
+}
+
+/// [`LeftOut`], counted by the walker's threads.
+#[derive(Default)]
+struct LeftOutCounts {
+    hidden: std::sync::atomic::AtomicU64,
+    ignored: std::sync::atomic::AtomicU64,
+    protected: std::sync::atomic::AtomicU64,
+}
+
+impl LeftOutCounts {
+    fn count(counter: &std::sync::atomic::AtomicU64) {
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn totals(&self) -> LeftOut {
+        let read = |counter: &std::sync::atomic::AtomicU64| {
+            counter.load(std::sync::atomic::Ordering::Relaxed)
+        };
+        LeftOut {
+            hidden: read(&self.hidden),
+            ignored: read(&self.ignored),
+            protected: read(&self.protected),
+        }
+    }
 }
 
 /// Arguments of `list_dir`.
@@ -337,7 +382,8 @@ pub fn grep(sandbox: &Sandbox, params: &GrepParams) -> Result<GrepData, FsError>
         }
         Base::Directory(base) => {
             let config = sandbox.config();
-            let (files, over) = walked_files(sandbox, &base, file_filter, config.max_scan_files)?;
+            let (files, over, _) =
+                walked_files(sandbox, &base, file_filter, config.max_scan_files)?;
             if over {
                 scan_limit = Some(ScanLimit::Files);
             }
@@ -425,7 +471,7 @@ pub fn glob(sandbox: &Sandbox, params: &GlobParams) -> Result<GlobData, FsError>
             });
         }
     };
-    let (files, over) = walked_files(sandbox, &base, None, config.max_scan_files)?;
+    let (files, over, left_out) = walked_files(sandbox, &base, None, config.max_scan_files)?;
     let base_prefix = if base.is_empty() { 0 } else { base.len() + 1 };
     let mut found: Vec<GlobHit> = Vec::new();
     for rel in &files {
@@ -463,6 +509,7 @@ pub fn glob(sandbox: &Sandbox, params: &GlobParams) -> Result<GlobData, FsError>
         count: count as u64,
         truncated: truncated_reason.is_some(),
         truncated_reason,
+        left_out: left_out.any().then_some(left_out),
     })
 }
 
@@ -587,6 +634,7 @@ fn walker(
     sandbox: &Sandbox,
     base: &str,
     file_filter: Option<Override>,
+    left_out: Arc<LeftOutCounts>,
 ) -> Result<WalkBuilder, FsError> {
     let root = sandbox.root();
     let start = if base.is_empty() {
@@ -595,9 +643,10 @@ fn walker(
         root.join(base)
     };
     let mut builder = WalkBuilder::new(&start);
-    // The walker reads no ignore file itself: `IgnoreRules` does, safely.
+    // The walker reads no ignore file itself: `IgnoreRules` does, safely;
+    // nor does it hide dot files: `EntryFilter` does, counting them.
     builder
-        .hidden(true)
+        .hidden(false)
         .ignore(false)
         .git_ignore(false)
         .git_exclude(false)
@@ -615,6 +664,7 @@ fn walker(
         root_prefix: root_prefix_len(root),
         ignores: IgnoreRules::new(sandbox)?,
         file_filter,
+        left_out,
     };
     builder.filter_entry(move |entry| entry_filter.admits(entry));
     Ok(builder)
@@ -627,6 +677,8 @@ struct EntryFilter {
     root_prefix: usize,
     ignores: IgnoreRules,
     file_filter: Option<Override>,
+    /// What was not admitted, and why.
+    left_out: Arc<LeftOutCounts>,
 }
 
 impl EntryFilter {
@@ -644,6 +696,7 @@ impl EntryFilter {
             .check_workspace_path("path", rel, !is_dir)
             .is_some()
         {
+            LeftOutCounts::count(&self.left_out.protected);
             return false;
         }
         // Files a crashed apply may have left behind are airlock's own.
@@ -657,10 +710,26 @@ impl EntryFilter {
         let filtered = self.file_filter.as_ref().map_or(Match::None, |filter| {
             filter.matched(entry.path(), is_dir).map(|_| ())
         });
+        // As ripgrep: the filter first, then hiding, then the ignore files.
+        let hidden = entry.depth() > 0
+            && entry
+                .file_name()
+                .to_str()
+                .is_some_and(|name| name.starts_with('.'));
         match filtered {
             Match::Whitelist(()) => true,
             Match::Ignore(()) => false,
-            Match::None => !self.ignores.ignores(rel, entry.path(), is_dir),
+            Match::None if hidden => {
+                LeftOutCounts::count(&self.left_out.hidden);
+                false
+            }
+            Match::None => {
+                let ignored = self.ignores.ignores(rel, entry.path(), is_dir);
+                if ignored {
+                    LeftOutCounts::count(&self.left_out.ignored);
+                }
+                !ignored
+            }
         }
     }
 }
@@ -1012,9 +1081,10 @@ fn walked_files(
     base: &str,
     file_filter: Option<Override>,
     max_files: u64,
-) -> Result<(Vec<String>, bool), FsError> {
+) -> Result<(Vec<String>, bool, LeftOut), FsError> {
     let files = Mutex::new(Vec::new());
-    walker(sandbox, base, file_filter)?
+    let left_out = Arc::new(LeftOutCounts::default());
+    walker(sandbox, base, file_filter, left_out.clone())?
         .build_parallel()
         .visit(&mut FileCollectors {
             root_prefix: root_prefix_len(sandbox.root()),
@@ -1025,7 +1095,7 @@ fn walked_files(
     let max = usize::try_from(max_files).unwrap_or(usize::MAX);
     let over = files.len() > max;
     files.truncate(max);
-    Ok((files, over))
+    Ok((files, over, left_out.totals()))
 }
 
 /// What searching one file of a grep gave: its size and its matches.

@@ -537,7 +537,7 @@ fn error_messages_name_the_parameter_and_path() {
         messages,
         vec![
             "path `../x` leaves the workspace root",
-            "path `/etc/passwd` is absolute and absolute paths are rejected",
+            "path `/etc/passwd` is absolute and absolute paths are rejected; paths are relative to the workspace root",
             "path contains a nul byte",
             "path `link_out_dir/secret.txt` leaves the workspace root through a symbolic link",
             "`other/new.txt` does not exist and new files may only be created at the root level or under src/, lib/, tests/, docs/, scripts/",

@@ -522,6 +522,14 @@ fn glob_data(paths: &[&str], count: u64) -> Value {
     data
 }
 
+/// `data` of a walk from the root of [`glob_workspace`], which leaves out
+/// `.hidden/` and `.gitignore` (hidden), `target/` (ignored), and
+/// `secrets/s.rs`, `.airlock/` and `id_rsa.rs` (protected).
+fn from_root(mut data: Value) -> Value {
+    data["left_out"] = json!({"hidden": 2, "ignored": 1, "protected": 3});
+    data
+}
+
 fn glob_workspace() -> Fixture {
     let fixture = Fixture::empty();
     for (path, seconds) in [
@@ -563,10 +571,13 @@ fn glob_lists_files_newest_first_then_by_path() {
             // Not listed: target/ (.gitignore), hidden .hidden/, denied
             // secrets/ and id_rsa.rs, the state dir, the symlink link.rs and
             // the directory empty.rs.
-            (json!({"pattern": "**/*.rs"}), glob_data(&all_rs, 5)),
+            (
+                json!({"pattern": "**/*.rs"}),
+                from_root(glob_data(&all_rs, 5)),
+            ),
             (
                 json!({"pattern": "**"}),
-                glob_data(
+                from_root(glob_data(
                     &[
                         "docs/f.md",
                         "b.rs",
@@ -576,17 +587,20 @@ fn glob_lists_files_newest_first_then_by_path() {
                         "src/deeper/e.rs",
                     ],
                     6,
-                ),
+                )),
             ),
             // `*` does not cross `/`.
-            (json!({"pattern": "*.rs"}), glob_data(&["b.rs", "a.rs"], 2)),
+            (
+                json!({"pattern": "*.rs"}),
+                from_root(glob_data(&["b.rs", "a.rs"], 2)),
+            ),
             (
                 json!({"pattern": "src/*.rs"}),
-                glob_data(&["src/c.rs", "src/d.rs"], 2),
+                from_root(glob_data(&["src/c.rs", "src/d.rs"], 2)),
             ),
             (
                 json!({"pattern": "{a,b}.rs"}),
-                glob_data(&["b.rs", "a.rs"], 2),
+                from_root(glob_data(&["b.rs", "a.rs"], 2)),
             ),
             // Relative to `path`; reported relative to the root.
             (
@@ -599,9 +613,9 @@ fn glob_lists_files_newest_first_then_by_path() {
             ),
             (
                 json!({"pattern": "**/*.rs", "max_results": 2}),
-                glob_data(&all_rs[..2], 5),
+                from_root(glob_data(&all_rs[..2], 5)),
             ),
-            (json!({"pattern": "**/*.zig"}), glob_data(&[], 0)),
+            (json!({"pattern": "**/*.zig"}), from_root(glob_data(&[], 0))),
             (
                 json!({"pattern": "*.rs", "path": "target"}),
                 glob_data(&["target/x.rs"], 1),
@@ -650,11 +664,11 @@ fn glob_caps_and_blobs() {
         vec![
             (
                 json!({"pattern": "**/*.rs", "max_results": 100}),
-                with_blob(glob_data(&all_rs[..3], 5), "paths", first_three),
+                with_blob(from_root(glob_data(&all_rs[..3], 5)), "paths", first_three),
             ),
             (
                 json!({"pattern": "**/*.rs"}),
-                with_blob(glob_data(&all_rs[..3], 5), "paths", first_three),
+                with_blob(from_root(glob_data(&all_rs[..3], 5)), "paths", first_three),
             ),
             (
                 json!({"pattern": "**/*.rs", "output_mode": "require_inline"}),
@@ -662,7 +676,7 @@ fn glob_caps_and_blobs() {
             ),
             (
                 json!({"pattern": "*.rs", "output_mode": "require_inline"}),
-                glob_data(&["b.rs", "a.rs"], 2),
+                from_root(glob_data(&["b.rs", "a.rs"], 2)),
             ),
         ],
     );
@@ -767,10 +781,10 @@ fn a_state_dir_that_is_not_hidden_is_never_walked_or_listed() {
         call_grep(&sandbox, &json!({"pattern": "needle"})),
         grep_data(&["src/a.txt:1:needle"], 1)
     );
-    assert_eq!(
-        call_glob(&sandbox, &json!({"pattern": "**"})),
-        glob_data(&["src/a.txt"], 1)
-    );
+    // The state dir is left out, and glob says so.
+    let mut expected = glob_data(&["src/a.txt"], 1);
+    expected["left_out"] = json!({"hidden": 0, "ignored": 0, "protected": 1});
+    assert_eq!(call_glob(&sandbox, &json!({"pattern": "**"})), expected);
     assert_eq!(
         call_list_dir(&sandbox, &json!({})),
         list_data("", &["src/"], 1)

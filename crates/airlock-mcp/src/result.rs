@@ -69,10 +69,27 @@ pub(crate) fn sentence(envelope: &Envelope) -> String {
                         .and_then(Value::as_str)
                         .unwrap_or("?")
                 ),
-                _ => match number("match_count").or_else(|| number("count")) {
-                    Some(count) => format!("{tool}{on}: {count} found."),
-                    None => format!("{tool}{on} done."),
-                },
+                _ => {
+                    // What a walk did not look into, so fewer results than a
+                    // listing shows are never a mystery.
+                    let left_out = data
+                        .and_then(|d| d.get("left_out"))
+                        .map(|left| {
+                            let parts: Vec<String> = ["hidden", "ignored", "protected"]
+                                .iter()
+                                .filter_map(|why| {
+                                    let n = left.get(*why).and_then(Value::as_u64)?;
+                                    (n > 0).then(|| format!("{n} {why}"))
+                                })
+                                .collect();
+                            format!(" Not looked into: {} (entries).", parts.join(", "))
+                        })
+                        .unwrap_or_default();
+                    match number("match_count").or_else(|| number("count")) {
+                        Some(count) => format!("{tool}{on}: {count} found.{left_out}"),
+                        None => format!("{tool}{on} done.{left_out}"),
+                    }
+                }
             }
         }
         Status::HitlRequired => match &envelope.hitl {
