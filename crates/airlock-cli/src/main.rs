@@ -138,11 +138,17 @@ impl Failure {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // An MCP client shows a server that fails to start as "connection
+    // closed" at best, with at most one line of its stderr: say why in one.
+    let one_line = matches!(cli.command, Command::Serve(_) | Command::Wrap(_));
     match run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(failure) => {
             // An error may quote a path or a message from an agent.
-            let message = format!("{:#}", failure.error);
+            let mut message = format!("{:#}", failure.error);
+            if one_line {
+                message = message.trim_end().replace('\n', "; ");
+            }
             let _ = writeln!(
                 std::io::stderr(),
                 "error: {}",

@@ -890,3 +890,29 @@ fn glob_says_what_it_left_out() {
         json!({"hidden": 2, "ignored": 1, "protected": 2})
     );
 }
+
+/// A server that cannot start says why in one line (an MCP client shows at
+/// most that), naming the profiles that exist.
+#[test]
+fn a_server_that_cannot_start_says_why_in_one_line() {
+    let ws = Workspace::with_config("profiles:\n  safe:\n    allowlist: [read_file]\n");
+    let run = airlock(&ws, &["serve", "--stdio", "--profile", "supervised"]);
+    assert_eq!(
+        (run.code, run.stderr.as_str()),
+        (
+            2,
+            "error: no profile named supervised in $WS/airlock.yaml; it defines: safe\n"
+        )
+    );
+    ws.write("airlock.yaml", "security:\n  hitl:\n    enabeld: false\n");
+    let run = airlock(&ws, &["serve", "--stdio"]);
+    assert_eq!(run.code, 2);
+    assert_eq!(run.stderr.lines().count(), 1, "{}", run.stderr);
+    assert!(
+        run.stderr.starts_with(
+            "error: invalid configuration; $WS/airlock.yaml:3: security.hitl.enabeld: unknown field"
+        ),
+        "{}",
+        run.stderr
+    );
+}

@@ -1345,3 +1345,48 @@ fn on_a_terminal_the_login_url_is_also_a_qr_code() {
     let _ = child.wait();
     assert!(code.contains('█') && code.contains('▄'), "{code}");
 }
+
+/// An approver's event stream (what the web UI keeps open) is a live
+/// approver channel: with `elicitation_fallback: auto`, a call from an MCP
+/// client that cannot ask its human waits for it instead of being denied.
+#[test]
+fn a_connected_web_ui_makes_auto_wait_for_a_person() {
+    if !airlock_testkit::peers::require(
+        "a_connected_web_ui_makes_auto_wait_for_a_person",
+        &[airlock_testkit::peers::Peer::PythonMcp],
+    ) {
+        return;
+    }
+    let server = Server::start("default_profile: s\nprofiles:\n  s:\n    asklist: [write_file]\n");
+    let admin = server
+        .banner
+        .split("#token=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap()
+        .to_owned();
+    let status = |result: &Value| result["structuredContent"]["status"].clone();
+    let mut client = airlock_testkit::mcp::Driver::stdio(
+        &server.ws,
+        &["--elicitation", "none"],
+        &["serve", "--stdio"],
+    );
+    // Nobody there: denied at once.
+    let denied = client.call("write_file", json!({"path": "w.txt", "content": "x\n"}));
+    assert_eq!(status(&denied), "denied", "{denied}");
+
+    // The web UI's stream is open: the call waits and the browser decides.
+    let _events = server.subscribe(&admin);
+    client.send(json!({"op": "call_async", "id": "w", "tool": "write_file",
+        "args": {"path": "w.txt", "content": "waited\n"}}));
+    let id = server.ws.wait_for_pending();
+    let (code, decided) = server.post(
+        &format!("/hitl/decide/{id}"),
+        Some(&admin),
+        &json!({"decision": "approve"}),
+    );
+    assert_eq!(code, 200, "{decided}");
+    let result = client.send(json!({"op": "await", "id": "w", "timeout": 30}));
+    assert_eq!(status(&result), "allowed", "{result}");
+    assert_eq!(read(&server.path("w.txt")).as_deref(), Some("waited\n"));
+}
