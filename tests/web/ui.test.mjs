@@ -395,7 +395,7 @@ try {
   await longCard.waitFor({ timeout: 10000 });
   assert.ok((await longCard.locator(".diff .line").count()) < 100, "a large file is shown in full");
   const showAll = longCard.locator("button.show-all");
-  assert.match(await showAll.textContent(), /^Show all \d+ lines$/);
+  assert.match(await showAll.textContent(), /^Show all \d+ lines \(\d+ added and 0 removed lines below\)$/);
   const inView = async () => {
     const box = await longCard.locator("button.approve").boundingBox();
     return box !== null && box.y >= 0 && box.y + box.height <= 844;

@@ -77,6 +77,19 @@ pub struct GrantTerms {
 }
 
 impl GrantTerms {
+    /// The terms of a stored grant.
+    pub fn of(grant: &GrantRow) -> GrantTerms {
+        GrantTerms {
+            tool: grant.tool.clone(),
+            path: grant.path_glob.as_deref().map(globset_unescape),
+            user: grant.user.clone(),
+            session: grant.session.clone(),
+            lasts_ms: grant
+                .expires_ms
+                .map(|at| at.saturating_sub(grant.created_ms)),
+        }
+    }
+
     /// One sentence, e.g. "allow write_file on notes.md with any content,
     /// for user tester, in session s1 only, for 8h, without asking".
     pub fn statement(&self) -> String {
@@ -116,6 +129,19 @@ pub fn duration_words(ms: u64) -> String {
     out
 }
 
+/// The path a grant's glob (made by [`globset_escape`]) covers.
+fn globset_unescape(glob: &str) -> String {
+    let mut out = String::with_capacity(glob.len());
+    let mut chars = glob.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => out.extend(chars.next()),
+            other => out.push(other),
+        }
+    }
+    out
+}
+
 /// Escapes glob metacharacters so a grant covers exactly one path.
 pub(crate) fn globset_escape(path: &str) -> String {
     let mut out = String::with_capacity(path.len());
@@ -150,21 +176,7 @@ impl Broker {
 
     /// The terms of a grant in force, as [`GrantTerms::statement`] says them.
     pub fn terms_of(&self, grant: &GrantRow) -> GrantTerms {
-        let path = grant.approval_id.as_deref().and_then(|id| {
-            self.store
-                .get(id)
-                .ok()
-                .and_then(|approval| approval.path.clone())
-        });
-        GrantTerms {
-            tool: grant.tool.clone(),
-            path: path.or_else(|| grant.path_glob.clone()),
-            user: grant.user.clone(),
-            session: grant.session.clone(),
-            lasts_ms: grant
-                .expires_ms
-                .map(|at| at.saturating_sub(grant.created_ms)),
-        }
+        GrantTerms::of(grant)
     }
 
     /// The always-allows a person may choose on `approval` now, each with

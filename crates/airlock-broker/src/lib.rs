@@ -49,7 +49,7 @@ pub use record::Record;
 pub use runtime::{
     ConfigRefused, NoUpstreams, Notice, Reloader, Runtime, RuntimeOptions, UpstreamTool, Upstreams,
 };
-pub use submit::{ClientAsk, Mode, default_mode, deferred_ttl};
+pub use submit::{ClientAsk, Mode, default_mode, deferred_ttl, explain};
 pub use views::{
     AuditCheck, AuditQuery, approval_view, check_audit, grant_view, proposed_content, query_audit,
 };

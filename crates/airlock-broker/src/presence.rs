@@ -25,6 +25,8 @@ pub enum LiveChannel {
     Watch,
     /// A web UI (an approver's event stream) connected to `serve --http`.
     WebUi,
+    /// A `serve --http` that sends new approvals to a webhook.
+    Webhooks,
 }
 
 impl LiveChannel {
@@ -32,6 +34,7 @@ impl LiveChannel {
         match self {
             LiveChannel::Watch => "watch",
             LiveChannel::WebUi => "web",
+            LiveChannel::Webhooks => "hook",
         }
     }
 
@@ -40,6 +43,7 @@ impl LiveChannel {
         match self {
             LiveChannel::Watch => "airlock watch",
             LiveChannel::WebUi => "the web UI",
+            LiveChannel::Webhooks => "a webhook (sent by serve --http)",
         }
     }
 }
@@ -92,8 +96,8 @@ impl Broker {
     }
 
     /// The approver channels live now: the announced ones whose process
-    /// holds its lock, and one per configured webhook (a webhook is always
-    /// there to be told). Oldest announcement order is not kept.
+    /// holds its lock (a webhook counts while a `serve --http` that sends it
+    /// new approvals runs).
     pub fn live_channels(&self) -> Vec<String> {
         let mut live = Vec::new();
         if let Ok(entries) = fs::read_dir(self.live_dir()) {
@@ -104,6 +108,8 @@ impl Broker {
                     LiveChannel::Watch
                 } else if name.starts_with("web-") {
                     LiveChannel::WebUi
+                } else if name.starts_with("hook-") {
+                    LiveChannel::Webhooks
                 } else {
                     continue;
                 };
@@ -114,9 +120,6 @@ impl Broker {
                     }
                 }
             }
-        }
-        if !self.config.notify.webhooks.is_empty() {
-            live.push("a webhook (notify.webhooks)".to_owned());
         }
         live
     }

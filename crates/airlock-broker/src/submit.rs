@@ -75,6 +75,84 @@ pub fn deferred_ttl(config: &Config, decision: &Decision) -> u64 {
         .min(config.file_broker.hitl_ttl_seconds)
 }
 
+/// The path arguments of `call` that lead elsewhere than they say: a
+/// built-in tool's as `sandbox` resolves them, another server's as far as
+/// they exist (relative ones from the root). Nothing is opened.
+fn resolved_paths(sandbox: &airlock_fs::Sandbox, call: &ToolCall) -> policy::ResolvedPaths {
+    let mut resolved = policy::ResolvedPaths::default();
+    let builtin = matches!(call.origin, airlock_core::ToolOrigin::Builtin(_));
+    for argument in policy::path_args::path_arguments(call) {
+        let (real, written) = if builtin {
+            (
+                sandbox.resolved_for_policy(&argument.path),
+                policy::normalize_relative(&argument.path),
+            )
+        } else {
+            (sandbox.resolved_foreign(&argument.path), None)
+        };
+        if let Some(real) = real
+            && Some(&real) != written.as_ref()
+        {
+            resolved.arguments.push((argument.pointer, real));
+        }
+    }
+    resolved
+}
+
+/// The grants in force, as the policy reads them.
+fn grants_of(rows: Vec<airlock_store::GrantRow>) -> Vec<Grant> {
+    rows.into_iter()
+        .filter_map(|row| {
+            let scope = match row.session {
+                Some(session) => GrantScope::Session(session),
+                None => GrantScope::Persistent,
+            };
+            Grant::new(
+                row.id,
+                row.tool,
+                row.path_glob.as_deref(),
+                scope,
+                row.expires_ms,
+                GrantHolder {
+                    user: row.user,
+                    owner: row.owner,
+                },
+            )
+            .ok()
+        })
+        .collect()
+}
+
+/// The decision `submit` would take on `call` in `workspace` at `now_ms`,
+/// grants in force and resolved paths included, and the grants it read:
+/// what `airlock check` explains. It changes nothing: the store is opened
+/// read-only (no migration, no recovery) and nothing is audited; without a
+/// store yet there are no grants.
+pub fn explain(
+    workspace: &crate::Workspace,
+    call: &ToolCall,
+    now_ms: u64,
+) -> Result<(Decision, Vec<airlock_store::GrantRow>), crate::BrokerError> {
+    let config = &workspace.loaded.config;
+    let policy = std::sync::Arc::new(workspace.loaded.policy.clone());
+    let sandbox = airlock_fs::Sandbox::open(&workspace.root, &config.file_broker, policy.clone())?;
+    let database = workspace
+        .root
+        .join(&config.workspace.state_dir)
+        .join("airlock.db");
+    let rows = if database.exists() {
+        airlock_store::Store::open_read_only(&database)?.grants(now_ms)?
+    } else {
+        Vec::new()
+    };
+    let grants = grants_of(rows.clone());
+    let resolved = resolved_paths(&sandbox, call);
+    Ok((
+        policy::evaluate_resolved(&policy, call, &grants, &resolved),
+        rows,
+    ))
+}
+
 pub fn default_mode(config: &Config) -> Mode {
     match config.security.hitl.approval_mode {
         ApprovalMode::Wait => Mode::Wait,
@@ -83,14 +161,6 @@ pub fn default_mode(config: &Config) -> Mode {
 }
 
 impl Broker {
-    /// The decision `submit` would take on `call` now (grants and resolved
-    /// paths included), taking no step of it: what `airlock check` explains.
-    pub fn explain(&self, call: &ToolCall) -> Decision {
-        let grants = self.live_grants(self.now_ms());
-        let resolved = self.resolved_paths(call);
-        policy::evaluate_resolved(&self.policy, call, &grants, &resolved)
-    }
-
     /// Runs one call through the pipeline and returns its envelope.
     pub fn submit(&self, call: &ToolCall, mode: &Mode, on_pending: &dyn Fn(&Approval)) -> Envelope {
         let now = self.now_ms();
@@ -209,50 +279,11 @@ impl Broker {
     /// them, another server's as far as they exist (relative ones from the
     /// root). Nothing is opened.
     pub(crate) fn resolved_paths(&self, call: &ToolCall) -> policy::ResolvedPaths {
-        let mut resolved = policy::ResolvedPaths::default();
-        let builtin = matches!(call.origin, airlock_core::ToolOrigin::Builtin(_));
-        for argument in policy::path_args::path_arguments(call) {
-            let (real, written) = if builtin {
-                (
-                    self.sandbox.resolved_for_policy(&argument.path),
-                    policy::normalize_relative(&argument.path),
-                )
-            } else {
-                (self.sandbox.resolved_foreign(&argument.path), None)
-            };
-            if let Some(real) = real
-                && Some(&real) != written.as_ref()
-            {
-                resolved.arguments.push((argument.pointer, real));
-            }
-        }
-        resolved
+        resolved_paths(&self.sandbox, call)
     }
 
     pub(crate) fn live_grants(&self, now: u64) -> Vec<Grant> {
-        self.store
-            .grants(now)
-            .unwrap_or_default()
-            .into_iter()
-            .filter_map(|row| {
-                let scope = match row.session {
-                    Some(session) => GrantScope::Session(session),
-                    None => GrantScope::Persistent,
-                };
-                Grant::new(
-                    row.id,
-                    row.tool,
-                    row.path_glob.as_deref(),
-                    scope,
-                    row.expires_ms,
-                    GrantHolder {
-                        user: row.user,
-                        owner: row.owner,
-                    },
-                )
-                .ok()
-            })
-            .collect()
+        grants_of(self.store.grants(now).unwrap_or_default())
     }
 
     pub(crate) fn read(&self, call: &ToolCall, decision: &Decision, base: Record) -> Envelope {

@@ -73,7 +73,8 @@ pub(crate) struct ApproveArgs {
     #[arg(long)]
     always: bool,
     /// Where the always-allow applies: the call's session only, or every
-    /// session [default: session for a call made in one, else persistent].
+    /// session [default: session; a call made in no session needs
+    /// `--scope persistent`].
     #[arg(long, value_enum, requires = "always")]
     scope: Option<Scope>,
     /// How long the always-allow lasts (30s, 10m, 2h, 7d) [default:
@@ -481,11 +482,28 @@ pub(crate) fn approve(broker: &Broker, args: &ApproveArgs) -> Result<u8, Failure
             approval.risk
         )));
     }
+    if args.always && args.scope.is_none() && approval.session.is_none() {
+        // The only always-allow there is here covers every session: it is
+        // made only when asked for by name, after being stated.
+        let statement = broker
+            .grant_terms(
+                &approval,
+                AlwaysAllow {
+                    persistent: true,
+                    for_ms: None,
+                },
+            )
+            .map(|terms| terms.statement())
+            .map_err(|error| Failure::with_code(2, error_line(&error)))?;
+        return Err(Failure::usage(anyhow!(
+            "this call was made in no session, so --always would {statement}; to make that grant, say so: airlock approve {id} --always --scope persistent"
+        )));
+    }
     let always = if args.always {
         Some(AlwaysAllow {
             persistent: match args.scope {
                 Some(scope) => scope == Scope::Persistent,
-                None => approval.session.is_none(),
+                None => false,
             },
             for_ms: match &args.for_duration {
                 Some(text) => Some(

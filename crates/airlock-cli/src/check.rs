@@ -120,7 +120,7 @@ pub(crate) struct CheckArgs {
     json: bool,
 }
 
-pub(crate) fn run(workspace: Workspace, args: &CheckArgs) -> Result<(), Failure> {
+pub(crate) fn run(workspace: &Workspace, args: &CheckArgs) -> Result<(), Failure> {
     let policy = workspace.loaded.policy.clone();
     let policy = &policy;
     let config = workspace.loaded.config.clone();
@@ -135,29 +135,29 @@ pub(crate) fn run(workspace: Workspace, args: &CheckArgs) -> Result<(), Failure>
         ),
     };
     let call = args.call.to_call(policy, annotations)?;
-    // Grants live in the store: where there is one, the decision is the one
-    // a call would get now, grants and resolved paths included. Where there
-    // is none yet, no grant exists, and nothing is created to find that out.
-    let (decision, grant) = if workspace.state_dir().join("airlock.db").exists() {
-        let broker = workspace.broker()?;
-        let decision = broker.explain(&call);
-        let grant = decision
-            .justification
-            .iter()
-            .find_map(|step| match &step.reason {
-                policy::Reason::Grant { id } => broker
-                    .grants()
-                    .ok()?
-                    .into_iter()
-                    .find(|grant| grant.id.as_str() == id.as_ref())
-                    .map(|grant| (grant.id.clone(), broker.terms_of(&grant).statement())),
-                _ => None,
-            });
-        (decision, grant)
-    } else {
-        (policy::evaluate(policy, &call, &[]), None)
+    // The decision a call would get now: grants in force and paths as the
+    // file system resolves them, read without changing anything.
+    let broker_workspace = airlock_broker::Workspace {
+        root: workspace.root.clone(),
+        loaded: workspace.loaded.clone(),
     };
-
+    let (decision, grants) = airlock_broker::explain(&broker_workspace, &call, now_ms())
+        .map_err(|error| Failure::internal(anyhow!("cannot read the workspace: {error}")))?;
+    let grant = decision
+        .justification
+        .iter()
+        .find_map(|step| match &step.reason {
+            policy::Reason::Grant { id } => grants
+                .iter()
+                .find(|grant| grant.id.as_str() == id.as_ref())
+                .map(|grant| {
+                    (
+                        grant.id.clone(),
+                        airlock_broker::GrantTerms::of(grant).statement(),
+                    )
+                }),
+            _ => None,
+        });
     if args.json {
         let mut object = serde_json::Map::new();
         object.insert("tool".to_owned(), Value::String(args.call.tool.clone()));

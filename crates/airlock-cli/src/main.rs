@@ -179,7 +179,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
             print_json(&text);
             Ok(0)
         }
-        Command::Check(args) => check::run(workspace, &args).map(|()| 0),
+        Command::Check(args) => check::run(&workspace, &args).map(|()| 0),
         Command::Call(args) => approvals::call(workspace.broker()?, &args),
         Command::Pending(args) => approvals::pending(&workspace.broker()?, &args),
         Command::Show(args) => approvals::show(&workspace.broker()?, &args),
@@ -190,8 +190,8 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         Command::History(args) => approvals::history(&workspace.broker()?, &args),
         Command::Grants(args) => grants::run(&workspace.broker()?, &args),
         Command::Audit(command) => audit::run(&workspace, &command),
-        Command::Serve(args) => serve::serve(&cli.global, workspace, &args),
-        Command::Wrap(args) => serve::wrap(&cli.global, workspace, &args),
+        Command::Serve(args) => serve::serve(workspace, &args),
+        Command::Wrap(args) => serve::wrap(workspace, &args),
         Command::Tools(args) => tools::run(&args),
         Command::Token(command) => token::run(workspace, &command),
     }

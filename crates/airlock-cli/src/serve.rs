@@ -53,11 +53,7 @@ pub(crate) struct WrapArgs {
     command: Vec<String>,
 }
 
-pub(crate) fn serve(
-    global: &GlobalArgs,
-    workspace: Workspace,
-    args: &ServeArgs,
-) -> Result<u8, Failure> {
+pub(crate) fn serve(workspace: Workspace, args: &ServeArgs) -> Result<u8, Failure> {
     if !args.stdio && args.http.is_none() {
         return Err(Failure::usage(anyhow!(
             "serve needs --stdio, --http ADDR, or both"
@@ -80,7 +76,6 @@ pub(crate) fn serve(
         http: false,
     };
     run(
-        global,
         workspace,
         None,
         RuntimeOptions::default(),
@@ -90,11 +85,7 @@ pub(crate) fn serve(
     )
 }
 
-pub(crate) fn wrap(
-    global: &GlobalArgs,
-    workspace: Workspace,
-    args: &WrapArgs,
-) -> Result<u8, Failure> {
+pub(crate) fn wrap(workspace: Workspace, args: &WrapArgs) -> Result<u8, Failure> {
     check_profile(&workspace, args.profile.as_deref())?;
     let name = match &args.name {
         Some(name) => name.clone(),
@@ -124,15 +115,7 @@ pub(crate) fn wrap(
         wrap: Some(name),
         ..RuntimeOptions::default()
     };
-    run(
-        global,
-        workspace,
-        Some(upstream),
-        options,
-        session,
-        true,
-        None,
-    )
+    run(workspace, Some(upstream), options, session, true, None)
 }
 
 /// A name for a wrapped command: its file name (or the package it runs, for
@@ -183,6 +166,15 @@ fn default_name(command: &[String]) -> String {
     } else {
         name
     }
+}
+
+fn absolute_path(path: &std::path::Path) -> PathBuf {
+    if path.is_absolute() {
+        return path.to_path_buf();
+    }
+    std::env::current_dir()
+        .map(|cwd| cwd.join(path))
+        .unwrap_or_else(|_| path.to_path_buf())
 }
 
 /// `--http`: `PORT`, `HOST:PORT` (a name is resolved; `localhost` is
@@ -248,7 +240,6 @@ fn check_profile(workspace: &Workspace, profile: Option<&str>) -> Result<(), Fai
 }
 
 fn run(
-    global: &GlobalArgs,
     workspace: Workspace,
     wrapped: Option<UpstreamConfig>,
     options: RuntimeOptions,
@@ -262,7 +253,13 @@ fn run(
         .build()
         .map_err(Failure::internal)?;
     let tokens = workspace.loaded.config.auth.tokens.clone();
-    let mut reloader = Reload::new(global.clone(), workspace.config_path.clone(), wrapped);
+    // A reload reads the same workspace and file as the start did: never
+    // whatever a search from the current directory would find later.
+    let pinned = GlobalArgs {
+        workspace: Some(workspace.base.clone()),
+        config: Some(absolute_path(&workspace.config_path)),
+    };
+    let mut reloader = Reload::new(pinned, workspace.config_path.clone(), wrapped);
     let broker_workspace = airlock_broker::Workspace {
         root: workspace.root.clone(),
         loaded: workspace.loaded,

@@ -117,7 +117,11 @@ fn create(
             "{name} is the workspace's admin token; `airlock token rotate` replaces it"
         )));
     }
-    let config = &workspace.loaded.config;
+    // One edit at a time, on the file as it is now.
+    let _lock = lock_tokens(&workspace)?;
+    let before = read_config_text(&workspace)?;
+    let current = load_text(&workspace, &before)?;
+    let config = &current;
     if config.auth.tokens.iter().any(|token| token.name == name) {
         return Err(Failure::usage(anyhow!(
             "a token named {name} exists; revoke it first (airlock token revoke {name}) or pick another name"
@@ -149,7 +153,6 @@ fn create(
         ));
         return Ok(0);
     }
-    let before = read_config_text(&workspace)?;
     let after = with_entry(&before, &line).ok_or_else(|| cannot_edit(&workspace, &line))?;
     let mut expected = config.clone();
     expected.auth.tokens.push(entry.clone());
@@ -256,7 +259,10 @@ fn revoke(workspace: Workspace, name: &str) -> Result<u8, Failure> {
             "{name} is the workspace's admin token: `airlock token rotate` replaces it"
         )));
     }
-    let config = &workspace.loaded.config;
+    let _lock = lock_tokens(&workspace)?;
+    let before = read_config_text(&workspace)?;
+    let current = load_text(&workspace, &before)?;
+    let config = &current;
     if !config.auth.tokens.iter().any(|token| token.name == name) {
         let names: Vec<&str> = config
             .auth
@@ -271,7 +277,6 @@ fn revoke(workspace: Workspace, name: &str) -> Result<u8, Failure> {
     }
     let mut expected = config.clone();
     expected.auth.tokens.retain(|token| token.name != name);
-    let before = read_config_text(&workspace)?;
     let after = without_entry(&before, |candidate| {
         check_edit(&workspace, candidate, &expected).is_ok()
     })
@@ -343,6 +348,32 @@ fn entry_line(entry: &TokenConfig) -> String {
     line
 }
 
+/// Holds an exclusive lock on the state dir's `tokens.lock` while a token
+/// edit reads and rewrites `airlock.yaml`: two edits never lose each other.
+fn lock_tokens(workspace: &Workspace) -> Result<std::fs::File, Failure> {
+    let state_dir = workspace.state_dir();
+    std::fs::create_dir_all(&state_dir).map_err(|error| {
+        Failure::internal(anyhow!("cannot create {}: {error}", state_dir.display()))
+    })?;
+    let path = state_dir.join("tokens.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|error| Failure::internal(anyhow!("cannot open {}: {error}", path.display())))?;
+    rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)
+        .map_err(|error| Failure::internal(anyhow!("cannot lock {}: {error}", path.display())))?;
+    Ok(file)
+}
+
+/// The configuration `text` holds (the built-in defaults when empty).
+fn load_text(workspace: &Workspace, text: &str) -> Result<Config, Failure> {
+    config::load(text, &workspace.config_path.display().to_string())
+        .map(|loaded| loaded.config)
+        .map_err(|error| Failure::usage(anyhow!("invalid configuration\n{error}")))
+}
+
 fn cannot_edit(workspace: &Workspace, line: &str) -> Failure {
     Failure::usage(anyhow!(
         "could not add the token to {} by itself (its auth.tokens is written in a form this does not edit); add this line under auth.tokens:\n    {line}\n(or run again with --print)",
@@ -375,7 +406,16 @@ fn check_edit(workspace: &Workspace, text: &str, expected: &Config) -> Result<()
 
 /// Written beside and renamed over, keeping the file's permissions.
 fn write_config(workspace: &Workspace, text: &str) -> Result<(), Failure> {
-    let path = &workspace.config_path;
+    // A linked configuration is edited where it lives; CRLF stays CRLF.
+    let path = &std::fs::canonicalize(&workspace.config_path)
+        .unwrap_or_else(|_| workspace.config_path.clone());
+    let crlf = std::fs::read(path).is_ok_and(|old| old.windows(2).any(|pair| pair == b"\r\n"));
+    let text = if crlf {
+        text.replace("\r\n", "\n").replace('\n', "\r\n")
+    } else {
+        text.to_owned()
+    };
+    let text = text.as_str();
     let dir = path
         .parent()
         .filter(|dir| !dir.as_os_str().is_empty())

@@ -46,7 +46,7 @@ fn locate(global: &GlobalArgs, need: Need) -> Result<PathBuf, Failure> {
                 base.display()
             )));
         }
-        if need == Need::Existing && !is_workspace(&base) && global.config.is_none() {
+        if need == Need::Existing && !is_workspace(&base) {
             return Err(Failure::usage(anyhow!(
                 "{} is not an airlock workspace (no {CONFIG_NAME} or {STATE_DIR_NAME}/ in it); run `airlock init` there first",
                 base.display()
@@ -64,11 +64,14 @@ fn locate(global: &GlobalArgs, need: Need) -> Result<PathBuf, Failure> {
         // `init` makes the current directory a workspace.
         return Ok(cwd);
     }
-    match discover(&cwd)? {
+    // A command that works anywhere does so whatever is found above.
+    let found = match discover(&cwd) {
+        Err(_) if need == Need::Optional => None,
+        other => other?,
+    };
+    match found {
         Some(found) => Ok(found),
-        // An explicit `--config` names the configuration, and the current
-        // directory is its workspace.
-        None if need == Need::Optional || global.config.is_some() => Ok(cwd),
+        None if need == Need::Optional => Ok(cwd),
         None => Err(Failure::usage(anyhow!(
             "no airlock workspace here or above; run `airlock init` or pass --workspace"
         ))),
@@ -121,6 +124,9 @@ fn discover(start: &Path) -> Result<Option<PathBuf>, Failure> {
 
 /// The workspace a command runs in, with its validated configuration.
 pub(crate) struct Workspace {
+    /// The directory found (or named) as the workspace; `workspace.root` is
+    /// relative to it.
+    pub base: PathBuf,
     /// The canonical sandbox root (`workspace.root`).
     pub root: PathBuf,
     /// The configuration file's path, whether or not it exists.
@@ -179,6 +185,7 @@ impl Workspace {
             )));
         }
         let mut workspace = Workspace {
+            base,
             root,
             config_path,
             config_exists,

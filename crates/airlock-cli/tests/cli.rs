@@ -916,3 +916,81 @@ fn a_server_that_cannot_start_says_why_in_one_line() {
         run.stderr
     );
 }
+
+/// A workspace's markers are protected at any depth: no call plants an
+/// `airlock.yaml` a later command run from below would find, or reaches
+/// into any `.airlock/`.
+#[test]
+fn nested_workspace_markers_are_protected() {
+    let ws = Workspace::new("");
+    ws.write("src/sub/.airlock/link-key", "secret\n");
+    let plant = ws.call(
+        "write_file",
+        &json!({"path": "src/sub/airlock.yaml", "content": "security:\n  hitl:\n    enabled: false\n"}),
+        &["--yes"],
+    );
+    assert_eq!(
+        plant.json["error"]["code"], "path_forbidden",
+        "{}",
+        plant.stdout
+    );
+    assert!(!ws.path("src/sub/airlock.yaml").exists());
+    let read = ws.call(
+        "read_file",
+        &json!({"path": "src/sub/.airlock/link-key"}),
+        &[],
+    );
+    assert_eq!(
+        read.json["error"]["code"], "path_forbidden",
+        "{}",
+        read.stdout
+    );
+}
+
+/// `check` changes nothing: no record, no migration, no state.
+#[test]
+fn check_reads_grants_without_writing_anything() {
+    let ws = Workspace::new("");
+    ws.propose("a.md", "x\n");
+    let log = ws.read(".airlock/audit.jsonl").unwrap();
+    let db = std::fs::read(ws.path(".airlock/airlock.db")).unwrap();
+    let run = airlock(
+        &ws,
+        &["check", "write_file", "--args", r#"{"path": "a.md"}"#],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(ws.read(".airlock/audit.jsonl").unwrap(), log);
+    assert_eq!(std::fs::read(ws.path(".airlock/airlock.db")).unwrap(), db);
+}
+
+/// An always-allow for a call made in no session covers every session: it
+/// is stated and made only when asked for by name.
+#[test]
+fn always_for_a_call_in_no_session_needs_scope_persistent() {
+    let ws = Workspace::new("");
+    let id = ws
+        .call(
+            "write_file",
+            &json!({"path": "n.md", "content": "x\n"}),
+            &["--defer"],
+        )
+        .json["hitl"]["hitl_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let run = airlock(&ws, &["approve", &id, "--always"]);
+    assert_eq!(run.code, 2);
+    assert_eq!(
+        run.stderr,
+        format!(
+            "error: this call was made in no session, so --always would allow write_file on n.md with any content, for calls made for no user, in every session, for 8h, without asking; to make that grant, say so: airlock approve {id} --always --scope persistent\n"
+        )
+    );
+    assert_eq!(ws.run(&["show", &id, "--json"]).json["status"], "pending");
+    let run = ws.run(&["approve", &id, "--always", "--scope", "persistent"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(
+        ws.run(&["grants", "--json"]).json.as_array().unwrap().len(),
+        1
+    );
+}

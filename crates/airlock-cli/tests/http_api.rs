@@ -430,6 +430,13 @@ fn critical_risk_is_decided_by_its_approvers_and_with_a_reason() {
         &json!({"decision": "approve", "reason": "ok"}),
     );
     assert_eq!((status, error_code(&body)), (403, "forbidden"), "{body}");
+    // Nor may that approver see what an edit of it would do.
+    let (status, body) = server.post(
+        &format!("/hitl/preview/{id}"),
+        Some(APPROVER),
+        &json!({"content": ""}),
+    );
+    assert_eq!((status, error_code(&body)), (403, "forbidden"), "{body}");
     let (status, body) = server.post(&decide, Some(ADMIN), &json!({"decision": "approve"}));
     assert_eq!(
         (status, error_code(&body)),
@@ -1389,4 +1396,43 @@ fn a_connected_web_ui_makes_auto_wait_for_a_person() {
     let result = client.send(json!({"op": "await", "id": "w", "timeout": 30}));
     assert_eq!(status(&result), "allowed", "{result}");
     assert_eq!(read(&server.path("w.txt")).as_deref(), Some("waited\n"));
+}
+
+/// A revoked token's open event stream ends (and with it a web UI's
+/// presence); the workspace's admin token is not honoured on a listener
+/// off loopback.
+#[test]
+fn a_revoked_token_loses_its_open_stream_and_the_admin_token_stays_on_loopback() {
+    let server = Server::start("");
+    let mut feed = server.ws.feed();
+    feed.skip_to_now();
+    let made = server
+        .ws
+        .run(&["token", "create", "--name", "phone", "--role", "approver"]);
+    let phone = shown_token(&made.stdout);
+    feed.wait_for(EventKind::ConfigReloaded);
+    let events = server.subscribe(&phone);
+    assert_eq!(server.ws.run(&["token", "revoke", "phone"]).code, 0);
+    feed.wait_for(EventKind::ConfigReloaded);
+    // The stream ends: its reader is told by the end of the connection.
+    match events.recv_timeout(Duration::from_secs(20)) {
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {}
+        other => panic!("the revoked token's stream goes on: {other:?}"),
+    }
+
+    // Off loopback, only configured tokens sign in.
+    let ws = Workspace::new(&config(""));
+    let rotated = ws.run(&["token", "rotate"]);
+    let admin = shown_token(&rotated.stdout);
+    let open = airlock_testkit::http::Serving::start_on(&ws, "0.0.0.0:0", &[]);
+    let port = open.addr.rsplit(':').next().unwrap().to_owned();
+    let local = format!("127.0.0.1:{port}");
+    assert_eq!(
+        request(&local, "GET", "/hitl/pending", Some(&admin), b"").0,
+        401
+    );
+    assert_eq!(
+        request(&local, "GET", "/hitl/pending", Some(APPROVER), b"").0,
+        200
+    );
 }

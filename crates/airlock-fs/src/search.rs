@@ -204,7 +204,8 @@ pub struct GlobData {
 
 /// Entries a walk did not look into, by why: hidden (a name starting with
 /// `.`), ignored (`.gitignore`, `.ignore`, `.git/info/exclude`), protected
-/// (airlock's state dir, a deny glob, `.git`, the configuration file).
+/// (airlock's state dir, `.git`, the configuration file). What deny globs
+/// hide is not counted: a count would tell such a file exists.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LeftOut {
     pub hidden: u64,
@@ -691,12 +692,12 @@ impl EntryFilter {
         // paths (the configuration file, `.git`) no file is shown either (the
         // write check refuses them; directories get the read check, so a
         // directory merely holding the config file is still searched).
-        if self
-            .policy
-            .check_workspace_path("path", rel, !is_dir)
-            .is_some()
-        {
-            LeftOutCounts::count(&self.left_out.protected);
+        if let Some(refusal) = self.policy.check_workspace_path("path", rel, !is_dir) {
+            // Only airlock's own fixed places are counted: a count of what
+            // deny globs hide would tell whether such a file exists.
+            if refusal.code != airlock_core::ErrorCode::PathDenied {
+                LeftOutCounts::count(&self.left_out.protected);
+            }
             return false;
         }
         // Files a crashed apply may have left behind are airlock's own.

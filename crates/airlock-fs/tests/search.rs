@@ -524,9 +524,10 @@ fn glob_data(paths: &[&str], count: u64) -> Value {
 
 /// `data` of a walk from the root of [`glob_workspace`], which leaves out
 /// `.hidden/` and `.gitignore` (hidden), `target/` (ignored), and
-/// `secrets/s.rs`, `.airlock/` and `id_rsa.rs` (protected).
+/// `.airlock/` (protected); `secrets/s.rs` and `id_rsa.rs` are left out
+/// too, uncounted (a deny glob's count would tell they exist).
 fn from_root(mut data: Value) -> Value {
-    data["left_out"] = json!({"hidden": 2, "ignored": 1, "protected": 3});
+    data["left_out"] = json!({"hidden": 2, "ignored": 1, "protected": 1});
     data
 }
 

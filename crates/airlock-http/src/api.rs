@@ -87,7 +87,14 @@ async fn events_stream(
         },
         None => api.events.now().await,
     };
-    api.events.subscribe(only, cursor).into_response()
+    // The stream ends once its token no longer signs in (revoked, rotated).
+    let valid = caller.and_then(|caller| {
+        caller
+            .credential
+            .clone()
+            .map(|credential| (credential, caller.roles.clone()))
+    });
+    api.events.subscribe(only, cursor, valid).into_response()
 }
 
 /// An error answer.
@@ -568,15 +575,36 @@ async fn preview(
     Path(id): Path<String>,
     body: Body,
 ) -> Response {
-    if let Err(refused) = admit(caller, Role::Approver) {
-        return refused;
-    }
+    let caller = match admit(caller, Role::Approver) {
+        Ok(caller) => caller,
+        Err(refused) => return refused,
+    };
     let body: PreviewBody = match parse(body) {
         Ok(body) => body,
         Err(refused) => return refused,
     };
     let content = body.content.into_bytes();
-    match on_broker(&api, move |broker| broker.preview_edit(&id, content)).await {
+    // Only someone who may decide it may see what an edit of it would do.
+    let Some(token) = caller.as_ref() else {
+        return failure(
+            StatusCode::FORBIDDEN,
+            ErrorCode::Forbidden,
+            "a bearer token is required",
+        );
+    };
+    let authority = Authority::Token {
+        roles: token
+            .roles
+            .iter()
+            .map(|role| role_name(*role).to_owned())
+            .collect(),
+        user: token.user.clone(),
+    };
+    let previewed = on_broker(&api, move |broker| {
+        broker.may_decide(&broker.approval(&id)?, &authority)?;
+        broker.preview_edit(&id, content)
+    });
+    match previewed.await {
         Ok(diff) => axum::Json(json!({ "diff": diff })).into_response(),
         Err(refused) => refused,
     }

@@ -54,7 +54,16 @@ impl Auth {
     /// The caller a presented token belongs to. Every candidate is compared,
     /// in constant time.
     pub(crate) fn identify(&self, presented: &str) -> Option<Caller> {
-        let digest = Sha256::digest(presented.as_bytes());
+        let digest: [u8; 32] = Sha256::digest(presented.as_bytes()).into();
+        let mut caller = self.identify_digest(&digest)?;
+        caller.credential = Some(Credential {
+            auth: self.clone(),
+            digest,
+        });
+        Some(caller)
+    }
+
+    fn identify_digest(&self, digest: &[u8; 32]) -> Option<Caller> {
         let broker = self.runtime.broker();
         let mut found = None;
         for token in &broker.config().auth.tokens {
@@ -65,24 +74,49 @@ impl Auth {
             let Ok(expected) = hex::decode(expected) else {
                 continue;
             };
-            if constant_time_eq(&expected, &digest) {
+            if constant_time_eq(&expected, digest) {
                 found = Some(Caller {
                     name: token.name.clone(),
                     user: token.user.clone(),
                     roles: token.roles.clone(),
+                    credential: None,
                 });
             }
         }
         if let Some(admin) = self.admin.as_ref().and_then(|file| file.digest())
-            && constant_time_eq(&admin, &digest)
+            && constant_time_eq(&admin, digest)
         {
             found = Some(Caller {
                 name: ADMIN_TOKEN_NAME.to_owned(),
                 user: None,
                 roles: vec![Role::Admin],
+                credential: None,
             });
         }
         found
+    }
+}
+
+/// A presented token, to ask later whether it still signs in (a stream
+/// stays open for hours; a revoke or a rotate must end it).
+#[derive(Clone)]
+pub(crate) struct Credential {
+    auth: Auth,
+    digest: [u8; 32],
+}
+
+impl Credential {
+    /// Whether the token still belongs to a caller with the same roles.
+    pub(crate) fn still_valid(&self, roles: &[Role]) -> bool {
+        self.auth
+            .identify_digest(&self.digest)
+            .is_some_and(|caller| caller.roles == roles)
+    }
+}
+
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Credential")
     }
 }
 
@@ -148,11 +182,13 @@ pub fn new_admin_token(state_dir: &Path) -> std::io::Result<String> {
     );
     let digest = Sha256::digest(token.as_bytes());
     let path = state_dir.join(ADMIN_TOKEN_FILE);
-    let temp = state_dir.join(format!(".{ADMIN_TOKEN_FILE}.new"));
+    let temp = state_dir.join(format!(
+        ".{ADMIN_TOKEN_FILE}.{}.new",
+        uuid::Uuid::new_v4().simple()
+    ));
     let mut file = std::fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .mode(0o600)
         .open(&temp)?;
     file.write_all(format!("sha256:{}\n", hex::encode(digest)).as_bytes())?;

@@ -17,6 +17,9 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
+/// How often an idle stream looks again whether its token still counts.
+const TOKEN_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// How many events one read takes from the feed.
 const PAGE: usize = 256;
 
@@ -139,6 +142,7 @@ impl Events {
         &self,
         only: Option<Principal>,
         cursor: u64,
+        valid: Option<(crate::auth::Credential, Vec<airlock_core::config::Role>)>,
     ) -> Sse<impl futures_util::Stream<Item = Result<Event, Infallible>> + use<>> {
         let events = self.clone();
         // An approver's stream (the web UI) is a live approver channel for
@@ -158,12 +162,27 @@ impl Events {
             state,
             move |(events, mut cursor, mut queue, presence)| {
                 let only = only.clone();
+                let valid = valid.clone();
                 async move {
+                    let still_valid = || {
+                        valid
+                            .as_ref()
+                            .is_none_or(|(credential, roles)| credential.still_valid(roles))
+                    };
                     let change = loop {
+                        if !still_valid() {
+                            // Revoked or rotated: the stream ends, and with
+                            // it a web UI's presence.
+                            return None;
+                        }
                         if let Some(change) = queue.pop_front() {
                             break change;
                         }
-                        let read = events.after(cursor).await;
+                        let Ok(read) =
+                            tokio::time::timeout(TOKEN_CHECK, events.after(cursor)).await
+                        else {
+                            continue;
+                        };
                         if let Some(last) = read.last() {
                             cursor = last.seq;
                         }

@@ -58,12 +58,14 @@ pub enum HttpError {
     Serve(std::io::Error),
 }
 
-/// Who a request comes from: a token's name, user and roles.
+/// Who a request comes from: a token's name, user and roles, and the
+/// token itself (as its digest, to see later whether it still counts).
 #[derive(Debug, Clone)]
 pub(crate) struct Caller {
     pub name: String,
     pub user: Option<String>,
     pub roles: Vec<Role>,
+    pub credential: Option<auth::Credential>,
 }
 
 impl Caller {
@@ -293,8 +295,13 @@ pub async fn serve(
     let broker = runtime.broker();
     let state_dir = broker.root().join(&broker.config().workspace.state_dir);
     drop(broker);
+    // It is this machine's key: honoured on a loopback listener only, so a
+    // server bound for a phone accepts configured tokens alone.
+    let loopback = addr.ip().is_loopback();
     let admin_file = state_dir.join(ADMIN_TOKEN_FILE);
-    let login = if admin_file.exists() {
+    let login = if !loopback {
+        Login::Configured
+    } else if admin_file.exists() {
         Login::Kept
     } else if tokens.is_empty() {
         let token = new_admin_token(&state_dir).map_err(HttpError::AdminToken)?;
@@ -302,7 +309,26 @@ pub async fn serve(
     } else {
         Login::Configured
     };
-    let auth = Auth::new(runtime.clone(), Some(admin_file), addr.ip().is_loopback());
+    let auth = Auth::new(runtime.clone(), loopback.then_some(admin_file), loopback);
+    // While this serves, a webhook told of new approvals is a live approver
+    // channel (`elicitation_fallback: auto` waits for its person).
+    let _webhooks = runtime
+        .broker()
+        .config()
+        .notify
+        .webhooks
+        .iter()
+        .any(|hook| {
+            hook.events
+                .contains(&airlock_core::config::WebhookEvent::Created)
+        })
+        .then(|| {
+            runtime
+                .broker()
+                .announce(airlock_broker::LiveChannel::Webhooks)
+                .ok()
+        })
+        .flatten();
     if public_url.is_none()
         && bound.ip().is_unspecified()
         && !runtime.broker().config().notify.webhooks.is_empty()

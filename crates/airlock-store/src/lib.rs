@@ -105,6 +105,29 @@ impl Store {
         })
     }
 
+    /// Opens the database at `path` to read only: nothing is created,
+    /// migrated or written (`airlock check`). A database a newer airlock
+    /// wrote is refused, as by [`Store::open`].
+    pub fn open_read_only(path: &Path) -> Result<Store, StoreError> {
+        let flags =
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags)?;
+        conn.busy_timeout(Duration::from_secs(10))?;
+        let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+        let version = usize::try_from(version).unwrap_or(0);
+        if version > schema::SCHEMA_VERSION {
+            return Err(StoreError::NewerSchema {
+                found: version,
+                supported: schema::SCHEMA_VERSION,
+            });
+        }
+        let head_conn = Connection::open_with_flags(path, flags)?;
+        Ok(Store {
+            conn: Mutex::new(conn),
+            head_conn: Mutex::new(head_conn),
+        })
+    }
+
     /// The schema version of the database (`PRAGMA user_version`): the
     /// number of `schema::MIGRATIONS` applied.
     pub fn schema_version(&self) -> Result<usize, StoreError> {

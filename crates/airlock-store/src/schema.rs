@@ -97,6 +97,9 @@ const MIGRATIONS: &[&str] = &[
      WHERE id IN (SELECT approval_id FROM snapshot_files WHERE undone = 1);",
 ];
 
+/// The schema version this build writes: the number of migrations.
+pub(crate) const SCHEMA_VERSION: usize = MIGRATIONS.len();
+
 /// The migration that added `approvals.undone`, and what it backfills from
 /// the one-file `snapshots` table where an older store still has one.
 const UNDONE_STEP: usize = 4;

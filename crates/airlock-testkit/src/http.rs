@@ -25,7 +25,12 @@ pub struct Serving {
 impl Serving {
     /// `airlock serve --http 127.0.0.1:0 EXTRA…` in `ws`, once it listens.
     pub fn start(ws: &Workspace, extra: &[&str]) -> Serving {
-        let mut args = vec!["serve", "--http", "127.0.0.1:0"];
+        Serving::start_on(ws, "127.0.0.1:0", extra)
+    }
+
+    /// `airlock serve --http ADDR EXTRA…` in `ws`, once it listens.
+    pub fn start_on(ws: &Workspace, addr: &str, extra: &[&str]) -> Serving {
+        let mut args = vec!["serve", "--http", addr];
         args.extend_from_slice(extra);
         let mut child = ws
             .command(&args)
@@ -152,7 +157,7 @@ impl Server {
             .unwrap_or_default();
         write!(
             stream,
-            "GET /hitl/events HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\n{resume}\r\n",
+            "GET /hitl/events HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n{resume}\r\n",
             self.addr
         )
         .expect("send the request");

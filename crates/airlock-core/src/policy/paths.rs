@@ -118,6 +118,11 @@ enum Location {
     Escapes,
 }
 
+/// The names that make a directory a workspace (`airlock` finds the
+/// nearest one above where it runs).
+const DEFAULT_STATE_DIR: &str = ".airlock";
+const CONFIG_FILE_NAME: &str = "airlock.yaml";
+
 /// Compiled deny globs and protected locations.
 #[derive(Debug, Clone)]
 pub(crate) struct PathGuard {
@@ -359,6 +364,16 @@ impl PathGuard {
             if write && is_within(location, &folded) {
                 return protected(*what, true);
             }
+        }
+        // Any workspace's markers, at any depth: a nested `.airlock/` is
+        // another workspace's state (never read or written) and a nested
+        // `airlock.yaml` its policy (never written), so no call can plant a
+        // workspace that a later command, run from below, would find.
+        if folded.split('/').any(|part| part == DEFAULT_STATE_DIR) {
+            return protected(Protected::StateDir, false);
+        }
+        if write && folded.rsplit('/').next() == Some(CONFIG_FILE_NAME) {
+            return protected(Protected::ConfigFile, false);
         }
         if write {
             if folded.split('/').any(|part| part == ".git") {

@@ -349,7 +349,11 @@ function renderDiff(container, diff) {
       const more = document.createElement("button");
       more.type = "button";
       more.className = "show-all";
-      setText(more, `Show all ${file.lines.length} lines`);
+      // What is folded is said, so no change hides below the fold.
+      const below = file.lines.slice(SHOWN_LINES);
+      const added = below.filter((l) => l.kind === "add").length;
+      const removed = below.filter((l) => l.kind === "del").length;
+      setText(more, `Show all ${file.lines.length} lines (${added} added and ${removed} removed lines below)`);
       more.addEventListener("click", () => {
         addLines(file.lines.slice(SHOWN_LINES));
         more.remove();
