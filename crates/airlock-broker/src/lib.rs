@@ -18,6 +18,7 @@
 //! one-time-apply guarantee hold for all of them.
 
 mod apply;
+mod batch;
 mod broker;
 mod clock;
 mod decide;
@@ -37,6 +38,7 @@ mod wait;
 
 pub use airlock_store::{Approval, GrantRow};
 pub use airlock_store::{EventKind, FeedEvent, Notifier};
+pub use batch::{BatchOutcome, MAX_BATCH};
 pub use broker::{Broker, Workspace};
 pub use clock::{Clock, ManualClock, SystemClock, clock_from_env};
 pub use decide::{AlwaysAllow, AskForm, Authority, DecideRequest};

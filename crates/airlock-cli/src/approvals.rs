@@ -61,8 +61,11 @@ pub(crate) enum Scope {
 
 #[derive(Debug, Args)]
 pub(crate) struct ApproveArgs {
-    /// The approval id (hitl-…).
-    id: String,
+    /// The approval id (hitl-…) or a unique prefix of it.
+    #[arg(required_unless_present = "all")]
+    id: Option<String>,
+    #[command(flatten)]
+    batch: BatchArgs,
     /// Why; required for risks whose policy says require_reason.
     #[arg(long, value_name = "R")]
     reason: Option<String>,
@@ -90,10 +93,29 @@ pub(crate) struct ApproveArgs {
     edit: bool,
 }
 
+/// `--all [--session S] [--tool T]`: every pending approval that matches,
+/// each its own decision, in creation order.
+#[derive(Debug, Args)]
+pub(crate) struct BatchArgs {
+    /// Decide every pending approval (of --session, of --tool), oldest
+    /// first; approving stops at the first change that cannot be applied.
+    #[arg(long, conflicts_with = "id")]
+    all: bool,
+    /// With --all: only this session's approvals.
+    #[arg(long, value_name = "S", requires = "all")]
+    session: Option<String>,
+    /// With --all: only this tool's approvals.
+    #[arg(long, value_name = "T", requires = "all")]
+    tool: Option<String>,
+}
+
 #[derive(Debug, Args)]
 pub(crate) struct DenyArgs {
-    /// The approval id (hitl-…).
-    id: String,
+    /// The approval id (hitl-…) or a unique prefix of it.
+    #[arg(required_unless_present = "all")]
+    id: Option<String>,
+    #[command(flatten)]
+    batch: BatchArgs,
     /// Why.
     #[arg(long, value_name = "R")]
     reason: Option<String>,
@@ -466,7 +488,15 @@ fn paint(line: &str, colour: bool) -> String {
 }
 
 pub(crate) fn approve(broker: &Broker, args: &ApproveArgs) -> Result<u8, Failure> {
-    let id = resolve(broker, &args.id)?;
+    if args.batch.all {
+        if args.always || args.edit {
+            return Err(Failure::usage(anyhow!(
+                "--all decides each approval as it was proposed: no --always, no --edit"
+            )));
+        }
+        return batch(broker, &args.batch, true, args.reason.clone(), args.json);
+    }
+    let id = resolve(broker, args.id.as_deref().unwrap_or_default())?;
     let approval = broker
         .approval(&id)
         .map_err(|error| Failure::with_code(5, error_line(&error)))?;
@@ -607,7 +637,10 @@ fn edit_in_editor(broker: &Broker, id: &str) -> Result<Option<Vec<u8>>, Failure>
 }
 
 pub(crate) fn deny(broker: &Broker, args: &DenyArgs) -> Result<u8, Failure> {
-    let id = resolve(broker, &args.id)?;
+    if args.batch.all {
+        return batch(broker, &args.batch, false, args.reason.clone(), args.json);
+    }
+    let id = resolve(broker, args.id.as_deref().unwrap_or_default())?;
     decide(
         broker,
         &id,
@@ -649,6 +682,79 @@ fn decide(broker: &Broker, id: &str, request: &DecideRequest, json: bool) -> Res
     }
     print(&line);
     Ok(envelope.status.exit_code())
+}
+
+/// `approve --all` / `deny --all`: one line per approval on a terminal (a
+/// JSON array otherwise); the exit code of the first that did not go as
+/// asked, else 0.
+fn batch(
+    broker: &Broker,
+    args: &BatchArgs,
+    approve: bool,
+    reason: Option<String>,
+    json: bool,
+) -> Result<u8, Failure> {
+    let ids = broker
+        .pending_matching(args.session.as_deref(), args.tool.as_deref())
+        .map_err(Failure::internal)?;
+    if ids.is_empty() {
+        print("no pending approvals match");
+        return Ok(0);
+    }
+    let request = DecideRequest {
+        approve,
+        reason,
+        always: None,
+        authority: airlock_broker::Authority::Terminal,
+        user: terminal_user(),
+        channel: Channel::Terminal,
+        content: None,
+    };
+    let outcomes = broker
+        .decide_batch(&ids, &request)
+        .map_err(|error| Failure::with_code(2, error_line(&error)))?;
+    let mut code = 0;
+    let mut lines = Vec::new();
+    let mut list = Vec::new();
+    for (id, outcome) in &outcomes {
+        match outcome {
+            airlock_broker::BatchOutcome::Decided(envelope) => {
+                let expected = if approve {
+                    airlock_core::envelope::Status::Allowed
+                } else {
+                    airlock_core::envelope::Status::Denied
+                };
+                if envelope.status != expected && code == 0 {
+                    code = envelope.status.exit_code();
+                }
+                lines.push(format!("{id}: {}", outcome_words(envelope, approve)));
+                list.push(
+                    serde_json::json!({"id": id, "outcome": "decided", "envelope": envelope}),
+                );
+            }
+            airlock_broker::BatchOutcome::Refused(error) => {
+                if code == 0 {
+                    code = 5;
+                }
+                lines.push(format!("{id}: not decided: {}", error_line(error)));
+                list.push(serde_json::json!({"id": id, "outcome": "refused",
+                    "error": {"code": error.code().as_str(), "message": error.to_string()}}));
+            }
+            airlock_broker::BatchOutcome::Skipped => {
+                lines.push(format!(
+                    "{id}: left pending (an earlier change in this batch could not be applied)"
+                ));
+                list.push(serde_json::json!({"id": id, "outcome": "skipped"}));
+            }
+        }
+    }
+    if json || !std::io::stdout().is_terminal() {
+        let text = serde_json::to_string_pretty(&list).map_err(Failure::internal)?;
+        print_json(&text);
+    } else {
+        print(&lines.join("\n"));
+    }
+    Ok(code)
 }
 
 /// What became of a decided (or undone) approval, in a few words.

@@ -994,3 +994,70 @@ fn always_for_a_call_in_no_session_needs_scope_persistent() {
         1
     );
 }
+
+/// `approve --all` decides every pending approval of a session, each its
+/// own decision, in creation order, and stops at the first change that
+/// cannot be applied (the rest stay pending).
+#[test]
+fn approve_all_decides_in_creation_order_and_stops_at_a_stale_change() {
+    let ws = Workspace::new("");
+    ws.write("b.md", "old\n");
+    let first = ws.propose("a.md", "a\n");
+    let stale = ws.propose("b.md", "b\n");
+    let last = ws.propose("c.md", "c\n");
+    let other = ws
+        .call(
+            "write_file",
+            &json!({"path": "d.md", "content": "d\n"}),
+            &["--defer", "--session", "s2"],
+        )
+        .json["hitl"]["hitl_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    ws.write("b.md", "changed underneath\n");
+    let run = ws.run(&["approve", "--all", "--session", "s1", "--json"]);
+    assert_eq!(run.code, 5, "{}{}", run.stdout, run.stderr);
+    let outcomes: Vec<(String, String)> = run
+        .json
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| {
+            (
+                item["id"].as_str().unwrap().to_owned(),
+                item["outcome"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        outcomes,
+        vec![
+            (first.clone(), "decided".to_owned()),
+            (stale.clone(), "decided".to_owned()),
+            (last.clone(), "skipped".to_owned()),
+        ]
+    );
+    assert_eq!(run.json[1]["envelope"]["error"]["code"], "stale");
+    assert_eq!(ws.read("a.md").as_deref(), Some("a\n"));
+    assert_eq!(ws.read("b.md").as_deref(), Some("changed underneath\n"));
+    assert_eq!(ws.run(&["show", &last, "--json"]).json["status"], "pending");
+    assert_eq!(
+        ws.run(&["show", &other, "--json"]).json["status"],
+        "pending"
+    );
+    // Each is its own decision on record.
+    let decisions = ws
+        .audit()
+        .iter()
+        .filter(|record| record["event"] == "hitl_decision")
+        .count();
+    assert_eq!(decisions, 2);
+    // Deny the rest at once.
+    let run = ws.run(&["deny", "--all", "--json"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.json.as_array().unwrap().len(), 2);
+    assert_eq!(ws.run(&["pending", "--json"]).json, json!([]));
+    // --always and --edit do not go with --all.
+    assert_eq!(airlock(&ws, &["approve", "--all", "--always"]).code, 2);
+}

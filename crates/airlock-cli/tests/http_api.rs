@@ -888,6 +888,7 @@ fn openapi_describes_every_route_and_each_one_is_served() {
             "GET /hitl/pending/{id}",
             "GET /hitl/result/{id}",
             "GET /openapi.json",
+            "POST /hitl/decide-batch",
             "POST /hitl/decide/{id}",
             "POST /hitl/link/{id}/{decision}",
             "POST /hitl/preview/{id}",
@@ -1435,4 +1436,63 @@ fn a_revoked_token_loses_its_open_stream_and_the_admin_token_stays_on_loopback()
         request(&local, "GET", "/hitl/pending", Some(APPROVER), b"").0,
         200
     );
+}
+
+/// `POST /hitl/decide-batch`: each approval its own decision, the caller's
+/// right checked for each, unknown ids refused by name.
+#[test]
+fn decide_batch_decides_each_in_creation_order() {
+    let server = Server::start(&config(DEFER));
+    let submit = |path: &str| {
+        let (status, pending) = server.post("/v1/tools/call", Some(AGENT), &write_call(path));
+        assert_eq!(status, 202, "{pending}");
+        pending["approval_id"].as_str().unwrap().to_owned()
+    };
+    let first = submit("x.txt");
+    let second = submit("y.txt");
+    let (status, body) = server.post(
+        "/hitl/decide-batch",
+        Some(APPROVER),
+        &json!({"ids": [second, first, "hitl-nope", first], "decision": "approve"}),
+    );
+    assert_eq!(status, 200, "{body}");
+    let outcomes: Vec<(&str, &str)> = body["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| {
+            (
+                item["id"].as_str().unwrap(),
+                item["outcome"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            (first.as_str(), "decided"),
+            (second.as_str(), "decided"),
+            ("hitl-nope", "refused")
+        ]
+    );
+    assert_eq!(body["results"][2]["error"]["code"], "not_found");
+    assert_eq!(read(&server.path("x.txt")).as_deref(), Some("new\n"));
+    assert_eq!(read(&server.path("y.txt")).as_deref(), Some("new\n"));
+    // Bad input changes nothing.
+    let (status, body) = server.post(
+        "/hitl/decide-batch",
+        Some(APPROVER),
+        &json!({"ids": [], "decision": "approve"}),
+    );
+    assert_eq!(
+        (status, error_code(&body)),
+        (400, "invalid_input"),
+        "{body}"
+    );
+    let (status, _) = server.post(
+        "/hitl/decide-batch",
+        Some(AGENT),
+        &json!({"ids": [first], "decision": "deny"}),
+    );
+    assert_eq!(status, 403);
 }

@@ -45,6 +45,10 @@ pub(crate) fn routes(runtime: Arc<Runtime>, events: Events) -> Router {
         .route("/hitl/pending/{id}", get(pending_one))
         .route("/hitl/decide/{id}", post(decide).route_layer(json_only()))
         .route("/hitl/preview/{id}", post(preview).route_layer(json_only()))
+        .route(
+            "/hitl/decide-batch",
+            post(decide_batch).route_layer(json_only()),
+        )
         .route("/hitl/result/{id}", get(result))
         .route("/hitl/grants", get(grants))
         .route("/hitl/grants/{id}", axum::routing::delete(revoke_grant))
@@ -559,6 +563,85 @@ async fn decide(
     }
 }
 
+/// Several approvals decided at once, each its own decision.
+#[derive(Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct BatchBody {
+    /// The approvals (1 to 200); decided in the order they were created.
+    ids: Vec<String>,
+    decision: Decision,
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+/// `POST /hitl/decide-batch`: each approval decided as by
+/// `/hitl/decide/{id}`, in creation order; approving stops at the first
+/// change that cannot be applied (the rest stay pending, `skipped`).
+async fn decide_batch(
+    State(api): State<Api>,
+    caller: Option<axum::Extension<Caller>>,
+    body: Body,
+) -> Response {
+    let caller = match admit(caller, Role::Approver) {
+        Ok(caller) => caller,
+        Err(refused) => return refused,
+    };
+    let body: BatchBody = match parse(body) {
+        Ok(body) => body,
+        Err(refused) => return refused,
+    };
+    let Some(token) = caller.as_ref() else {
+        return failure(
+            StatusCode::FORBIDDEN,
+            ErrorCode::Forbidden,
+            "a bearer token is required",
+        );
+    };
+    let request = DecideRequest {
+        approve: body.decision == Decision::Approve,
+        reason: body.reason,
+        always: None,
+        authority: Authority::Token {
+            roles: token
+                .roles
+                .iter()
+                .map(|role| role_name(*role).to_owned())
+                .collect(),
+            user: token.user.clone(),
+        },
+        user: token.user.clone().unwrap_or_else(|| token.name.clone()),
+        channel: Channel::Http,
+        content: None,
+    };
+    let ids = body.ids;
+    let decided = on_broker(&api, move |broker| broker.decide_batch(&ids, &request)).await;
+    match decided {
+        Ok(outcomes) => {
+            let results: Vec<Value> = outcomes
+                .iter()
+                .map(|(id, outcome)| match outcome {
+                    airlock_broker::BatchOutcome::Decided(envelope) => {
+                        json!({"id": id, "outcome": "decided", "envelope": envelope})
+                    }
+                    airlock_broker::BatchOutcome::Refused(error) => json!({
+                        "id": id,
+                        "outcome": "refused",
+                        "error": {
+                            "code": error.code().as_str(),
+                            "message": error.public_message().unwrap_or_else(|| "an internal error".to_owned()),
+                        },
+                    }),
+                    airlock_broker::BatchOutcome::Skipped => {
+                        json!({"id": id, "outcome": "skipped"})
+                    }
+                })
+                .collect();
+            axum::Json(json!({ "results": results })).into_response()
+        }
+        Err(refused) => refused,
+    }
+}
+
 /// An approver's edited version, to see its diff before approving it.
 #[derive(Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -750,6 +833,7 @@ pub(crate) async fn openapi_json() -> Response {
         schemars::schema_for!(CallBody),
         schemars::schema_for!(DecideBody),
         schemars::schema_for!(PreviewBody),
+        schemars::schema_for!(BatchBody),
         schemars::schema_for!(AuditParams),
     ))
     .into_response()

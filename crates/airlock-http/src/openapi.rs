@@ -73,6 +73,20 @@ const ROUTES: &[Route] = &[
     },
     Route {
         method: "post",
+        path: "/hitl/decide-batch",
+        role: "approver",
+        summary: "Decide several approvals, each its own decision, in creation order; approving stops at the first that fails to apply",
+        body: Some("BatchBody"),
+        answers: &[
+            (200, "BatchResults"),
+            (400, "Error"),
+            (401, "Error"),
+            (403, "Error"),
+            (413, "Error"),
+        ],
+    },
+    Route {
+        method: "post",
         path: "/hitl/preview/{id}",
         role: "approver",
         summary: "The diff approving with an edited version (content) would apply; decides nothing",
@@ -192,6 +206,7 @@ pub(crate) fn document(
     call: Schema,
     decide: Schema,
     preview: Schema,
+    batch: Schema,
     audit_params: Schema,
 ) -> Value {
     let mut schemas = json!({
@@ -338,6 +353,20 @@ pub(crate) fn document(
             },
         },
         "Page": {"type": "string"},
+        "BatchResults": {
+            "type": "object",
+            "required": ["results"],
+            "properties": {"results": {"type": "array", "items": {
+                "type": "object",
+                "required": ["id", "outcome"],
+                "properties": {
+                    "id": {"type": "string"},
+                    "outcome": {"enum": ["decided", "refused", "skipped"]},
+                    "envelope": {"$ref": "#/components/schemas/Envelope"},
+                    "error": {"type": "object"},
+                },
+            }}},
+        },
         "Preview": {
             "type": "object",
             "required": ["diff"],
@@ -352,6 +381,7 @@ pub(crate) fn document(
         ("CallBody", call),
         ("DecideBody", decide),
         ("PreviewBody", preview),
+        ("BatchBody", batch),
     ] {
         add_component(&mut schemas, name, schema);
     }
