@@ -263,6 +263,23 @@ try {
   await settled(denied, /^Denied by \S+ via http \(reason: not this one\)\.$/);
   assert.equal(read("b.txt"), "b stays\n");
 
+  step("two from one session: each offers 'approve all', and a batch decides both");
+  const one = await propose("write_file", { path: "batch-1.txt", content: "1\n" });
+  const two = await propose("write_file", { path: "batch-2.txt", content: "2\n" });
+  const cardOne = page.locator(`li.card[data-id="${one}"]`);
+  const cardTwo = page.locator(`li.card[data-id="${two}"]`);
+  await cardTwo.waitFor({ timeout: 10000 });
+  assert.equal(await cardOne.locator("button.session-all").textContent(), "Approve all 2 from this session");
+  await cardOne.locator("input.select").check();
+  await cardTwo.locator("input.select").check();
+  assert.equal(await page.locator("#batch-count").textContent(), "2 selected");
+  await page.locator("#batch-approve").click();
+  await settled(cardOne, /^Approved by \S+ via http and applied\.$/);
+  await settled(cardTwo, /^Approved by \S+ via http and applied\.$/);
+  assert.equal(read("batch-1.txt"), "1\n");
+  assert.equal(read("batch-2.txt"), "2\n");
+  assert.equal(await page.locator("#batch-bar").isVisible(), false);
+
   step("edit before approving");
   const third = await propose("write_file", { path: "c.txt", content: "c proposed\n" });
   const edited = page.locator(`li.card[data-id="${third}"]`);

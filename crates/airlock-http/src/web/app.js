@@ -210,7 +210,53 @@ function removeApproval(id) {
   updateCount();
 }
 
+// The batch bar shows what is selected; each card whose session has
+// several approvals waiting offers to approve them all.
+function updateBatch() {
+  const selected = [...document.querySelectorAll("li.card:not(.settled) .select:checked")];
+  $("#batch-bar").hidden = selected.length === 0;
+  setText($("#batch-count"), `${selected.length} selected`);
+  const bySession = new Map();
+  for (const approval of state.approvals.values()) {
+    if (!approval.session) continue;
+    bySession.set(approval.session, (bySession.get(approval.session) || 0) + 1);
+  }
+  for (const card of document.querySelectorAll("li.card:not(.settled)")) {
+    const approval = state.approvals.get(card.dataset.id);
+    const button = $(".session-all", card);
+    const n = approval && approval.session ? bySession.get(approval.session) || 0 : 0;
+    button.hidden = n < 2;
+    if (n >= 2) setText(button, `Approve all ${n} from this session`);
+  }
+}
+
+// Several approvals decided in one request, each its own decision, in the
+// order they were made; every card then shows what became of it.
+async function decideBatch(ids, decision) {
+  const error = $("#batch-error");
+  setText(error, "");
+  try {
+    const body = await api("/hitl/decide-batch", { method: "POST", body: { ids, decision } });
+    for (const result of body.results) {
+      if (result.outcome === "skipped") {
+        const card = cardOf(result.id);
+        if (card) setText($(".error", card), "Left pending: an earlier change in the batch could not be applied.");
+      } else {
+        await showOutcome(result.id, "");
+      }
+    }
+  } catch (e) {
+    setText(error, e.message);
+  }
+  updateBatch();
+}
+
+function selectedIds() {
+  return [...document.querySelectorAll("li.card:not(.settled) .select:checked")].map((box) => box.closest("li.card").dataset.id);
+}
+
 function updateCount() {
+  updateBatch();
   const count = state.approvals.size;
   setText($("#pending-count"), String(count));
   $("#pending-empty").hidden = count > 0;
@@ -265,6 +311,13 @@ function renderCard(approval) {
     edit.addEventListener("click", () => openEditor(card, approval));
   }
   $(".dismiss", card).addEventListener("click", () => removeApproval(approval.id));
+  $(".select", card).addEventListener("change", updateBatch);
+  $(".session-all", card).addEventListener("click", () => {
+    const ids = [...state.approvals.values()]
+      .filter((other) => other.session === approval.session)
+      .map((other) => other.id);
+    decideBatch(ids, "approve");
+  });
   $(".approve", card).addEventListener("click", () => decide(card, approval, "approve"));
   $(".deny", card).addEventListener("click", () => decide(card, approval, "deny"));
   return card;
@@ -629,6 +682,8 @@ async function start() {
 }
 
 document.addEventListener("DOMContentLoaded", () => {
+  $("#batch-approve").addEventListener("click", () => decideBatch(selectedIds(), "approve"));
+  $("#batch-deny").addEventListener("click", () => decideBatch(selectedIds(), "deny"));
   $("#tab-pending").addEventListener("click", () => { if (state.token) show("pending"); });
   $("#tab-audit").addEventListener("click", () => {
     if (!state.token) return;
