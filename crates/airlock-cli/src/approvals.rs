@@ -231,13 +231,7 @@ pub(crate) fn pending(broker: &Broker, args: &PendingArgs) -> Result<u8, Failure
         .pending(args.session.as_deref())
         .map_err(Failure::internal)?;
     if args.json {
-        let list: Vec<Value> = approvals
-            .iter()
-            .map(airlock_broker::approval_view)
-            .collect();
-        let text = serde_json::to_string_pretty(&list).map_err(Failure::internal)?;
-        print_json(&text);
-        return Ok(0);
+        return print_views(&approvals);
     }
     if approvals.is_empty() {
         print("no pending approvals");
@@ -285,6 +279,17 @@ pub(crate) struct HistoryArgs {
     json: bool,
 }
 
+/// Approvals as the JSON array `--json` prints.
+fn print_views(approvals: &[Approval]) -> Result<u8, Failure> {
+    let list: Vec<Value> = approvals
+        .iter()
+        .map(airlock_broker::approval_view)
+        .collect();
+    let text = serde_json::to_string_pretty(&list).map_err(Failure::internal)?;
+    print_json(&text);
+    Ok(0)
+}
+
 /// `airlock history`: decided, applied, undone, expired and cancelled
 /// approvals, newest first, so the id to show or undo can be found.
 pub(crate) fn history(broker: &Broker, args: &HistoryArgs) -> Result<u8, Failure> {
@@ -302,13 +307,7 @@ pub(crate) fn history(broker: &Broker, args: &HistoryArgs) -> Result<u8, Failure
         .history(since, args.limit)
         .map_err(Failure::internal)?;
     if args.json {
-        let list: Vec<Value> = approvals
-            .iter()
-            .map(airlock_broker::approval_view)
-            .collect();
-        let text = serde_json::to_string_pretty(&list).map_err(Failure::internal)?;
-        print_json(&text);
-        return Ok(0);
+        return print_views(&approvals);
     }
     if approvals.is_empty() {
         print("no decided approvals yet");

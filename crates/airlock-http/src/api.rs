@@ -154,6 +154,18 @@ async fn on_broker<T: Send + 'static>(
         .map_err(|error| broker_failure(&error))
 }
 
+/// On whose authority a token decides: its roles and its user.
+fn token_authority(token: &Caller) -> Authority {
+    Authority::Token {
+        roles: token
+            .roles
+            .iter()
+            .map(|role| role_name(*role).to_owned())
+            .collect(),
+        user: token.user.clone(),
+    }
+}
+
 fn role_name(role: Role) -> &'static str {
     match role {
         Role::Agent => "agent",
@@ -536,14 +548,7 @@ async fn decide(
             reason: body.reason,
             always,
             // Who may decide is the broker's rule; this face says who asks.
-            authority: Authority::Token {
-                roles: token
-                    .roles
-                    .iter()
-                    .map(|role| role_name(*role).to_owned())
-                    .collect(),
-                user: token.user.clone(),
-            },
+            authority: token_authority(token),
             user: caller
                 .as_ref()
                 .and_then(|caller| caller.user.clone())
@@ -601,14 +606,7 @@ async fn decide_batch(
         approve: body.decision == Decision::Approve,
         reason: body.reason,
         always: None,
-        authority: Authority::Token {
-            roles: token
-                .roles
-                .iter()
-                .map(|role| role_name(*role).to_owned())
-                .collect(),
-            user: token.user.clone(),
-        },
+        authority: token_authority(token),
         user: token.user.clone().unwrap_or_else(|| token.name.clone()),
         channel: Channel::Http,
         content: None,
@@ -675,14 +673,7 @@ async fn preview(
             "a bearer token is required",
         );
     };
-    let authority = Authority::Token {
-        roles: token
-            .roles
-            .iter()
-            .map(|role| role_name(*role).to_owned())
-            .collect(),
-        user: token.user.clone(),
-    };
+    let authority = token_authority(token);
     let previewed = on_broker(&api, move |broker| {
         broker.may_decide(&broker.approval(&id)?, &authority)?;
         broker.preview_edit(&id, content)
