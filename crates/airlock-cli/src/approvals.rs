@@ -522,7 +522,7 @@ pub(crate) fn approve(broker: &Broker, args: &ApproveArgs) -> Result<u8, Failure
                     for_ms: None,
                 },
             )
-            .map(|terms| terms.statement())
+            .map(|terms| safe_line(&terms.statement()).into_owned())
             .map_err(|error| Failure::with_code(2, error_line(&error)))?;
         return Err(Failure::usage(anyhow!(
             "this call was made in no session, so --always would {statement}; to make that grant, say so: airlock approve {id} --always --scope persistent"
@@ -676,7 +676,7 @@ fn decide(broker: &Broker, id: &str, request: &DecideRequest, json: bool) -> Res
                 .find(|grant| grant.approval_id.as_deref() == Some(id.as_str()))
         }) {
             let terms = broker.terms_of(&grant);
-            let _ = write!(line, "; {}: {}", grant.id, terms.statement());
+            let _ = write!(line, "; {}: {}", grant.id, safe_line(&terms.statement()));
         }
     }
     print(&line);

@@ -186,7 +186,9 @@ pub(crate) fn run(workspace: &Workspace, args: &CheckArgs) -> Result<(), Failure
         if let Some((id, statement)) = &grant {
             let _ = write!(
                 text,
-                "\n  allowed by grant {id}: {statement} (airlock grants revoke {id} ends it)"
+                "\n  allowed by grant {id}: {} (airlock grants revoke {id} ends it)",
+                // A path is an agent's string: one line, made visible.
+                airlock_core::display::safe_line(statement)
             );
         }
         print(&text);
