@@ -240,6 +240,13 @@ impl Broker {
         &self.root
     }
 
+    /// `tls.ca_file`, resolved against the workspace root: what every
+    /// outbound TLS connection trusts beside the platform's roots.
+    pub fn ca_file(&self) -> Option<PathBuf> {
+        let ca_file = self.config.tls.ca_file.as_deref()?;
+        Some(self.root.join(ca_file))
+    }
+
     /// The configuration in force.
     pub fn config(&self) -> &Config {
         &self.config

@@ -7,6 +7,7 @@
 //! made by the face that speaks MCP, behind the [`Upstreams`] trait, so the
 //! broker knows no protocol.
 
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
@@ -27,8 +28,13 @@ const RELOAD_POLL: Duration = Duration::from_millis(300);
 /// a blocking task, never from an async worker).
 pub trait Upstreams: Forwarder {
     /// Starts, restarts and stops servers so that they match `configs`;
-    /// returns the ones that could not start, with why.
-    fn reconcile(&self, configs: &[UpstreamConfig]) -> Vec<(String, String)>;
+    /// returns the ones that could not start, with why. `ca_file` is
+    /// `tls.ca_file` resolved against the workspace root.
+    fn reconcile(
+        &self,
+        configs: &[UpstreamConfig],
+        ca_file: Option<&Path>,
+    ) -> Vec<(String, String)>;
     /// The tool `tool` of upstream `upstream` as it is offered now; `None`
     /// when that upstream does not offer it (or does not exist).
     fn find_tool(&self, upstream: &str, tool: &str) -> Option<UpstreamTool>;
@@ -57,7 +63,11 @@ impl Forwarder for NoUpstreams {
 }
 
 impl Upstreams for NoUpstreams {
-    fn reconcile(&self, configs: &[UpstreamConfig]) -> Vec<(String, String)> {
+    fn reconcile(
+        &self,
+        configs: &[UpstreamConfig],
+        _ca_file: Option<&Path>,
+    ) -> Vec<(String, String)> {
         configs
             .iter()
             .map(|config| {
@@ -128,6 +138,7 @@ impl Runtime {
         upstreams: Arc<dyn Upstreams>,
     ) -> Result<Arc<Runtime>, BrokerError> {
         let configs = workspace.loaded.config.upstreams.clone();
+        let ca_file = ca_file_of(&workspace);
         if let Some(name) = &options.wrap
             && !configs.iter().any(|config| config.name == *name)
         {
@@ -150,7 +161,7 @@ impl Runtime {
             listeners: Mutex::new(Vec::new()),
             stopped: AtomicBool::new(false),
         });
-        for (name, message) in runtime.upstreams.reconcile(&configs) {
+        for (name, message) in runtime.upstreams.reconcile(&configs, ca_file.as_deref()) {
             if runtime.options.wrap.as_deref() == Some(name.as_str()) {
                 // The one server `wrap` stands for must be there.
                 runtime.upstreams.stop_all();
@@ -207,6 +218,7 @@ impl Runtime {
 
     fn take(&self, workspace: Workspace) {
         let configs = workspace.loaded.config.upstreams.clone();
+        let ca_file = ca_file_of(&workspace);
         let forwarder: Arc<dyn Forwarder> = self.upstreams.clone();
         match Broker::open_with_clock(workspace, self.clock.clone()) {
             Ok(broker) => {
@@ -215,7 +227,7 @@ impl Runtime {
                     *slot = broker;
                 }
                 eprintln!("airlock: configuration reloaded");
-                self.upstreams.reconcile(&configs);
+                self.upstreams.reconcile(&configs, ca_file.as_deref());
                 if let Err(error) = self.broker().note_config_reloaded() {
                     eprintln!("airlock: {error}");
                 }
@@ -327,4 +339,10 @@ fn spawn_loop(
                 format!("cannot start a thread: {error}"),
             )
         })
+}
+
+/// `tls.ca_file` of `workspace`, resolved against its root.
+fn ca_file_of(workspace: &Workspace) -> Option<PathBuf> {
+    let ca_file = workspace.loaded.config.tls.ca_file.as_deref()?;
+    Some(workspace.root.join(ca_file))
 }

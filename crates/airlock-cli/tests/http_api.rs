@@ -1496,3 +1496,30 @@ fn decide_batch_decides_each_in_creation_order() {
     );
     assert_eq!(status, 403);
 }
+
+#[test]
+fn webhooks_are_delivered_over_https_trusting_the_configured_ca() {
+    let (hook, hooked, release) = held_hook_receiver(0);
+    let ca = airlock_testkit::tls::TestCa::new();
+    let receiver: std::net::SocketAddr = hook
+        .strip_prefix("http://")
+        .and_then(|rest| rest.strip_suffix("/hook"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let proxy = ca.proxy(receiver);
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("test-ca.pem");
+    ca.write_pem(&ca_file);
+    let server = Server::start(&config(&format!(
+        "{DEFER}tls:\n  ca_file: {}\nnotify:\n  webhooks:\n    - {{url: \"{}\", events: [created]}}\n",
+        ca_file.display(),
+        proxy.url("/hook")
+    )));
+    let (status, pending) = server.post("/v1/tools/call", Some(AGENT), &write_call("tls.txt"));
+    assert_eq!(status, 202, "{pending}");
+    release.send(()).unwrap();
+    let created = hooked.recv_timeout(Duration::from_secs(20)).unwrap();
+    assert_eq!(created["event"], "created", "{created}");
+    assert_eq!(created["approval"]["id"], pending["approval_id"]);
+}

@@ -20,7 +20,7 @@ use std::path::Path;
 const LAYERS: &[&[&str]] = &[
     &["airlock-core"],
     &["airlock-fs", "airlock-audit", "airlock-store"],
-    &["airlock-broker"],
+    &["airlock-broker", "airlock-net"],
     &["airlock-mcp", "airlock-http"],
     &["airlock-testkit"],
     &["airlock-cli"],
@@ -133,7 +133,8 @@ fn manifests() -> Vec<(String, String)> {
 
 /// Each outside library has one home: only airlock-store knows SQL, only
 /// airlock-mcp knows rmcp, only airlock-http knows axum, only airlock-cli
-/// knows clap and anyhow; the layers below the faces run no async runtime.
+/// knows clap and anyhow, only airlock-net speaks TLS and WebSocket; below
+/// the faces only airlock-net, the outbound client, runs an async runtime.
 #[test]
 fn each_protocol_and_storage_library_is_known_to_one_crate() {
     let homes: &[(&str, &[&str])] = &[
@@ -142,7 +143,20 @@ fn each_protocol_and_storage_library_is_known_to_one_crate() {
         ("axum", &["airlock-http"]),
         ("clap", &["airlock-cli"]),
         ("anyhow", &["airlock-cli"]),
-        ("tokio", &["airlock-mcp", "airlock-http", "airlock-cli"]),
+        (
+            "tokio",
+            &[
+                "airlock-net",
+                "airlock-mcp",
+                "airlock-http",
+                "airlock-testkit",
+                "airlock-cli",
+            ],
+        ),
+        ("reqwest", &["airlock-net", "airlock-http"]),
+        // The test kit's TLS servers.
+        ("rustls", &["airlock-net", "airlock-testkit"]),
+        ("tokio-tungstenite", &["airlock-net"]),
     ];
     let mut wrong = Vec::new();
     for (name, manifest) in manifests() {

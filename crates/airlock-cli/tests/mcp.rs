@@ -1937,3 +1937,40 @@ fn wrapped_server_filesystem_reads_pass_with_trusted_annotations_and_the_state_d
     assert_eq!(status(&write), "denied", "{write}");
     assert!(ws.path("new.txt").metadata().is_err());
 }
+
+#[test]
+fn an_https_upstream_is_trusted_through_the_configured_ca_only() {
+    if !require(
+        "an_https_upstream_is_trusted_through_the_configured_ca_only",
+        &[Peer::PythonMcp, Peer::NodeTools],
+    ) {
+        return;
+    }
+    let upstream = EverythingHttp::start();
+    let ca = airlock_testkit::tls::TestCa::new();
+    let proxy = ca.proxy(([127, 0, 0, 1], upstream.port).into());
+    let upstreams = format!(
+        "upstreams:\n  - name: every\n    url: {}\n\
+         security:\n  hitl:\n    rules:\n      - tools: [every__echo]\n        risk: low\n        require_approval: false\n",
+        proxy.url("/mcp")
+    );
+    // Trusted through tls.ca_file (relative to the workspace root): the
+    // upstream's tools are offered and a call goes through.
+    let ws = Ws::new(&format!("{upstreams}tls:\n  ca_file: certs/test-ca.pem\n"));
+    ws.write("certs/test-ca.pem", ca.pem());
+    let mut client = ws.stdio_client(&[], &["serve", "--stdio"]);
+    let names = client.tool_names();
+    assert!(names.iter().any(|n| n == "every__echo"), "{names:?}");
+    let echoed = client.call("every__echo", json!({"message": "over https"}));
+    assert_eq!(status(&echoed), "allowed", "{echoed}");
+    assert_eq!(echoed["content"][0]["text"], json!("Echo: over https"));
+    drop(client);
+
+    // Without it the server's certificate is not trusted: none of its tools
+    // is offered, airlock's own still are.
+    let untrusting = Ws::new(&upstreams);
+    let mut client = untrusting.stdio_client(&[], &["serve", "--stdio"]);
+    let names = client.tool_names();
+    assert!(!names.iter().any(|n| n.starts_with("every__")), "{names:?}");
+    assert!(names.iter().any(|n| n == "read_file"), "{names:?}");
+}

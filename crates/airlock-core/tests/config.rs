@@ -66,7 +66,9 @@ fn design_defaults() -> Value {
         "notify": {"webhooks": []},
         "http": {"allowed_hosts": [], "allowed_origins": []},
         "mcp": {"max_message_bytes": 16777216},
-        "approvals": {"grant_ttl": "8h"}
+        "approvals": {"grant_ttl": "8h", "same_user": false},
+        "tls": {"ca_file": null},
+        "channels": {}
     })
 }
 
@@ -107,6 +109,7 @@ fn the_commented_examples_in_the_template_are_valid() {
         ("# upstreams:", ""),
         ("# tokens:", "auth:\n"),
         ("# webhooks:", "notify:\n"),
+        ("# channels:", ""),
     ];
     for (marker, prefix) in examples {
         let block = commented_block(TEMPLATE, marker);

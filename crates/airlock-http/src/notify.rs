@@ -28,13 +28,17 @@ const IN_FLIGHT: usize = 32;
 /// Starts delivering the events of `events` to the hooks of the
 /// configuration in force (a reload applies to the next event).
 pub(crate) fn start(runtime: Arc<Runtime>, events: &Events, links: Links, base: String) {
-    // A hook that redirects does not get to hand the links on.
-    let client = match reqwest::Client::builder()
-        .timeout(ATTEMPT_TIMEOUT)
-        .redirect(reqwest::redirect::Policy::none())
-        .user_agent(concat!("airlock/", env!("CARGO_PKG_VERSION")))
-        .build()
-    {
+    // The one outbound client (https trusting tls.ca_file too); it follows
+    // no redirect, so a hook does not get to hand the links on.
+    let ca_file = runtime.broker().ca_file();
+    let client = match airlock_net::http_client(ca_file.as_deref())
+        .map_err(|error| error.to_string())
+        .and_then(|builder| {
+            builder
+                .timeout(ATTEMPT_TIMEOUT)
+                .build()
+                .map_err(|error| error.to_string())
+        }) {
         Ok(client) => client,
         Err(error) => {
             eprintln!("airlock: webhooks are off: cannot make an HTTP client: {error}");

@@ -3,7 +3,7 @@
 //! a lost HTTP connection made again.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -63,6 +63,8 @@ impl ClientHandler for UpstreamClient {
 pub(crate) struct Upstream {
     pub config: UpstreamConfig,
     root: PathBuf,
+    /// `tls.ca_file`, resolved: trusted for an https upstream.
+    ca_file: Option<PathBuf>,
     client: AsyncRwLock<Option<Client>>,
     /// Counts the connections made, so that a failed call drops only the
     /// connection it went through.
@@ -115,7 +117,14 @@ impl Upstream {
                 headers.insert(name, value);
             }
             transport_config.custom_headers = headers;
-            let transport = StreamableHttpClientTransport::from_config(transport_config);
+            // The one outbound client; an idle connection is not kept, so a
+            // restarted server is reached afresh.
+            let http = airlock_net::http_client(self.ca_file.as_deref())
+                .map_err(|error| error.to_string())?
+                .pool_max_idle_per_host(0)
+                .build()
+                .map_err(|error| format!("cannot make an HTTP client: {error}"))?;
+            let transport = StreamableHttpClientTransport::with_client(http, transport_config);
             tokio::time::timeout(CONNECT_TIMEOUT, handler.serve(transport))
                 .await
                 .map_err(|_| "no answer to initialize".to_owned())?
@@ -299,11 +308,17 @@ impl Upstreams {
     /// or changed ones stopped (and changed ones started again). A server that
     /// fails to start is reported and kept (a stdio one is retried). The
     /// sessions are not told: that is the caller's.
-    pub(crate) async fn reconcile(&self, configs: &[UpstreamConfig]) -> Vec<(String, String)> {
+    pub(crate) async fn reconcile(
+        &self,
+        configs: &[UpstreamConfig],
+        ca_file: Option<&Path>,
+    ) -> Vec<(String, String)> {
         let current = self.all();
         let mut keep = Vec::new();
         for upstream in &current {
-            if configs.iter().any(|config| *config == upstream.config) {
+            if configs.iter().any(|config| *config == upstream.config)
+                && upstream.ca_file.as_deref() == ca_file
+            {
                 keep.push(upstream.clone());
             } else {
                 upstream.stop().await;
@@ -317,6 +332,7 @@ impl Upstreams {
             let upstream = Arc::new(Upstream {
                 config: config.clone(),
                 root: self.root.clone(),
+                ca_file: ca_file.map(Path::to_path_buf),
                 client: AsyncRwLock::new(None),
                 generation: AtomicU64::new(0),
                 tools: RwLock::new(Arc::new(Vec::new())),
@@ -363,8 +379,13 @@ impl Forwarder for UpstreamPool {
 }
 
 impl airlock_broker::Upstreams for UpstreamPool {
-    fn reconcile(&self, configs: &[UpstreamConfig]) -> Vec<(String, String)> {
-        self.runtime.block_on(self.upstreams.reconcile(configs))
+    fn reconcile(
+        &self,
+        configs: &[UpstreamConfig],
+        ca_file: Option<&Path>,
+    ) -> Vec<(String, String)> {
+        self.runtime
+            .block_on(self.upstreams.reconcile(configs, ca_file))
     }
 
     fn find_tool(&self, upstream: &str, tool: &str) -> Option<airlock_broker::UpstreamTool> {

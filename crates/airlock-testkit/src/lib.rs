@@ -12,6 +12,8 @@
 //! - [`mcp`]: the Python SDK client driver (`tests/mcp/client.py`) and a raw
 //!   JSON-RPC client of `airlock serve --stdio`.
 //! - [`terminal::Terminal`]: a program on a real pseudo-terminal.
+//! - [`tls::TestCa`]: a CA made for the test and a TLS proxy in front of a
+//!   local server, for https and wss.
 //! - [`peers`]: the programs a test needs besides Rust (Python with the MCP
 //!   SDK, Node and the npm servers, Chromium, ripgrep, git, GNU patch): a
 //!   plain `cargo test` skips such a test and says so on stderr;
@@ -29,6 +31,7 @@ pub mod http;
 pub mod mcp;
 pub mod peers;
 pub mod terminal;
+pub mod tls;
 mod workspace;
 
 pub use workspace::{Feed, Run, Workspace, advance_clock, copy_tree};

@@ -12,6 +12,7 @@
 mod model;
 mod template;
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use serde_json::Value;
@@ -462,12 +463,8 @@ fn validate(config: &Config) -> Vec<ConfigIssue> {
         "must not be empty",
     );
     if let Some(name) = &config.audit.hmac_key_env {
-        let valid = name
-            .bytes()
-            .enumerate()
-            .all(|(i, b)| b == b'_' || b.is_ascii_alphabetic() || (i > 0 && b.is_ascii_digit()));
         check(
-            !name.is_empty() && valid,
+            is_env_name(name),
             "audit.hmac_key_env",
             "must be an environment variable name",
         );
@@ -507,7 +504,180 @@ fn validate(config: &Config) -> Vec<ConfigIssue> {
         "mcp.max_message_bytes",
         "must be between 1024 and 1073741824",
     );
+    if let Some(ca_file) = &config.tls.ca_file {
+        check(
+            !ca_file.is_empty() && !ca_file.contains('\0'),
+            "tls.ca_file",
+            "must be a file's path (or null)",
+        );
+    }
+    issues.extend(validate_channels(&config.channels));
     issues
+}
+
+/// The chat channels' keys (DESIGN §3, §7.1).
+fn validate_channels(channels: &ChannelsConfig) -> Vec<ConfigIssue> {
+    let mut issues = Vec::new();
+    if let Some(telegram) = &channels.telegram {
+        let chat = ChannelKeys {
+            base: "channels.telegram",
+            envs: &[("token_env", &telegram.token_env)],
+            api_url: &telegram.api_url,
+            users: &telegram.users,
+            user_id: is_numeric_id,
+            id_words: "must be a Telegram user id (digits)",
+            timeout: telegram.timeout,
+        };
+        chat.check(&mut issues);
+        for (i, id) in telegram.chats.iter().enumerate() {
+            require(
+                &mut issues,
+                *id != 0,
+                format!("channels.telegram.chats[{i}]"),
+                "must be a Telegram chat id (not 0)",
+            );
+        }
+    }
+    if let Some(slack) = &channels.slack {
+        let chat = ChannelKeys {
+            base: "channels.slack",
+            envs: &[
+                ("bot_token_env", &slack.bot_token_env),
+                ("app_token_env", &slack.app_token_env),
+            ],
+            api_url: &slack.api_url,
+            users: &slack.users,
+            user_id: is_slack_id,
+            id_words: "must be a Slack user id (capital letters and digits)",
+            timeout: slack.timeout,
+        };
+        chat.check(&mut issues);
+        for (i, id) in slack.channels.iter().enumerate() {
+            require(
+                &mut issues,
+                is_slack_id(id),
+                format!("channels.slack.channels[{i}]"),
+                "must be a Slack channel id (capital letters and digits)",
+            );
+        }
+    }
+    if let Some(discord) = &channels.discord {
+        let chat = ChannelKeys {
+            base: "channels.discord",
+            envs: &[("token_env", &discord.token_env)],
+            api_url: &discord.api_url,
+            users: &discord.users,
+            user_id: is_numeric_id,
+            id_words: "must be a Discord user id (digits)",
+            timeout: discord.timeout,
+        };
+        chat.check(&mut issues);
+        for (i, id) in discord.channels.iter().enumerate() {
+            require(
+                &mut issues,
+                is_numeric_id(id),
+                format!("channels.discord.channels[{i}]"),
+                "must be a Discord channel id (digits)",
+            );
+        }
+        if let Some(url) = &discord.gateway_url {
+            require(
+                &mut issues,
+                is_ws_url(url),
+                "channels.discord.gateway_url".to_owned(),
+                "must be a ws:// or wss:// url",
+            );
+        }
+    }
+    issues
+}
+
+/// The keys every chat channel has.
+struct ChannelKeys<'a> {
+    base: &'a str,
+    envs: &'a [(&'a str, &'a String)],
+    api_url: &'a str,
+    users: &'a BTreeMap<String, ChatUser>,
+    user_id: fn(&str) -> bool,
+    id_words: &'a str,
+    timeout: u64,
+}
+
+impl ChannelKeys<'_> {
+    fn check(&self, issues: &mut Vec<ConfigIssue>) {
+        let base = self.base;
+        for (key, name) in self.envs {
+            require(
+                issues,
+                is_env_name(name),
+                format!("{base}.{key}"),
+                "must be an environment variable name",
+            );
+        }
+        require(
+            issues,
+            is_http_url(self.api_url),
+            format!("{base}.api_url"),
+            NOT_HTTP_URL,
+        );
+        for (id, entry) in self.users {
+            let path = format!("{base}.users.{id}");
+            require(issues, (self.user_id)(id), path.clone(), self.id_words);
+            require(
+                issues,
+                !entry.user().trim().is_empty(),
+                path.clone(),
+                "must name an airlock user",
+            );
+            let roles = entry.roles();
+            require(
+                issues,
+                !roles.is_empty(),
+                format!("{path}.roles"),
+                "must name a role",
+            );
+            require(
+                issues,
+                !roles.contains(&Role::Agent),
+                format!("{path}.roles"),
+                "cannot be agent: an agent never decides",
+            );
+        }
+        require(
+            issues,
+            (1..=86_400).contains(&self.timeout),
+            format!("{base}.timeout"),
+            "must be between 1 and 86400 seconds",
+        );
+    }
+}
+
+fn require(issues: &mut Vec<ConfigIssue>, ok: bool, path: String, message: &str) {
+    if !ok {
+        issues.push(ConfigIssue::new(path, message));
+    }
+}
+
+/// A Telegram or Discord id: digits, not 0.
+fn is_numeric_id(id: &str) -> bool {
+    (1..=20).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_digit()) && id != "0"
+}
+
+/// A Slack user or channel id: capital letters and digits.
+fn is_slack_id(id: &str) -> bool {
+    (2..=24).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
+}
+
+/// A name an environment variable can have: `[A-Za-z_][A-Za-z0-9_]*`.
+fn is_env_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .enumerate()
+            .all(|(i, b)| b == b'_' || b.is_ascii_alphabetic() || (i > 0 && b.is_ascii_digit()))
 }
 
 /// `^[A-Za-z0-9_]{1,32}$` (spec 004).
@@ -523,15 +693,23 @@ fn is_upstream_name(name: &str) -> bool {
         && !name.contains("__")
 }
 
-/// airlock is built without a TLS client: an https:// URL could never be
-/// reached, so it is refused here rather than failing at each request.
-const NOT_HTTP_URL: &str =
-    "must be an http:// url (airlock has no TLS client: reach https through a local relay)";
+const NOT_HTTP_URL: &str = "must be an http:// or https:// url";
 
 fn is_http_url(url: &str) -> bool {
-    url.strip_prefix("http://")
-        .is_some_and(|rest| !rest.is_empty())
-        && !url.chars().any(char::is_whitespace)
+    has_scheme(url, &["http://", "https://"])
+}
+
+fn is_ws_url(url: &str) -> bool {
+    has_scheme(url, &["ws://", "wss://"])
+}
+
+/// `url` starts with one of `schemes`, names a host and holds no space or
+/// control character.
+fn has_scheme(url: &str, schemes: &[&str]) -> bool {
+    schemes.iter().any(|scheme| {
+        url.strip_prefix(scheme)
+            .is_some_and(|rest| !rest.is_empty() && !rest.starts_with('/'))
+    }) && !url.chars().any(|c| c.is_whitespace() || c.is_control())
 }
 
 #[cfg(test)]

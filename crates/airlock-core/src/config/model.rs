@@ -34,6 +34,9 @@ pub struct Config {
     pub http: HttpConfig,
     pub mcp: McpConfig,
     pub approvals: ApprovalsConfig,
+    pub tls: TlsConfig,
+    /// Chat approvers (DESIGN §7.1); each connects outbound only.
+    pub channels: ChannelsConfig,
 }
 
 /// Where the sandbox is and where airlock keeps its own state.
@@ -392,12 +395,169 @@ pub struct ApprovalsConfig {
     /// How long an "always allow" grant lasts unless the approval names
     /// another time (`--for`): `30s`, `10m`, `8h`, `7d`.
     pub grant_ttl: String,
+    /// Spec 001: only the user who made a call may decide it (implied when
+    /// `security.write_tool_allowlist` lists users).
+    pub same_user: bool,
 }
 
 impl Default for ApprovalsConfig {
     fn default() -> ApprovalsConfig {
         ApprovalsConfig {
             grant_ttl: "8h".to_owned(),
+            same_user: false,
+        }
+    }
+}
+
+/// Outbound TLS (https upstreams, webhooks, chat APIs).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsConfig {
+    /// PEM certificates trusted beside the platform's roots (a private CA),
+    /// relative to the workspace root.
+    pub ca_file: Option<String>,
+}
+
+/// The chat channels; none runs unless configured.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ChannelsConfig {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub telegram: Option<TelegramConfig>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slack: Option<SlackConfig>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub discord: Option<DiscordConfig>,
+}
+
+/// A platform user mapped to an airlock user: its name (role approver) or
+/// the name with roles.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum ChatUser {
+    Name(String),
+    WithRoles(ChatUserRoles),
+}
+
+/// An airlock user with the roles a chat decision is taken with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChatUserRoles {
+    pub user: String,
+    #[serde(default = "approver_role")]
+    pub roles: Vec<Role>,
+}
+
+fn approver_role() -> Vec<Role> {
+    vec![Role::Approver]
+}
+
+impl ChatUser {
+    /// The airlock user.
+    pub fn user(&self) -> &str {
+        match self {
+            ChatUser::Name(user) => user,
+            ChatUser::WithRoles(entry) => &entry.user,
+        }
+    }
+
+    /// The roles the user decides with (approver unless listed).
+    pub fn roles(&self) -> Vec<Role> {
+        match self {
+            ChatUser::Name(_) => approver_role(),
+            ChatUser::WithRoles(entry) => entry.roles.clone(),
+        }
+    }
+}
+
+/// Telegram (Bot API, long polling).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelegramConfig {
+    /// Environment variable holding the bot token.
+    pub token_env: String,
+    /// Bot API server; requests go to `{api_url}/bot{token}/{method}`.
+    pub api_url: String,
+    /// Chat ids approvals go to when the requester names no chat.
+    pub chats: Vec<i64>,
+    /// Telegram user id -> airlock user.
+    pub users: BTreeMap<String, ChatUser>,
+    /// Seconds a confirmation waits in the chat (capped by the risk
+    /// policy's timeout), then it is denied as expired.
+    pub timeout: u64,
+}
+
+impl Default for TelegramConfig {
+    fn default() -> TelegramConfig {
+        TelegramConfig {
+            token_env: "AIRLOCK_TELEGRAM_TOKEN".to_owned(),
+            api_url: "https://api.telegram.org".to_owned(),
+            chats: Vec::new(),
+            users: BTreeMap::new(),
+            timeout: 60,
+        }
+    }
+}
+
+/// Slack (Socket Mode and the Web API).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct SlackConfig {
+    /// Environment variable holding the bot token (`xoxb-…`).
+    pub bot_token_env: String,
+    /// Environment variable holding the app-level token (`xapp-…`) Socket
+    /// Mode connects with.
+    pub app_token_env: String,
+    /// Web API base.
+    pub api_url: String,
+    /// Channel ids approvals go to when the requester names none.
+    pub channels: Vec<String>,
+    /// Slack user id -> airlock user.
+    pub users: BTreeMap<String, ChatUser>,
+    /// Seconds a confirmation waits (capped by the risk policy's timeout).
+    pub timeout: u64,
+}
+
+impl Default for SlackConfig {
+    fn default() -> SlackConfig {
+        SlackConfig {
+            bot_token_env: "AIRLOCK_SLACK_BOT_TOKEN".to_owned(),
+            app_token_env: "AIRLOCK_SLACK_APP_TOKEN".to_owned(),
+            api_url: "https://slack.com/api".to_owned(),
+            channels: Vec::new(),
+            users: BTreeMap::new(),
+            timeout: 60,
+        }
+    }
+}
+
+/// Discord (Gateway and REST).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct DiscordConfig {
+    /// Environment variable holding the bot token.
+    pub token_env: String,
+    /// REST API base.
+    pub api_url: String,
+    /// Gateway URL; unset: asked from the API (`GET /gateway/bot`).
+    pub gateway_url: Option<String>,
+    /// Channel ids approvals go to when the requester names none.
+    pub channels: Vec<String>,
+    /// Discord user id -> airlock user.
+    pub users: BTreeMap<String, ChatUser>,
+    /// Seconds a confirmation waits (capped by the risk policy's timeout).
+    pub timeout: u64,
+}
+
+impl Default for DiscordConfig {
+    fn default() -> DiscordConfig {
+        DiscordConfig {
+            token_env: "AIRLOCK_DISCORD_TOKEN".to_owned(),
+            api_url: "https://discord.com/api/v10".to_owned(),
+            gateway_url: None,
+            channels: Vec::new(),
+            users: BTreeMap::new(),
+            timeout: 60,
         }
     }
 }

@@ -81,7 +81,7 @@ upstreams: []                # MCP servers whose tools airlock gates as <name>__
 #     args: ["@modelcontextprotocol/server-filesystem", "."]
 #     trusted_annotations: false
 #   - name: remote
-#     url: http://127.0.0.1:3011/mcp
+#     url: https://mcp.example.com/mcp   # http:// or https:// (trusting tls.ca_file too)
 
 auth:                        # HTTP only; tokens stored as sha256
   tokens: []
@@ -107,4 +107,31 @@ mcp:
 
 approvals:
   grant_ttl: 8h              # always-allow grants end after this unless the approval says --for
+  same_user: false           # spec 001: only the user who made a call may decide it
+                             # (implied when security.write_tool_allowlist lists users)
+
+tls:
+  ca_file: null              # extra PEM roots (a private CA) for https upstreams, webhooks, chat APIs
+
+channels: {}                 # chat approvers; each connects outbound only (no public URL); for example:
+# channels:
+#   telegram:
+#     token_env: AIRLOCK_TELEGRAM_TOKEN
+#     api_url: https://api.telegram.org
+#     chats: [-1001234567890]          # where approvals go when the requester names no chat
+#     users: {"123456789": user-1}     # platform user id -> airlock user (role approver), or
+#                                      # {"123456789": {user: user-1, roles: [approver, admin]}}
+#     timeout: 60                      # seconds; capped by the risk policy's timeout
+#   slack:
+#     bot_token_env: AIRLOCK_SLACK_BOT_TOKEN
+#     app_token_env: AIRLOCK_SLACK_APP_TOKEN   # Socket Mode
+#     api_url: https://slack.com/api
+#     channels: [C0123456]
+#     users: {U0123456: user-1}
+#   discord:
+#     token_env: AIRLOCK_DISCORD_TOKEN
+#     api_url: https://discord.com/api/v10
+#     gateway_url: null                # default: asked from the API
+#     channels: ["112233445566778899"]
+#     users: {"998877665544332211": user-1}
 "#;
