@@ -55,6 +55,16 @@ pub enum Authority {
     /// The human behind the MCP client that made the call, answering
     /// airlock's own question: only where the client may decide.
     Client,
+    /// A chat platform's user, mapped in `channels.<name>.users` to an
+    /// airlock user and its roles.
+    Chat {
+        /// The platform (`Channel::Telegram`, …).
+        channel: Channel,
+        /// The platform's user id.
+        platform_user: String,
+        user: String,
+        roles: Vec<String>,
+    },
 }
 
 /// A human's decision on a pending approval.
@@ -126,21 +136,32 @@ impl Broker {
         match authority {
             Authority::Terminal => Ok(()),
             Authority::Token { roles, user } => {
-                let approvers = &approval.terms.approvers;
-                if !approvers.is_empty()
-                    && !approvers.iter().any(|approver| {
-                        roles.iter().any(|role| role == approver)
-                            || user.as_deref() == Some(approver.as_str())
-                    })
+                self.holds_the_risks_right(approval, roles, user.as_deref())?;
+                if self.only_the_requester(approval)
+                    && (approval.user.is_none() || *user != approval.user)
                 {
-                    return forbidden(format!(
-                        "{} risk is decided only by {}",
-                        approval.risk,
-                        approvers.join(", ")
-                    ));
+                    return forbidden(self.who_may_decide(approval));
                 }
-                if self.only_the_requester(approval) && *user != approval.user {
-                    return forbidden("only the user who made the call may decide it".to_owned());
+                Ok(())
+            }
+            Authority::Chat {
+                channel,
+                platform_user,
+                user,
+                roles,
+            } => {
+                self.holds_the_risks_right(approval, roles, Some(user))?;
+                if self.only_the_requester(approval) {
+                    // The call's own user, and, when the call names its
+                    // requester's account on this platform, that account.
+                    let named = approval
+                        .requester
+                        .as_ref()
+                        .filter(|requester| requester.channel == channel.as_str());
+                    let same_account = named.is_none_or(|r| r.user == *platform_user);
+                    if approval.user.as_deref() != Some(user.as_str()) || !same_account {
+                        return forbidden(self.who_may_decide(approval));
+                    }
                 }
                 Ok(())
             }
@@ -152,6 +173,60 @@ impl Broker {
             Authority::Client => {
                 forbidden("this approval is not decided in the MCP client".to_owned())
             }
+        }
+    }
+
+    /// Whether `roles` or `user` are among the risk's `approvers` (when it
+    /// names any).
+    fn holds_the_risks_right(
+        &self,
+        approval: &Approval,
+        roles: &[String],
+        user: Option<&str>,
+    ) -> Result<(), BrokerError> {
+        let approvers = &approval.terms.approvers;
+        if approvers.is_empty()
+            || approvers.iter().any(|approver| {
+                roles.iter().any(|role| role == approver) || user == Some(approver.as_str())
+            })
+        {
+            return Ok(());
+        }
+        Err(BrokerError::refused(
+            ErrorCode::Forbidden,
+            format!(
+                "{} risk is decided only by {}",
+                approval.risk,
+                approvers.join(", ")
+            ),
+        ))
+    }
+
+    /// Who may decide `approval`, in words, for a refusal.
+    pub fn who_may_decide(&self, approval: &Approval) -> String {
+        let approvers = &approval.terms.approvers;
+        let by_role = if approvers.is_empty() {
+            String::new()
+        } else {
+            format!(" holding {}", approvers.join(" or "))
+        };
+        if self.only_the_requester(approval) {
+            match &approval.user {
+                Some(user) => {
+                    format!("only the user who made the call ({user}) may decide it{by_role}")
+                }
+                None => "only the user who made the call may decide it, and it names none: \
+                         decide it at the terminal (airlock approve or deny)"
+                    .to_owned(),
+            }
+        } else if approvers.is_empty() {
+            "any approver may decide it".to_owned()
+        } else {
+            format!(
+                "{} risk is decided only by {}",
+                approval.risk,
+                approvers.join(", ")
+            )
         }
     }
 
@@ -170,9 +245,11 @@ impl Broker {
     }
 
     /// Whether only the user who made a call may decide it (spec 001:
-    /// writes limited to listed users).
+    /// `approvals.same_user`, or writes limited to listed users). With
+    /// `same_user`, a call naming no user is decided at the terminal only.
     fn only_the_requester(&self, approval: &Approval) -> bool {
-        self.config.security.write_tool_allowlist.is_some() && approval.user.is_some()
+        self.config.approvals.same_user
+            || (self.config.security.write_tool_allowlist.is_some() && approval.user.is_some())
     }
 
     /// A human decides a pending approval. Approving applies the stored plan
@@ -268,6 +345,15 @@ impl Broker {
                 .text("decided_by", "human")
                 .text("user", &request.user)
                 .text("channel", request.channel.as_str())
+                .value(
+                    "platform_user",
+                    match &request.authority {
+                        Authority::Chat { platform_user, .. } => {
+                            Some(Value::String(platform_user.clone()))
+                        }
+                        _ => None,
+                    },
+                )
                 .value("reason", reason.map(|r| Value::String(r.to_owned())))
                 .value("edited", edited.as_ref().map(|_| Value::Bool(true)))
                 .value(

@@ -20,6 +20,7 @@
 mod apply;
 mod batch;
 mod broker;
+mod chat;
 mod clock;
 mod decide;
 mod envelopes;
@@ -36,7 +37,7 @@ mod undo;
 mod views;
 mod wait;
 
-pub use airlock_store::{Approval, GrantRow};
+pub use airlock_store::{Approval, ChatMessage, GrantRow};
 pub use airlock_store::{EventKind, FeedEvent, Notifier};
 pub use batch::{BatchOutcome, MAX_BATCH};
 pub use broker::{Broker, Workspace};

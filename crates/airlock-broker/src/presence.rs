@@ -27,6 +27,8 @@ pub enum LiveChannel {
     WebUi,
     /// A `serve --http` that sends new approvals to a webhook.
     Webhooks,
+    /// The process running the chat channels (Telegram, Slack, Discord).
+    Chat,
 }
 
 impl LiveChannel {
@@ -35,6 +37,7 @@ impl LiveChannel {
             LiveChannel::Watch => "watch",
             LiveChannel::WebUi => "web",
             LiveChannel::Webhooks => "hook",
+            LiveChannel::Chat => "chat",
         }
     }
 
@@ -44,6 +47,7 @@ impl LiveChannel {
             LiveChannel::Watch => "airlock watch",
             LiveChannel::WebUi => "the web UI",
             LiveChannel::Webhooks => "a webhook (sent by serve --http)",
+            LiveChannel::Chat => "a chat channel (Telegram, Slack or Discord)",
         }
     }
 }
@@ -110,6 +114,8 @@ impl Broker {
                     LiveChannel::WebUi
                 } else if name.starts_with("hook-") {
                     LiveChannel::Webhooks
+                } else if name.starts_with("chat-") {
+                    LiveChannel::Chat
                 } else {
                     continue;
                 };

@@ -61,6 +61,7 @@ impl Broker {
             session: call.session.clone(),
             tool_call_id: call.tool_call_id.clone(),
             context_id: call.context_id.clone(),
+            requester: call.requester.clone(),
             risk: decision.risk,
             terms: ApprovalTerms::from(decision),
             path: shown.path,

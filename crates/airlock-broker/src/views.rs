@@ -29,6 +29,7 @@ pub fn approval_view(approval: &Approval) -> Value {
         "agent": approval.agent,
         "session": approval.session,
         "context_id": approval.context_id,
+        "requester": approval.requester,
         "params": parse(&approval.args_display),
         "created_ms": approval.created_ms,
         "expires_ms": approval.expires_ms,

@@ -38,6 +38,10 @@ pub(crate) struct CallSpec {
     /// with its approval and in the audit log.
     #[arg(long = "context", value_name = "ID")]
     pub context_id: Option<String>,
+    /// Who asked on a chat platform, `channel:chat:user` (telegram, slack or
+    /// discord, with the platform's ids): the confirmation goes to that chat.
+    #[arg(long, value_name = "CHANNEL:CHAT:USER")]
+    pub requester: Option<String>,
 }
 
 impl CallSpec {
@@ -102,6 +106,12 @@ impl CallSpec {
             airlock_core::call::check_context_id(context_id)
                 .map_err(|error| Failure::usage(anyhow!("--context: {error}")))?;
             call.context_id = Some(context_id.clone());
+        }
+        if let Some(requester) = &self.requester {
+            call.requester = Some(
+                airlock_core::Requester::parse(requester)
+                    .map_err(|error| Failure::usage(anyhow!("--requester: {error}")))?,
+            );
         }
         Ok(call)
     }

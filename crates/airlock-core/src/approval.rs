@@ -38,14 +38,23 @@ pub enum Channel {
     Mcp,
     /// A signed one-time approve/deny link.
     Link,
+    /// A Telegram chat (Bot API).
+    Telegram,
+    /// A Slack channel (Socket Mode).
+    Slack,
+    /// A Discord channel (Gateway).
+    Discord,
 }
 
 impl Channel {
-    pub const ALL: [Channel; 4] = [
+    pub const ALL: [Channel; 7] = [
         Channel::Terminal,
         Channel::Http,
         Channel::Mcp,
         Channel::Link,
+        Channel::Telegram,
+        Channel::Slack,
+        Channel::Discord,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -54,6 +63,9 @@ impl Channel {
             Channel::Http => "http",
             Channel::Mcp => "mcp",
             Channel::Link => "link",
+            Channel::Telegram => "telegram",
+            Channel::Slack => "slack",
+            Channel::Discord => "discord",
         }
     }
 }
@@ -405,7 +417,7 @@ mod tests {
                 json!(channel.as_str())
             );
         }
-        assert!("telegram".parse::<Channel>().is_err());
+        assert!("irc".parse::<Channel>().is_err());
         // Names line up in tables: widths apply.
         assert_eq!(
             format!("{:<8}|{:>6}|", Risk::Low, Channel::Mcp),

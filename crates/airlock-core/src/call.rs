@@ -99,6 +99,9 @@ pub struct ToolCall {
     /// The caller's own correlation id (spec 000's `context_id`: MCP `_meta`,
     /// the HTTP body, `airlock call --context`), recorded with the call.
     pub context_id: Option<String>,
+    /// Who asked for the call on a chat platform (spec 001), where its
+    /// confirmation goes.
+    pub requester: Option<Requester>,
     /// When the call arrived; grants that expired before it do not apply.
     pub received_at: UnixMillis,
 }
@@ -120,8 +123,90 @@ impl ToolCall {
             profile: None,
             tool_call_id: None,
             context_id: None,
+            requester: None,
             received_at,
         }
+    }
+}
+
+/// The person a call was made for on a chat platform (spec 001: the bot
+/// asks in the chat where the user asked it): the platform, the chat and
+/// the platform's user id. Given by the caller (`requester` in the HTTP
+/// body, `_meta["airlock/requester"]` over MCP, `--requester
+/// channel:chat:user`), so it only routes a confirmation; who may decide
+/// is still the configuration's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Requester {
+    /// `telegram`, `slack` or `discord`.
+    pub channel: String,
+    /// The platform's chat or channel id.
+    pub chat: String,
+    /// The platform's user id.
+    pub user: String,
+}
+
+/// The chat platforms a requester can name.
+pub const CHAT_CHANNELS: [&str; 3] = ["telegram", "slack", "discord"];
+
+impl Requester {
+    /// A requester from its JSON form `{channel, chat, user}` (strings; a
+    /// Telegram chat may be given as a number), checked.
+    pub fn from_json(value: &Value) -> Result<Requester, String> {
+        let Some(object) = value.as_object() else {
+            return Err("requester must be an object {channel, chat, user}".to_owned());
+        };
+        if let Some(key) = object
+            .keys()
+            .find(|key| !["channel", "chat", "user"].contains(&key.as_str()))
+        {
+            return Err(format!("requester: unknown field {key:?}"));
+        }
+        let field = |name: &str| match object.get(name) {
+            Some(Value::String(text)) => Ok(text.clone()),
+            Some(Value::Number(number)) if name != "channel" => Ok(number.to_string()),
+            Some(_) => Err(format!("requester.{name} must be a string")),
+            None => Err(format!("requester.{name} is missing")),
+        };
+        Requester::new(&field("channel")?, &field("chat")?, &field("user")?)
+    }
+
+    /// A requester from `channel:chat:user`.
+    pub fn parse(text: &str) -> Result<Requester, String> {
+        let mut parts = text.splitn(3, ':');
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some(channel), Some(chat), Some(user)) => Requester::new(channel, chat, user),
+            _ => Err("requester must be channel:chat:user (telegram:-100123:42)".to_owned()),
+        }
+    }
+
+    /// Checks each part: a known chat platform, and ids of 1 to 64 letters,
+    /// digits, `-` and `_` (every platform's ids are of that form; nothing
+    /// else reaches a platform's API or a message).
+    pub fn new(channel: &str, chat: &str, user: &str) -> Result<Requester, String> {
+        if !CHAT_CHANNELS.contains(&channel) {
+            return Err(format!(
+                "requester.channel must be one of {}",
+                CHAT_CHANNELS.join(", ")
+            ));
+        }
+        let id = |text: &str| {
+            (1..=64).contains(&text.len())
+                && text
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        };
+        if !id(chat) {
+            return Err("requester.chat must be 1 to 64 letters, digits, - or _".to_owned());
+        }
+        if !id(user) {
+            return Err("requester.user must be 1 to 64 letters, digits, - or _".to_owned());
+        }
+        Ok(Requester {
+            channel: channel.to_owned(),
+            chat: chat.to_owned(),
+            user: user.to_owned(),
+        })
     }
 }
 

@@ -42,7 +42,9 @@ pub mod tools;
 pub mod yaml;
 
 pub use approval::{ApprovalTerms, Channel, Decided, StateError};
-pub use call::{HttpPrincipal, Principal, ToolAnnotations, ToolCall, ToolOrigin, UnixMillis};
+pub use call::{
+    HttpPrincipal, Principal, Requester, ToolAnnotations, ToolCall, ToolOrigin, UnixMillis,
+};
 pub use error_code::ErrorCode;
 pub use plan::{ChangePlan, FileChange, Plan, UpstreamCall};
 pub use policy::{

@@ -251,6 +251,21 @@ struct CallBody {
     /// the audit log (spec 000).
     #[serde(default)]
     context_id: Option<String>,
+    /// Who asked on a chat platform, `{channel, chat, user}`
+    /// (`telegram|slack|discord`, the platform's chat and user ids): the
+    /// confirmation goes to that chat (spec 001).
+    #[serde(default)]
+    #[schemars(with = "Option<RequesterSchema>")]
+    requester: Option<Value>,
+}
+
+/// The shape of `requester` in a call's body.
+#[derive(schemars::JsonSchema)]
+#[allow(dead_code)]
+struct RequesterSchema {
+    channel: String,
+    chat: String,
+    user: String,
 }
 
 /// Who a request's calls are made by: the token's user, name (as the agent
@@ -298,6 +313,15 @@ async fn tools_call(
             error.to_string(),
         );
     }
+    let requester = match body.requester.as_ref().filter(|value| !value.is_null()) {
+        None => None,
+        Some(value) => match airlock_core::Requester::from_json(value) {
+            Ok(requester) => Some(requester),
+            Err(message) => {
+                return failure(StatusCode::BAD_REQUEST, ErrorCode::InvalidInput, message);
+            }
+        },
+    };
     let (tool, origin) = api.runtime.resolve(&body.tool);
     let call = ToolCall {
         tool,
@@ -308,6 +332,7 @@ async fn tools_call(
         profile: None,
         tool_call_id: body.tool_call_id,
         context_id: body.context_id,
+        requester,
         received_at: api.runtime.broker().now_ms(),
     };
     let broker = api.runtime.broker();

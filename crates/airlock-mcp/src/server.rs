@@ -205,6 +205,18 @@ impl Session {
                 ));
             }
         };
+        // Who asked on a chat platform (spec 001), from `_meta`.
+        let requester = match context.meta.get("airlock/requester") {
+            None | Some(Value::Null) => None,
+            Some(value) => Some(
+                airlock_core::Requester::from_json(value).map_err(|message| {
+                    ErrorData::invalid_params(
+                        format!("_meta[\"airlock/requester\"]: {message}"),
+                        None,
+                    )
+                })?,
+            ),
+        };
         let call = ToolCall {
             tool,
             args,
@@ -219,6 +231,7 @@ impl Session {
             profile,
             tool_call_id: Some(context.id.to_string()),
             context_id,
+            requester,
             received_at: self.face.broker().now_ms(),
         };
         if rounds && request.request_state.is_some() {

@@ -4,7 +4,7 @@
 //! transaction. The typed parts of a row are written and read here only.
 
 use airlock_core::envelope::{DecidedBy, Envelope};
-use airlock_core::{ApprovalTerms, Channel, Decided, Plan, Risk, StateError};
+use airlock_core::{ApprovalTerms, Channel, Decided, Plan, Requester, Risk, StateError};
 use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::{Deserialize, Serialize};
 
@@ -96,6 +96,8 @@ pub struct NewApproval {
     pub tool_call_id: Option<String>,
     /// The caller's own correlation id (spec 000's `context_id`).
     pub context_id: Option<String>,
+    /// Who asked on a chat platform (where its confirmation goes).
+    pub requester: Option<Requester>,
     pub risk: Risk,
     /// What the policy's decision binds the approval to (timeout,
     /// allow_skip, require_reason, approvers).
@@ -136,6 +138,7 @@ impl NewApproval {
             session: None,
             tool_call_id: None,
             context_id: None,
+            requester: None,
             risk,
             terms,
             path: None,
@@ -212,7 +215,8 @@ pub struct EditedPlan {
 const APPROVAL_COLUMNS: &str = "seq, id, tool, args_json, args_display, dedup_key, user, agent, \
      session, tool_call_id, risk, decision_json, path, summary, diff, plan_json, created_ms, \
      expires_ms, status, decided_by, decided_user, channel, reason, decided_ms, result_json, \
-     waiter_pid, owner_pid, owner, context_id, edited, undone";
+     waiter_pid, owner_pid, owner, context_id, edited, undone, requester_channel, requester_chat, \
+     requester_user";
 impl Store {
     /// Records a new pending approval, unless an identical call is already
     /// pending (then that one is returned), or the pending limits are reached.
@@ -271,8 +275,9 @@ impl Store {
             tx.execute(
                 "INSERT INTO approvals (id, tool, args_json, args_display, dedup_key, user, agent, \
                  session, tool_call_id, risk, decision_json, path, summary, diff, plan_json, \
-                 created_ms, expires_ms, status, waiter_pid, owner, context_id) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, 'pending', ?18, ?19, ?20)",
+                 created_ms, expires_ms, status, waiter_pid, owner, context_id, \
+                 requester_channel, requester_chat, requester_user) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, 'pending', ?18, ?19, ?20, ?21, ?22, ?23)",
                 params![
                     new.id,
                     new.tool,
@@ -294,6 +299,9 @@ impl Store {
                     new.waiter_pid,
                     new.owner,
                     new.context_id,
+                    new.requester.as_ref().map(|r| r.channel.as_str()),
+                    new.requester.as_ref().map(|r| r.chat.as_str()),
+                    new.requester.as_ref().map(|r| r.user.as_str()),
                 ],
             )?;
             let created = get_in(tx, &new.id)?;
@@ -486,6 +494,39 @@ impl Store {
             at_ms,
             EventKind::ApprovalExpired,
         )
+    }
+
+    /// Brings a pending approval's expiry forward to `until_ms` (never
+    /// later than it was); `Ok(None)` when it is no longer pending or
+    /// already expires by then.
+    pub fn cap_expiry(
+        &self,
+        id: &str,
+        until_ms: Millis,
+        at_ms: Millis,
+    ) -> Result<Option<Approval>, StoreError> {
+        self.changing(|conn| {
+            let changed = conn.execute(
+                "UPDATE approvals SET expires_ms = ?2 \
+                 WHERE id = ?1 AND status = 'pending' AND expires_ms > ?2",
+                params![id, until_ms as i64],
+            )?;
+            if changed != 1 {
+                return Ok(None);
+            }
+            let approval = get_in(conn, id)?;
+            write_event(
+                conn,
+                NewEvent {
+                    kind: EventKind::ApprovalExpiryChanged,
+                    subject: Some(id),
+                    owner: approval.owner.as_deref(),
+                    at_ms,
+                    data: serde_json::json!({"expires_ms": until_ms}),
+                },
+            )?;
+            Ok(Some(approval))
+        })
     }
 
     /// `pending -> cancelled` (the waiting call went away).
@@ -797,6 +838,18 @@ fn approval_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Approval, StoreEr
             session: row.get("session")?,
             tool_call_id: row.get("tool_call_id")?,
             context_id: row.get("context_id")?,
+            requester: match (
+                row.get::<_, Option<String>>("requester_channel")?,
+                row.get::<_, Option<String>>("requester_chat")?,
+                row.get::<_, Option<String>>("requester_user")?,
+            ) {
+                (Some(channel), Some(chat), Some(user)) => Some(Requester {
+                    channel,
+                    chat,
+                    user,
+                }),
+                _ => None,
+            },
             risk,
             terms,
             path: row.get("path")?,

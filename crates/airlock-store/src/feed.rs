@@ -35,6 +35,9 @@ pub enum EventKind {
     ApprovalCancelled,
     /// An applied change was reverted.
     ApprovalUndone,
+    /// A pending approval's expiry was brought forward (a chat channel's
+    /// timeout); `data.expires_ms` is the new one.
+    ApprovalExpiryChanged,
     GrantCreated,
     GrantRevoked,
     /// A new configuration is in force.
@@ -44,7 +47,7 @@ pub enum EventKind {
 }
 
 impl EventKind {
-    const ALL: [EventKind; 11] = [
+    const ALL: [EventKind; 12] = [
         EventKind::ApprovalCreated,
         EventKind::ApprovalDecided,
         EventKind::ApprovalApplied,
@@ -52,6 +55,7 @@ impl EventKind {
         EventKind::ApprovalExpired,
         EventKind::ApprovalCancelled,
         EventKind::ApprovalUndone,
+        EventKind::ApprovalExpiryChanged,
         EventKind::GrantCreated,
         EventKind::GrantRevoked,
         EventKind::ConfigReloaded,
@@ -67,6 +71,7 @@ impl EventKind {
             EventKind::ApprovalExpired => "approval_expired",
             EventKind::ApprovalCancelled => "approval_cancelled",
             EventKind::ApprovalUndone => "approval_undone",
+            EventKind::ApprovalExpiryChanged => "approval_expiry_changed",
             EventKind::GrantCreated => "grant_created",
             EventKind::GrantRevoked => "grant_revoked",
             EventKind::ConfigReloaded => "config_reloaded",

@@ -37,6 +37,7 @@ use std::time::Duration;
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 
 mod approvals;
+mod chat;
 mod error;
 mod feed;
 mod grants;
@@ -46,6 +47,7 @@ mod snapshots;
 use schema::migrate;
 
 pub use approvals::{Approval, ApprovalStatus, Created, EditedPlan, Limits, NewApproval, Verdict};
+pub use chat::ChatMessage;
 pub use error::StoreError;
 pub use feed::{EVENT_FORMAT, EventKind, FeedEvent, Notifier};
 pub use grants::GrantRow;

@@ -95,6 +95,23 @@ const MIGRATIONS: &[&str] = &[
     "ALTER TABLE approvals ADD COLUMN undone INTEGER NOT NULL DEFAULT 0;
      UPDATE approvals SET undone = 1
      WHERE id IN (SELECT approval_id FROM snapshot_files WHERE undone = 1);",
+    // 6: who asked on a chat platform, and the chat messages that show
+    // approvals (one per approval, platform and chat; a row is claimed
+    // before its message is posted, so no two processes post it).
+    "ALTER TABLE approvals ADD COLUMN requester_channel TEXT;
+     ALTER TABLE approvals ADD COLUMN requester_chat TEXT;
+     ALTER TABLE approvals ADD COLUMN requester_user TEXT;
+     CREATE TABLE chat_messages (
+         approval_id TEXT NOT NULL,
+         platform TEXT NOT NULL,
+         chat TEXT NOT NULL,
+         message_id TEXT,
+         claimed_ms INTEGER NOT NULL,
+         shown TEXT NOT NULL DEFAULT '',
+         settled INTEGER NOT NULL DEFAULT 0,
+         PRIMARY KEY (approval_id, platform, chat)
+     );
+     CREATE INDEX chat_messages_open ON chat_messages (platform, settled);",
 ];
 
 /// The schema version this build writes: the number of migrations.

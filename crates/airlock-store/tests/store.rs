@@ -442,14 +442,16 @@ fn a_version_0_database_is_migrated_and_its_old_rows_belong_to_nobody() {
             .unwrap();
     }
     let store = Store::open(&path).unwrap();
-    assert_eq!(store.schema_version().unwrap(), 5);
+    assert_eq!(store.schema_version().unwrap(), 6);
     let old = store.get("hitl-old").unwrap();
     assert_eq!(old.status, ApprovalStatus::Pending);
     // Terms and plans written before formats are read as they were meant.
     assert_eq!((old.risk, old.terms.timeout_seconds), (Risk::Medium, 60));
     assert!(matches!(old.plan, Plan::Write(_)), "{:?}", old.plan);
-    // Migration 2: rows older than context_id have none.
+    // Migration 2: rows older than context_id have none; migration 6:
+    // nor a requester.
     assert_eq!(old.context_id, None);
+    assert_eq!(old.requester, None);
     assert_eq!(
         (old.user.as_deref(), old.owner.as_deref()),
         (Some("u1"), None)
@@ -463,7 +465,7 @@ fn a_version_0_database_is_migrated_and_its_old_rows_belong_to_nobody() {
     drop(store);
     // Opening it again changes nothing.
     let again = Store::open(&path).unwrap();
-    assert_eq!(again.schema_version().unwrap(), 5);
+    assert_eq!(again.schema_version().unwrap(), 6);
     assert_eq!(again.get("hitl-old").unwrap(), old);
 }
 
@@ -482,14 +484,14 @@ fn a_database_from_a_newer_airlock_is_refused() {
             error,
             StoreError::NewerSchema {
                 found: 99,
-                supported: 5
+                supported: 6
             }
         ),
         "{error}"
     );
     assert_eq!(
         error.to_string(),
-        "the database is at schema version 99, newer than this airlock (5); use a newer airlock"
+        "the database is at schema version 99, newer than this airlock (6); use a newer airlock"
     );
 }
 
