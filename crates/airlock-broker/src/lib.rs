@@ -37,7 +37,7 @@ mod undo;
 mod views;
 mod wait;
 
-pub use airlock_store::{Approval, ChatMessage, GrantRow};
+pub use airlock_store::{Approval, ApprovalStatus, ChatMessage, GrantRow};
 pub use airlock_store::{EventKind, FeedEvent, Notifier};
 pub use batch::{BatchOutcome, MAX_BATCH};
 pub use broker::{Broker, Workspace};

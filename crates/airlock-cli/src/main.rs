@@ -6,6 +6,7 @@
 
 mod approvals;
 mod audit;
+mod channels;
 mod check;
 mod grants;
 mod serve;
@@ -93,6 +94,9 @@ enum Command {
     /// Tokens for the HTTP API and the web UI: create, list, revoke, rotate.
     #[command(subcommand)]
     Token(token::TokenCommand),
+    /// The chat approver channels (Telegram): run them, or test one.
+    #[command(subcommand)]
+    Channels(channels::ChannelsCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -185,7 +189,15 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Show(args) => approvals::show(&workspace.broker()?, &args),
         Command::Approve(args) => approvals::approve(&workspace.broker()?, &args),
         Command::Deny(args) => approvals::deny(&workspace.broker()?, &args),
-        Command::Watch => watch::run(&workspace.broker()?),
+        Command::Watch => {
+            // Chat channels run in a watching process too (while no other
+            // process of the workspace runs them).
+            if workspace.loaded.config.channels.telegram.is_some() {
+                let again = Workspace::load(&cli.global, Need::Existing)?;
+                channels::in_background(again)?;
+            }
+            watch::run(&workspace.broker()?)
+        }
         Command::Undo(args) => approvals::undo(&workspace.broker()?, &args),
         Command::History(args) => approvals::history(&workspace.broker()?, &args),
         Command::Grants(args) => grants::run(&workspace.broker()?, &args),
@@ -194,6 +206,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Wrap(args) => serve::wrap(workspace, &args),
         Command::Tools(args) => tools::run(&args),
         Command::Token(command) => token::run(workspace, &command),
+        Command::Channels(command) => channels::run(workspace, &command),
     }
 }
 

@@ -277,6 +277,15 @@ fn run(
         runtime
             .watch_config(Box::new(move || reloader.check()))
             .map_err(|error| Failure::internal(anyhow!("{error}")))?;
+        // The chat channels, while this process holds them (one per state
+        // dir); the broker in force is read at each use.
+        let brokers_of = runtime.clone();
+        airlock_chat::spawn(
+            std::sync::Arc::new(move || brokers_of.broker()),
+            airlock_chat::Options {
+                public_url: http.as_ref().and_then(|(_, url)| url.clone()),
+            },
+        );
         let result = match (stdio, http) {
             (true, None) => airlock_mcp::serve_stdio(face.clone(), session)
                 .await

@@ -21,7 +21,7 @@ const LAYERS: &[&[&str]] = &[
     &["airlock-core"],
     &["airlock-fs", "airlock-audit", "airlock-store"],
     &["airlock-broker", "airlock-net"],
-    &["airlock-mcp", "airlock-http"],
+    &["airlock-mcp", "airlock-http", "airlock-chat"],
     &["airlock-testkit"],
     &["airlock-cli"],
 ];
@@ -140,7 +140,8 @@ fn each_protocol_and_storage_library_is_known_to_one_crate() {
     let homes: &[(&str, &[&str])] = &[
         ("rusqlite", &["airlock-store"]),
         ("rmcp", &["airlock-mcp"]),
-        ("axum", &["airlock-http"]),
+        // The test kit's stand-ins of chat platforms are HTTP servers too.
+        ("axum", &["airlock-http", "airlock-testkit"]),
         ("clap", &["airlock-cli"]),
         ("anyhow", &["airlock-cli"]),
         (
@@ -149,11 +150,12 @@ fn each_protocol_and_storage_library_is_known_to_one_crate() {
                 "airlock-net",
                 "airlock-mcp",
                 "airlock-http",
+                "airlock-chat",
                 "airlock-testkit",
                 "airlock-cli",
             ],
         ),
-        ("reqwest", &["airlock-net", "airlock-http"]),
+        ("reqwest", &["airlock-net", "airlock-http", "airlock-chat"]),
         // The test kit's TLS servers.
         ("rustls", &["airlock-net", "airlock-testkit"]),
         ("tokio-tungstenite", &["airlock-net"]),

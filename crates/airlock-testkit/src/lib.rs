@@ -12,6 +12,8 @@
 //! - [`mcp`]: the Python SDK client driver (`tests/mcp/client.py`) and a raw
 //!   JSON-RPC client of `airlock serve --stdio`.
 //! - [`terminal::Terminal`]: a program on a real pseudo-terminal.
+//! - [`telegram::TelegramStandIn`]: Telegram's Bot API on loopback, as
+//!   strict as Telegram, with the people's presses and replies.
 //! - [`tls::TestCa`]: a CA made for the test and a TLS proxy in front of a
 //!   local server, for https and wss.
 //! - [`peers`]: the programs a test needs besides Rust (Python with the MCP
@@ -30,6 +32,7 @@
 pub mod http;
 pub mod mcp;
 pub mod peers;
+pub mod telegram;
 pub mod terminal;
 pub mod tls;
 mod workspace;

@@ -41,6 +41,8 @@ pub struct Workspace {
     /// Holds the clock file (outside the workspace, where no tool reaches).
     clock: tempfile::TempDir,
     user: String,
+    /// Set in every process run in the workspace (a bot's token).
+    env: Vec<(String, String)>,
 }
 
 impl Workspace {
@@ -74,6 +76,7 @@ impl Workspace {
             dir: tempfile::tempdir().expect("a temporary directory"),
             clock: tempfile::tempdir().expect("a temporary directory"),
             user: "tester".to_owned(),
+            env: Vec::new(),
         }
     }
 
@@ -83,6 +86,12 @@ impl Workspace {
         let ws = Workspace::bare();
         copy_tree(from, ws.root());
         ws
+    }
+
+    /// The same workspace with `name=value` in every process's environment.
+    pub fn with_env(mut self, name: &str, value: &str) -> Workspace {
+        self.env.push((name.to_owned(), value.to_owned()));
+        self
     }
 
     /// The same workspace with processes run as `user`.
@@ -143,6 +152,7 @@ impl Workspace {
             .env("AIRLOCK_TEST_CLOCK", self.clock_file())
             .env_remove("AIRLOCK_AUDIT_KEY")
             .env_remove("AIRLOCK_WORKSPACE")
+            .envs(self.env.iter().map(|(name, value)| (name, value)))
             .stdin(Stdio::null());
         command
     }

@@ -1,0 +1,280 @@
+//! airlock-chat: approvals where people already are. Telegram (Bot API long
+//! polling), with Slack and Discord to follow, as approver channels beside
+//! the terminal, the web UI, MCP and signed links (DESIGN §7.1). Every
+//! channel connects outbound only, so a laptop behind NAT needs no public
+//! address.
+//!
+//! The channels run in one process per state dir at a time: every `serve`
+//! and `watch` calls [`spawn`], which takes `<state dir>/channels.lock` (a
+//! `flock` the kernel drops with its process) or tries again every 500 ms,
+//! so another process takes over when the holder ends (an MCP client starts
+//! many `serve --stdio`, and Telegram refuses two pollers of one bot).
+
+mod card;
+mod platform;
+mod runner;
+mod telegram;
+mod words;
+
+use std::fs::{File, OpenOptions};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use airlock_broker::{Broker, LiveChannel};
+use rustix::fs::{FlockOperation, flock};
+use serde_json::json;
+use tokio::sync::Notify;
+
+pub use runner::Brokers;
+
+use crate::platform::{ApiError, Platform};
+use crate::runner::Runner;
+use crate::telegram::Telegram;
+
+/// How often a process that does not hold the channels tries to take them,
+/// and how often the holder looks at which channels are configured.
+const RETRY: Duration = Duration::from_millis(500);
+
+/// What the channels need besides the broker.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// The web UI's address (`serve --public-url`): "Open in web UI" buttons
+    /// and links to the whole diff.
+    pub public_url: Option<String>,
+}
+
+/// Runs the configured chat channels in this process whenever it holds the
+/// state dir's channel lock, for as long as the tokio runtime runs. Returns
+/// at once.
+pub fn spawn(brokers: Brokers, options: Options) {
+    tokio::spawn(run(brokers, options));
+}
+
+/// Runs the chat channels in the foreground (`airlock channels run`): waits
+/// for the lock, then runs them until the process ends.
+pub async fn run(brokers: Brokers, options: Options) {
+    let mut lock: Option<File> = None;
+    let mut running: Vec<(&'static str, tokio::task::JoinHandle<()>)> = Vec::new();
+    let mut presence = None;
+    let mut said: Vec<String> = Vec::new();
+    loop {
+        let broker = brokers();
+        let mut wanted = configured(&broker);
+        // A channel without its token stays off (said once), and a process
+        // that cannot run any does not take the lock from one that can.
+        wanted.retain(
+            |name| match token_env(&broker, name).map(|env| token(&env)) {
+                Some(Ok(_)) => true,
+                Some(Err(error)) => {
+                    let line = format!("{name}: {error}");
+                    if !said.contains(&line) {
+                        eprintln!("airlock: {line}; it stays off until this changes");
+                        said.retain(|said| !said.starts_with(name));
+                        said.push(line);
+                    }
+                    false
+                }
+                None => false,
+            },
+        );
+        if !wanted.is_empty() && lock.is_none() {
+            lock = take_lock(&broker);
+        }
+        if lock.is_some() {
+            running.retain(|(_, task)| !task.is_finished());
+            for name in &wanted {
+                if running.iter().any(|(running, _)| running == name) {
+                    continue;
+                }
+                match start(name, &brokers, &broker, &options, &wanted) {
+                    Ok(task) => {
+                        eprintln!("airlock: {name}: connected as an approver channel");
+                        said.retain(|line| !line.starts_with(name));
+                        running.push((name, task));
+                    }
+                    Err(error) => {
+                        let line = format!("{name}: {error}");
+                        if !said.contains(&line) {
+                            eprintln!("airlock: {line}; it stays off until this changes");
+                            said.retain(|said| !said.starts_with(name));
+                            said.push(line);
+                        }
+                    }
+                }
+            }
+            if running.is_empty() {
+                presence = None;
+            } else if presence.is_none() {
+                presence = broker.announce(LiveChannel::Chat).ok();
+            }
+        }
+        tokio::time::sleep(RETRY).await;
+    }
+}
+
+/// The platforms configured now, by name.
+fn configured(broker: &Broker) -> Vec<&'static str> {
+    let channels = &broker.config().channels;
+    let mut names = Vec::new();
+    if channels.telegram.is_some() {
+        names.push("telegram");
+    }
+    names
+}
+
+/// The environment variable holding `name`'s token.
+fn token_env(broker: &Broker, name: &str) -> Option<String> {
+    let channels = &broker.config().channels;
+    match name {
+        "telegram" => channels.telegram.as_ref().map(|c| c.token_env.clone()),
+        _ => None,
+    }
+}
+
+/// The state dir's channel lock, when no other process holds it.
+fn take_lock(broker: &Broker) -> Option<File> {
+    let path: PathBuf = broker
+        .root()
+        .join(&broker.config().workspace.state_dir)
+        .join("channels.lock");
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .ok()?;
+    flock(&file, FlockOperation::NonBlockingLockExclusive).ok()?;
+    Some(file)
+}
+
+/// Reads a token from the environment variable `name`.
+fn token(name: &str) -> Result<String, String> {
+    match std::env::var(name) {
+        Ok(token) if !token.trim().is_empty() => Ok(token.trim().to_owned()),
+        _ => Err(format!(
+            "the environment variable {name} (its token) is not set"
+        )),
+    }
+}
+
+fn telegram(broker: &Broker) -> Result<Telegram, String> {
+    let config = broker
+        .config()
+        .channels
+        .telegram
+        .as_ref()
+        .ok_or("channels.telegram is not configured")?;
+    Telegram::new(
+        &config.api_url,
+        &token(&config.token_env)?,
+        broker.ca_file().as_deref(),
+    )
+}
+
+fn start(
+    name: &str,
+    brokers: &Brokers,
+    broker: &Broker,
+    options: &Options,
+    running: &[&'static str],
+) -> Result<tokio::task::JoinHandle<()>, String> {
+    let wake = Arc::new(Notify::new());
+    wake_on_feed(brokers.clone(), wake.clone());
+    match name {
+        "telegram" => {
+            let runner = Arc::new(Runner {
+                platform: Arc::new(telegram(broker)?),
+                brokers: brokers.clone(),
+                web: options.public_url.clone(),
+                running: running.to_vec(),
+                batches: std::sync::atomic::AtomicUsize::new(0),
+            });
+            Ok(tokio::spawn(runner.run(wake)))
+        }
+        other => Err(format!("{other} is not a chat channel")),
+    }
+}
+
+/// Wakes `wake` on every change of the feed (a blocking thread parked on
+/// it, as the other faces wait).
+fn wake_on_feed(brokers: Brokers, wake: Arc<Notify>) {
+    let spawned = std::thread::Builder::new()
+        .name("airlock-chat-feed".to_owned())
+        .spawn(move || {
+            loop {
+                // Dropped with its runner: nobody to wake.
+                if Arc::strong_count(&wake) == 1 {
+                    return;
+                }
+                let broker = brokers();
+                let Ok(cursor) = broker.cursor() else {
+                    std::thread::sleep(RETRY);
+                    continue;
+                };
+                broker.park(cursor, None);
+                wake.notify_one();
+            }
+        });
+    if let Err(error) = spawned {
+        eprintln!("airlock: chat: cannot watch the feed: {error}");
+    }
+}
+
+/// `airlock channels test NAME`: who the bot is and what the platform
+/// answered to a test message in each configured chat. `Err` with the
+/// platform's refusal.
+pub async fn test(broker: &Broker, name: &str) -> Result<Vec<String>, String> {
+    match name {
+        "telegram" => {
+            let bot = telegram(broker)?;
+            let settings = bot
+                .settings(broker.config())
+                .ok_or("channels.telegram is not configured")?;
+            let me = bot
+                .call_retrying("getMe", &json!({}))
+                .await
+                .map_err(|error| format!("telegram: getMe: {}", api_words(&error)))?;
+            let mut lines = vec![format!(
+                "telegram: connected as @{} (bot id {})",
+                me["username"].as_str().unwrap_or("?"),
+                me["id"]
+            )];
+            if settings.chats.is_empty() {
+                lines.push(
+                    "telegram: no chats configured (channels.telegram.chats): approvals go only to requesters' chats".to_owned(),
+                );
+            }
+            let mut failed = None;
+            for chat in &settings.chats {
+                let body = json!({
+                    "chat_id": chat.parse::<i64>().unwrap_or_default(),
+                    "text": "airlock: this chat receives approval requests.",
+                });
+                match bot.call_retrying("sendMessage", &body).await {
+                    Ok(sent) => lines.push(format!(
+                        "telegram: chat {chat}: test message sent (message id {})",
+                        sent["message_id"]
+                    )),
+                    Err(error) => {
+                        let line = format!("telegram: chat {chat}: {}", api_words(&error));
+                        lines.push(line.clone());
+                        failed.get_or_insert(line);
+                    }
+                }
+            }
+            match failed {
+                None => Ok(lines),
+                Some(_) => Err(lines.join("\n")),
+            }
+        }
+        "slack" | "discord" => Err(format!("{name} is not built yet in this airlock")),
+        other => Err(format!(
+            "no chat channel named {other} (telegram, slack, discord)"
+        )),
+    }
+}
+
+fn api_words(error: &ApiError) -> String {
+    error.to_string()
+}

@@ -1,0 +1,416 @@
+//! Chat approvals (DESIGN §7.1, spec 001) through the `airlock` binary
+//! against a stand-in of Telegram's Bot API on a real socket: airlock's
+//! own channel code long-polls it, posts, edits and answers exactly as it
+//! would with Telegram.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::process::{Child, Stdio};
+
+use airlock_store::EventKind;
+use airlock_testkit::Workspace;
+use airlock_testkit::telegram::{TOKEN, TelegramStandIn};
+use serde_json::{Value, json};
+
+const CHAT: i64 = -100_123;
+const OTHER_CHAT: i64 = -100_456;
+const ALICE: i64 = 42;
+const BOB: i64 = 43;
+const STRANGER: i64 = 7;
+
+/// A workspace whose approvals wait in defer mode and go to Telegram.
+fn config(api_url: &str, extra: &str) -> String {
+    format!(
+        "security:\n  hitl:\n    approval_mode: defer\n{extra}\
+         channels:\n  telegram:\n    api_url: {api_url}\n    chats: [{CHAT}]\n    \
+         users: {{\"{ALICE}\": alice, \"{BOB}\": bob}}\n"
+    )
+}
+
+/// A workspace on `config` whose processes have the bot's token.
+fn workspace(config: &str) -> Workspace {
+    Workspace::new(config).with_env("AIRLOCK_TELEGRAM_TOKEN", TOKEN)
+}
+
+/// `airlock ARGS`, running until dropped.
+struct Running(Child);
+
+impl Running {
+    fn start(ws: &Workspace, args: &[&str]) -> Running {
+        let child = ws
+            .command(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        Running(child)
+    }
+
+    fn channels(ws: &Workspace) -> Running {
+        Running::start(ws, &["channels", "run"])
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn events<'a>(audit: &'a [Value], name: &str) -> Vec<&'a Value> {
+    audit.iter().filter(|e| e["event"] == name).collect()
+}
+
+#[test]
+fn a_mapped_user_approves_with_a_button_and_a_stranger_is_refused() {
+    let tg = TelegramStandIn::start(&[CHAT]);
+    let ws = workspace(&config(&tg.url, ""));
+    let _channels = Running::channels(&ws);
+    let id = ws.propose("a.txt", "new <b>&amp; text\n");
+
+    let message = tg.message(CHAT, 0);
+    for shown in [
+        "⚠️ Approval needed · medium risk",
+        "Tool: write_file",
+        "Path: a.txt",
+        "Session: s1",
+        "Expires: ",
+        "+new <b>&amp; text",
+        "Press a button, or reply \"yes\" to approve or \"no\" to deny.",
+    ] {
+        assert!(
+            message.text.contains(shown),
+            "{shown:?} not in {}",
+            message.text
+        );
+    }
+    // The file's text is shown as text, never as markup.
+    assert!(
+        message.html.contains("+new &lt;b&gt;&amp;amp; text"),
+        "{}",
+        message.html
+    );
+    let labels: Vec<String> = message.buttons().into_iter().map(|(l, _)| l).collect();
+    assert_eq!(
+        labels,
+        ["✅ Approve", "❌ Deny", "♾ Always allow (this session)"]
+    );
+    assert_eq!(message.button("Approve"), format!("a|{id}"));
+
+    // Someone not mapped to an airlock user: refused, visibly, audited.
+    let query = tg.press(CHAT, message.id, STRANGER, &message.button("Approve"));
+    let (words, alert) = tg.answer_to(&query);
+    assert!(alert, "{words}");
+    assert!(
+        words.starts_with("You (telegram user 7) are not an approver here"),
+        "{words}"
+    );
+    assert_eq!(ws.read("a.txt"), None);
+
+    // alice approves: applied, the message edited to say so.
+    let query = tg.press(CHAT, message.id, ALICE, &message.button("Approve"));
+    assert_eq!(
+        tg.answer_to(&query),
+        ("Approved: applied.".to_owned(), false)
+    );
+    assert_eq!(ws.read("a.txt").as_deref(), Some("new <b>&amp; text\n"));
+    let edited = tg.message_once(CHAT, message.id, "the outcome", |m| {
+        m.text.contains("applied")
+    });
+    assert!(
+        edited
+            .text
+            .starts_with("✅ Approved by alice via telegram at "),
+        "{}",
+        edited.text
+    );
+    assert!(edited.buttons().is_empty(), "{:?}", edited.buttons());
+
+    let audit = ws.audit();
+    let refused = events(&audit, "hitl_refused");
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(
+        (
+            &refused[0]["channel"],
+            &refused[0]["platform_user"],
+            &refused[0]["hitl_id"]
+        ),
+        (&json!("telegram"), &json!("7"), &json!(id))
+    );
+    let decided = events(&audit, "hitl_decision");
+    assert_eq!(decided.len(), 1, "{decided:?}");
+    assert_eq!(
+        (
+            &decided[0]["decision"],
+            &decided[0]["channel"],
+            &decided[0]["platform_user"],
+            &decided[0]["user"]
+        ),
+        (
+            &json!("approve"),
+            &json!("telegram"),
+            &json!("42"),
+            &json!("alice")
+        )
+    );
+}
+
+/// `airlock call write_file` in defer mode with `extra` flags: the
+/// approval's id.
+fn ask(ws: &Workspace, path: &str, content: &str, extra: &[&str]) -> String {
+    let mut flags = vec!["--defer"];
+    flags.extend_from_slice(extra);
+    let run = ws.call(
+        "write_file",
+        &json!({"path": path, "content": content}),
+        &flags,
+    );
+    assert_eq!(run.code, 3, "{}{}", run.stdout, run.stderr);
+    run.json["hitl"]["hitl_id"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn with_same_user_only_the_requester_decides_in_their_chat_and_yes_replies_decide() {
+    let tg = TelegramStandIn::start(&[CHAT, OTHER_CHAT]);
+    let ws = workspace(&config(&tg.url, "approvals:\n  same_user: true\n"));
+    let _channels = Running::channels(&ws);
+    let requester = format!("telegram:{OTHER_CHAT}:{ALICE}");
+    let alice = [
+        "--session",
+        "s1",
+        "--user",
+        "alice",
+        "--requester",
+        requester.as_str(),
+    ];
+
+    // Asked in the chat alice asked in, not the configured one.
+    let first = ask(&ws, "one.txt", "1\n", &alice);
+    let message = tg.message(OTHER_CHAT, 0);
+    assert!(
+        message
+            .text
+            .contains("Requested by: alice (telegram user 42 in chat -100456)"),
+        "{}",
+        message.text
+    );
+    assert!(tg.messages(CHAT).is_empty());
+
+    // bob is an approver, but not the user who asked: refused, by button
+    // and by reply.
+    let query = tg.press(OTHER_CHAT, message.id, BOB, &message.button("Approve"));
+    let (words, alert) = tg.answer_to(&query);
+    assert!(alert);
+    assert_eq!(
+        words,
+        "Not decided: forbidden: only the user who made the call (alice) may decide it."
+    );
+    tg.reply(OTHER_CHAT, message.id, BOB, "yes");
+    let refusal = tg.wait_for("the answer to bob's reply", |view| {
+        view.messages_in(OTHER_CHAT).get(1).cloned()
+    });
+    assert_eq!(
+        refusal.text,
+        "Not decided: forbidden: only the user who made the call (alice) may decide it."
+    );
+    // A press on this message arriving from another chat is not an answer.
+    let query = tg.press(CHAT, message.id, ALICE, &message.button("Approve"));
+    assert_eq!(
+        tg.answer_to(&query),
+        ("This is not a confirmation airlock knows.".to_owned(), true)
+    );
+    assert_eq!(ws.read("one.txt"), None);
+
+    // alice's "Yes" approves.
+    tg.reply(OTHER_CHAT, message.id, ALICE, "Yes");
+    tg.message_once(OTHER_CHAT, message.id, "approved", |m| {
+        m.text.starts_with("✅ Approved by alice via telegram") && m.text.contains("; applied")
+    });
+    assert_eq!(ws.read("one.txt").as_deref(), Some("1\n"));
+
+    // "no", and anything else, deny.
+    for (n, answer) in [(2usize, "no: wrong file"), (3, "hmm, later")] {
+        let path = format!("denied{n}.txt");
+        let id = ask(&ws, &path, "x\n", &alice);
+        let message = tg.wait_for("the next confirmation", |view| {
+            view.messages_in(OTHER_CHAT)
+                .into_iter()
+                .find(|m| m.html.contains(&path))
+        });
+        tg.reply(OTHER_CHAT, message.id, ALICE, answer);
+        let denied = tg.message_once(OTHER_CHAT, message.id, "denied", |m| {
+            m.text.starts_with("❌ Denied by alice via telegram")
+        });
+        assert_eq!(
+            denied.text.contains("(reason: wrong file)"),
+            answer.starts_with("no:"),
+            "{}",
+            denied.text
+        );
+        assert_eq!(ws.read(&path), None);
+        assert_eq!(
+            ws.run(&["show", &id, "--json"]).json["status"],
+            json!("denied")
+        );
+    }
+
+    let audit = ws.audit();
+    let refused = events(&audit, "hitl_refused");
+    assert_eq!(refused.len(), 2, "{refused:?}");
+    assert!(
+        refused
+            .iter()
+            .all(|e| e["platform_user"] == "43" && e["user"] == "bob")
+    );
+    let decisions: Vec<(&Value, &Value)> = events(&audit, "hitl_decision")
+        .into_iter()
+        .map(|e| (&e["decision"], &e["hitl_id"]))
+        .collect();
+    assert_eq!(decisions[0], (&json!("approve"), &json!(first)));
+    assert_eq!(decisions.len(), 3);
+}
+
+#[test]
+fn an_unanswered_confirmation_expires_at_the_chat_timeout_and_says_so() {
+    let tg = TelegramStandIn::start(&[CHAT]);
+    // medium risk waits 120 s; the chat's timeout is 30 s.
+    let ws = workspace(&config(&tg.url, "").replace("users:", "timeout: 30\n    users:"));
+    let _channels = Running::channels(&ws);
+    let id = ws.propose("late.txt", "late\n");
+    let message = tg.message(CHAT, 0);
+    // The chat's expiry, shown from the start.
+    ws.feed().wait_for(EventKind::ApprovalExpiryChanged);
+    let shown = ws.run(&["show", &id, "--json"]).json;
+    let waits = shown["expires_ms"].as_u64().unwrap() - shown["created_ms"].as_u64().unwrap();
+    assert!((30_000..31_000).contains(&waits), "{waits}");
+    ws.advance(31_000);
+    let expired = tg.message_once(CHAT, message.id, "expired", |m| {
+        m.text.starts_with("⌛ Expired: no decision by ")
+    });
+    assert!(expired.text.ends_with_denied(), "{}", expired.text);
+    assert!(expired.buttons().is_empty());
+    assert_eq!(
+        ws.run(&["show", &id, "--json"]).json["status"],
+        json!("expired")
+    );
+    assert_eq!(ws.read("late.txt"), None);
+}
+
+trait EndsWithDenied {
+    fn ends_with_denied(&self) -> bool;
+}
+
+impl EndsWithDenied for String {
+    fn ends_with_denied(&self) -> bool {
+        self.lines()
+            .next()
+            .is_some_and(|line| line.ends_with("; denied"))
+    }
+}
+
+#[test]
+fn a_decision_taken_elsewhere_edits_the_chat_message() {
+    let tg = TelegramStandIn::start(&[CHAT]);
+    let ws = workspace(&config(&tg.url, ""));
+    let _channels = Running::channels(&ws);
+    let id = ws.propose("t.txt", "t\n");
+    let message = tg.message(CHAT, 0);
+    let run = ws.run(&["deny", &id, "--reason", "not now"]);
+    assert_eq!(run.code, 4, "{}{}", run.stdout, run.stderr);
+    let edited = tg.message_once(CHAT, message.id, "denied at the terminal", |m| {
+        m.text.starts_with("❌ Denied by tester via terminal")
+    });
+    assert!(edited.text.contains("(reason: not now)"), "{}", edited.text);
+    // Pressing the old button now changes nothing.
+    let query = tg.press(CHAT, message.id, ALICE, &message.button("Approve"));
+    let (words, alert) = tg.answer_to(&query);
+    assert!(alert && words.starts_with("Not decided: "), "{words}");
+    assert_eq!(ws.read("t.txt"), None);
+}
+
+#[test]
+fn each_session_sees_one_confirmation_at_a_time_and_approve_all_decides_the_rest() {
+    let tg = TelegramStandIn::start(&[CHAT]);
+    let ws = workspace(&config(&tg.url, ""));
+    let _channels = Running::channels(&ws);
+    let a1 = ask(&ws, "a1.txt", "a1\n", &["--session", "a"]);
+    let head = tg.message(CHAT, 0);
+    assert!(head.html.contains("a1.txt"));
+    let _a2 = ask(&ws, "a2.txt", "a2\n", &["--session", "a"]);
+    let _b1 = ask(&ws, "b1.txt", "b1\n", &["--session", "b"]);
+    // Session b gets its own message; a's counts the one waiting.
+    let b = tg.message(CHAT, 1);
+    assert!(b.html.contains("b1.txt"), "{}", b.text);
+    let counted = tg.message_once(CHAT, head.id, "a counter of 1", |m| {
+        m.text
+            .contains("1 more waiting in this session after this one.")
+    });
+    let stale = counted.button("Approve all 2");
+    assert_eq!(stale, format!("b|{a1}|2"));
+    let _a3 = ask(&ws, "a3.txt", "a3\n", &["--session", "a"]);
+    let recounted = tg.message_once(CHAT, head.id, "a counter of 2", |m| {
+        m.text.contains("2 more waiting")
+    });
+    // The button drawn for two does not decide three.
+    let query = tg.press(CHAT, head.id, ALICE, &stale);
+    let (words, _) = tg.answer_to(&query);
+    assert!(words.starts_with("The waiting calls changed"), "{words}");
+    assert_eq!(ws.read("a1.txt"), None);
+    // The updated one decides all three, each its own decision.
+    let query = tg.press(CHAT, head.id, ALICE, &recounted.button("Approve all 3"));
+    assert_eq!(tg.answer_to(&query).0, "Approved all 3: applied.");
+    for n in 1..=3 {
+        assert_eq!(ws.read(&format!("a{n}.txt")), Some(format!("a{n}\n")));
+    }
+    assert_eq!(ws.read("b1.txt"), None);
+    assert_eq!(tg.messages(CHAT).len(), 2, "no message for a2 or a3");
+    let decisions = events(&ws.audit(), "hitl_decision").len();
+    assert_eq!(decisions, 3);
+}
+
+#[test]
+fn rate_limits_and_outages_are_retried_and_nothing_is_decided_meanwhile() {
+    let tg = TelegramStandIn::start(&[CHAT]);
+    let ws = workspace(&config(&tg.url, ""));
+    tg.fail("sendMessage", 429, Some(1), 1);
+    tg.fail("sendMessage", 500, None, 2);
+    tg.fail("getUpdates", 502, None, 2);
+    let _channels = Running::channels(&ws);
+    let id = ws.propose("r.txt", "r\n");
+    let message = tg.message(CHAT, 0);
+    assert_eq!(tg.messages(CHAT).len(), 1, "posted once");
+    assert_eq!(
+        ws.run(&["show", &id, "--json"]).json["status"],
+        json!("pending")
+    );
+    tg.fail("editMessageText", 429, Some(1), 1);
+    tg.fail("editMessageText", 503, None, 1);
+    let query = tg.press(CHAT, message.id, ALICE, &message.button("Approve"));
+    assert_eq!(tg.answer_to(&query).0, "Approved: applied.");
+    tg.message_once(CHAT, message.id, "the outcome after the outage", |m| {
+        m.text.contains("applied")
+    });
+    assert_eq!(tg.failures_served(), 7);
+    assert_eq!(tg.conflicts(), 0, "one poller");
+}
+
+#[test]
+fn a_restart_neither_posts_again_nor_loses_the_message() {
+    let tg = TelegramStandIn::start(&[CHAT]);
+    let ws = workspace(&config(&tg.url, ""));
+    let channels = Running::channels(&ws);
+    let _id = ws.propose("s.txt", "s\n");
+    let message = tg.message(CHAT, 0);
+    // Recorded (its expiry is set after its id was kept), then stopped.
+    ws.feed().wait_for(EventKind::ApprovalExpiryChanged);
+    drop(channels);
+    let _again = Running::channels(&ws);
+    // The new process answers the press on the old message.
+    let query = tg.press(CHAT, message.id, ALICE, &message.button("Approve"));
+    assert_eq!(tg.answer_to(&query).0, "Approved: applied.");
+    tg.message_once(CHAT, message.id, "the outcome", |m| {
+        m.text.contains("applied")
+    });
+    assert_eq!(tg.messages(CHAT).len(), 1, "not posted again");
+    assert_eq!(ws.read("s.txt").as_deref(), Some("s\n"));
+}
