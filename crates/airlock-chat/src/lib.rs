@@ -83,6 +83,13 @@ pub async fn run(brokers: Brokers, options: Options) {
         }
         if lock.is_some() {
             running.retain(|(_, task)| !task.is_finished());
+            // Live before the first message can be posted, so a call that
+            // waits for a person (`elicitation_fallback: auto`) finds it.
+            if wanted.is_empty() && running.is_empty() {
+                presence = None;
+            } else if presence.is_none() {
+                presence = broker.announce(LiveChannel::Chat).ok();
+            }
             for name in &wanted {
                 if running.iter().any(|(running, _)| running == name) {
                     continue;
@@ -102,11 +109,6 @@ pub async fn run(brokers: Brokers, options: Options) {
                         }
                     }
                 }
-            }
-            if running.is_empty() {
-                presence = None;
-            } else if presence.is_none() {
-                presence = broker.announce(LiveChannel::Chat).ok();
             }
         }
         tokio::time::sleep(RETRY).await;
@@ -221,10 +223,18 @@ fn wake_on_feed(brokers: Brokers, wake: Arc<Notify>) {
     }
 }
 
+/// What `airlock channels test` found: a line per thing tried, and whether
+/// any of it failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tested {
+    pub lines: Vec<String>,
+    pub failed: bool,
+}
+
 /// `airlock channels test NAME`: who the bot is and what the platform
-/// answered to a test message in each configured chat. `Err` with the
-/// platform's refusal.
-pub async fn test(broker: &Broker, name: &str) -> Result<Vec<String>, String> {
+/// answered to a test message in each configured chat. `Err` when the
+/// platform cannot be reached or refuses the bot.
+pub async fn test(broker: &Broker, name: &str) -> Result<Tested, String> {
     match name {
         "telegram" => {
             let bot = telegram(broker)?;
@@ -245,7 +255,7 @@ pub async fn test(broker: &Broker, name: &str) -> Result<Vec<String>, String> {
                     "telegram: no chats configured (channels.telegram.chats): approvals go only to requesters' chats".to_owned(),
                 );
             }
-            let mut failed = None;
+            let mut failed = false;
             for chat in &settings.chats {
                 let body = json!({
                     "chat_id": chat.parse::<i64>().unwrap_or_default(),
@@ -257,16 +267,12 @@ pub async fn test(broker: &Broker, name: &str) -> Result<Vec<String>, String> {
                         sent["message_id"]
                     )),
                     Err(error) => {
-                        let line = format!("telegram: chat {chat}: {}", api_words(&error));
-                        lines.push(line.clone());
-                        failed.get_or_insert(line);
+                        lines.push(format!("telegram: chat {chat}: {}", api_words(&error)));
+                        failed = true;
                     }
                 }
             }
-            match failed {
-                None => Ok(lines),
-                Some(_) => Err(lines.join("\n")),
-            }
+            Ok(Tested { lines, failed })
         }
         "slack" | "discord" => Err(format!("{name} is not built yet in this airlock")),
         other => Err(format!(

@@ -88,6 +88,24 @@ impl std::fmt::Display for ApiError {
     }
 }
 
+/// A failure to reach a platform, with its causes: an untrusted
+/// certificate will not change by trying again (refused); anything else
+/// may (unavailable).
+pub(crate) fn transport_error(error: impl std::error::Error) -> ApiError {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(inner) = source {
+        text.push_str(": ");
+        text.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    if text.contains("invalid peer certificate") {
+        ApiError::Refused(text)
+    } else {
+        ApiError::Unavailable(text)
+    }
+}
+
 /// Attempts of one call through [`backoff`].
 const ATTEMPTS: u32 = 6;
 /// The longest wait a rate limit gets.

@@ -23,7 +23,8 @@ use tokio::sync::mpsc;
 use crate::card::{Card, CardState};
 use crate::platform::{ApiError, Fut, Inbound, Platform, Settings, backoff};
 
-/// Telegram's longest message text.
+/// Telegram's longest message text, in UTF-16 code units (as Telegram
+/// counts; everything here is measured so).
 pub(crate) const MAX_TEXT: usize = 4096;
 /// How long one `getUpdates` waits for an update, in seconds.
 const LONG_POLL: u64 = 25;
@@ -72,12 +73,12 @@ impl Telegram {
             .send()
             .await
             // The URL holds the token: never in a message.
-            .map_err(|error| ApiError::Unavailable(error.without_url().to_string()))?;
+            .map_err(|error| crate::platform::transport_error(error.without_url()))?;
         let status = answer.status();
         let text = answer
             .text()
             .await
-            .map_err(|error| ApiError::Unavailable(error.without_url().to_string()))?;
+            .map_err(|error| crate::platform::transport_error(error.without_url()))?;
         let parsed: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
         if parsed["ok"] == json!(true) {
             return Ok(parsed["result"].clone());
@@ -333,14 +334,14 @@ pub(crate) fn escape(text: &str) -> String {
 /// where one is near; `true` when something was cut.
 fn escaped_within(text: &str, budget: usize) -> (String, bool) {
     let escaped = escape(text);
-    if escaped.chars().count() <= budget {
+    if escaped.encode_utf16().count() <= budget {
         return (escaped, false);
     }
     let mut out = String::new();
     let mut used = 0;
     for line in text.split_inclusive('\n') {
         let line = escape(line);
-        let n = line.chars().count();
+        let n = line.encode_utf16().count();
         if used + n > budget {
             if out.is_empty() {
                 // One long line: cut it at a character, never inside an
@@ -349,7 +350,7 @@ fn escaped_within(text: &str, budget: usize) -> (String, bool) {
                 let mut count = 0;
                 for c in text.chars() {
                     let piece = escape(&c.to_string());
-                    let width = piece.chars().count();
+                    let width = piece.encode_utf16().count();
                     if count + width > budget {
                         break;
                     }
@@ -366,31 +367,58 @@ fn escaped_within(text: &str, budget: usize) -> (String, bool) {
     (out, true)
 }
 
+/// A one-line field, escaped, at most `max` characters (cut with `…`).
+fn field(text: &str, max: usize) -> String {
+    let (escaped, cut) = escaped_within(text, max);
+    if cut {
+        format!("{escaped}…")
+    } else {
+        escaped
+    }
+}
+
+/// `…` on a line of its own after text that was cut.
+fn ellipsis(text: &str, cut: bool) -> &'static str {
+    match (cut, text.ends_with('\n') || text.is_empty()) {
+        (false, _) => "",
+        (true, true) => "…",
+        (true, false) => "\n…",
+    }
+}
+
+/// The longest a one-line field (a path, a name, an outcome) is shown.
+const FIELD: usize = 300;
+
 /// The message and its inline keyboard.
 pub(crate) fn render(card: &Card) -> (String, Value) {
     let mut head = String::new();
     match &card.state {
         CardState::Asking { .. } => head.push_str(&format!(
             "<b>⚠️ Approval needed</b> · <b>{}</b> risk\n",
-            escape(&card.risk)
+            field(&card.risk, FIELD)
         )),
-        CardState::Outcome { words, .. } => head.push_str(&format!("<b>{}</b>\n", escape(words))),
+        CardState::Outcome { words, .. } => {
+            head.push_str(&format!("<b>{}</b>\n", field(words, 2 * FIELD)));
+        }
     }
     head.push_str(&format!(
         "<b>Tool:</b> <code>{}</code>\n",
-        escape(&card.tool)
+        field(&card.tool, FIELD)
     ));
     if let Some(path) = &card.path {
-        head.push_str(&format!("<b>Path:</b> <code>{}</code>\n", escape(path)));
+        head.push_str(&format!(
+            "<b>Path:</b> <code>{}</code>\n",
+            field(path, FIELD)
+        ));
     }
     head.push_str(&format!(
         "<b>Requested by:</b> {}\n",
-        escape(&card.requested_by)
+        field(&card.requested_by, FIELD)
     ));
     if let Some(session) = &card.session {
         head.push_str(&format!(
             "<b>Session:</b> <code>{}</code>\n",
-            escape(session)
+            field(session, FIELD)
         ));
     }
     let mut tail = String::new();
@@ -402,7 +430,7 @@ pub(crate) fn render(card: &Card) -> (String, Value) {
     {
         head.push_str(&format!(
             "<b>Expires:</b> {} (then denied)\n",
-            escape(&card.expires)
+            field(&card.expires, FIELD)
         ));
         if *waiting > 0 {
             tail.push_str(&format!(
@@ -420,7 +448,7 @@ pub(crate) fn render(card: &Card) -> (String, Value) {
     let (params, params_cut) = escaped_within(&card.params, 600);
     let params_block = format!(
         "<b>Parameters:</b>\n<pre>{params}{}</pre>\n",
-        if params_cut { "\n…" } else { "" }
+        ellipsis(&params, params_cut)
     );
     let diff_label = |cut: bool| {
         format!(
@@ -436,17 +464,17 @@ pub(crate) fn render(card: &Card) -> (String, Value) {
             }
         )
     };
-    let fixed = head.chars().count()
-        + params_block.chars().count()
-        + diff_label(true).chars().count()
-        + "<pre></pre>\n…".len()
-        + tail.chars().count();
-    let budget = MAX_TEXT.saturating_sub(fixed + 16);
+    let fixed = head.encode_utf16().count()
+        + params_block.encode_utf16().count()
+        + diff_label(true).encode_utf16().count()
+        + "<pre>\n…</pre>".encode_utf16().count()
+        + tail.encode_utf16().count();
+    let budget = MAX_TEXT.saturating_sub(fixed);
     let (diff, diff_cut) = escaped_within(&card.diff, budget);
     let text = format!(
         "{head}{params_block}{}<pre>{diff}{}</pre>{tail}",
         diff_label(diff_cut),
-        if diff_cut { "\n…" } else { "" }
+        ellipsis(&diff, diff_cut)
     );
     (text, keyboard(card))
 }
@@ -500,4 +528,144 @@ fn without_links(keyboard: &Value) -> Value {
         (!kept.is_empty()).then_some(Value::Array(kept))
     });
     Value::Array(rows.collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Text made of what hostile input is made of: markup, entities,
+    /// quotes, newlines, escapes, wide characters.
+    fn hostile() -> impl Strategy<Value = String> {
+        proptest::collection::vec(
+            prop_oneof![
+                Just("<".to_owned()),
+                Just(">".to_owned()),
+                Just("&".to_owned()),
+                Just("&amp;".to_owned()),
+                Just("\"".to_owned()),
+                Just("</pre><a href=\"https://evil.example\">x</a>".to_owned()),
+                Just("\n".to_owned()),
+                Just("\u{1b}[2K".to_owned()),
+                Just("\u{202e}".to_owned()),
+                Just("界".to_owned()),
+                Just("😀".to_owned()),
+                "[a-z ]{1,20}",
+            ],
+            0..400,
+        )
+        .prop_map(|parts| parts.concat())
+    }
+
+    fn card(path: String, params: String, diff: String, outcome: Option<String>) -> Card {
+        Card {
+            id: "hitl-0123456789abcdef0123456789abcdef".to_owned(),
+            tool: "write_file".to_owned(),
+            risk: "medium".to_owned(),
+            path: Some(path.clone()),
+            requested_by: path,
+            session: Some("s1".to_owned()),
+            expires: "12:00:00 UTC".to_owned(),
+            params,
+            diff,
+            added: 1,
+            removed: 2,
+            web: None,
+            state: match outcome {
+                Some(words) => CardState::Outcome { words, last: true },
+                None => CardState::Asking {
+                    waiting: 3,
+                    always: Some("x".to_owned()),
+                    require_reason: false,
+                },
+            },
+        }
+    }
+
+    /// The HTML with airlock's own tags and the four entities taken out:
+    /// nothing of markup may remain.
+    fn markup_left(html: &str) -> Option<char> {
+        let mut rest = html.to_owned();
+        for tag in ["<b>", "</b>", "<code>", "</code>", "<pre>", "</pre>"] {
+            rest = rest.replace(tag, "");
+        }
+        for entity in ["&lt;", "&gt;", "&amp;", "&quot;"] {
+            rest = rest.replace(entity, "");
+        }
+        rest.chars().find(|c| matches!(c, '<' | '>' | '&'))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        #[test]
+        fn hostile_text_never_becomes_markup_and_fits_a_message(
+            path in hostile(),
+            params in hostile(),
+            diff in hostile(),
+            outcome in proptest::option::of(hostile()),
+        ) {
+            let (html, _) = render(&card(path, params, diff, outcome));
+            prop_assert_eq!(markup_left(&html), None, "{}", html);
+            prop_assert!(html.encode_utf16().count() <= MAX_TEXT, "{} units", html.encode_utf16().count());
+            // Tags balance: each of airlock's opens as often as it closes.
+            for tag in ["b", "code", "pre"] {
+                prop_assert_eq!(
+                    html.matches(&format!("<{tag}>")).count(),
+                    html.matches(&format!("</{tag}>")).count()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_long_diff_is_shortened_and_says_where_the_rest_is() {
+        let diff = "+line of the diff\n".repeat(2000);
+        let (html, _) = render(&card("a.txt".to_owned(), "{}".to_owned(), diff, None));
+        assert!(html.chars().count() <= MAX_TEXT);
+        assert!(
+            html.contains("shortened: `airlock show` has the whole diff"),
+            "{html}"
+        );
+        assert!(html.contains("+line of the diff\n…</pre>"), "{html}");
+    }
+
+    #[test]
+    fn updates_become_presses_and_replies() {
+        let press = json!({"update_id": 5, "callback_query": {"id": "q1", "from": {"id": 42},
+            "message": {"message_id": 100, "chat": {"id": -100}}, "data": "a|hitl-1"}});
+        assert_eq!(
+            parse_update(&press),
+            Some(Inbound::Press {
+                chat: "-100".to_owned(),
+                message_id: "100".to_owned(),
+                platform_user: "42".to_owned(),
+                data: "a|hitl-1".to_owned(),
+                handle: "q1".to_owned(),
+            })
+        );
+        let reply = json!({"update_id": 6, "message": {"message_id": 101, "from": {"id": 42},
+            "chat": {"id": -100}, "text": "yes", "reply_to_message": {"message_id": 100}}});
+        assert_eq!(
+            parse_update(&reply),
+            Some(Inbound::Reply {
+                chat: "-100".to_owned(),
+                message_id: "101".to_owned(),
+                reply_to: "100".to_owned(),
+                platform_user: "42".to_owned(),
+                text: "yes".to_owned(),
+            })
+        );
+        // A message that replies to nothing, a sticker, a channel post.
+        for other in [
+            json!({"update_id": 7, "message": {"message_id": 1, "from": {"id": 1}, "chat": {"id": 1}, "text": "hi"}}),
+            json!({"update_id": 8, "message": {"message_id": 1, "from": {"id": 1}, "chat": {"id": 1}, "sticker": {},
+                   "reply_to_message": {"message_id": 100}}}),
+            json!({"update_id": 9, "channel_post": {}}),
+        ] {
+            assert_eq!(parse_update(&other), None, "{other}");
+        }
+    }
 }

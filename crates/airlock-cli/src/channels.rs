@@ -51,11 +51,11 @@ pub(crate) fn run(workspace: Workspace, command: &ChannelsCommand) -> Result<u8,
         ChannelsCommand::Test { name } => {
             let broker = workspace.broker()?;
             match runtime.block_on(airlock_chat::test(&broker, name)) {
-                Ok(lines) => {
-                    for line in lines {
-                        crate::print(&line);
+                Ok(tested) => {
+                    for line in &tested.lines {
+                        crate::print(line);
                     }
-                    Ok(0)
+                    Ok(u8::from(tested.failed))
                 }
                 Err(error) => Err(Failure::with_code(1, error)),
             }

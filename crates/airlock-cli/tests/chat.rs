@@ -414,3 +414,380 @@ fn a_restart_neither_posts_again_nor_loses_the_message() {
     assert_eq!(tg.messages(CHAT).len(), 1, "not posted again");
     assert_eq!(ws.read("s.txt").as_deref(), Some("s\n"));
 }
+
+const AGENT_TOKEN: &str = "agent-token-1";
+const WEB_TOKEN: &str = "phone-token-1";
+
+fn tokens() -> String {
+    format!(
+        "auth:\n  tokens:\n    - {{name: claude, sha256: \"{}\", roles: [agent], user: alice}}\n    \
+         - {{name: phone, sha256: \"{}\", roles: [approver], user: bob}}\n",
+        airlock_testkit::token_sha256(AGENT_TOKEN),
+        airlock_testkit::token_sha256(WEB_TOKEN)
+    )
+}
+
+#[test]
+fn over_http_the_requester_routes_the_confirmation_and_a_web_decision_edits_it() {
+    let tg = TelegramStandIn::start(&[CHAT, OTHER_CHAT]);
+    let ws = workspace(&config(&tg.url, &tokens()));
+    let server =
+        airlock_testkit::http::Server::start_in(ws, &["--public-url", "https://airlock.example"]);
+    let call = |requester: Value| {
+        json!({"tool": "write_file", "arguments": {"path": "h.txt", "content": "h\n"},
+               "session": "h1", "requester": requester})
+    };
+    // Bad requesters are refused before anything happens.
+    for (bad, words) in [
+        (
+            json!({"channel": "irc", "chat": "1", "user": "2"}),
+            "requester.channel must be one of telegram, slack, discord",
+        ),
+        (
+            json!({"channel": "telegram", "chat": "a b", "user": "2"}),
+            "requester.chat must be 1 to 64 letters, digits, - or _",
+        ),
+        (
+            json!({"channel": "telegram", "chat": "1"}),
+            "requester.user is missing",
+        ),
+        (
+            json!("telegram:1:2"),
+            "requester must be an object {channel, chat, user}",
+        ),
+        (
+            json!({"channel": "telegram", "chat": "1", "user": "2", "admin": true}),
+            "requester: unknown field \"admin\"",
+        ),
+    ] {
+        let (status, body) = server.post("/v1/tools/call", Some(AGENT_TOKEN), &call(bad));
+        assert_eq!(status, 400, "{body}");
+        assert_eq!(body["error"]["code"], "invalid_input", "{body}");
+        assert_eq!(body["error"]["message"], words, "{body}");
+    }
+    let (status, pending) = server.post(
+        "/v1/tools/call",
+        Some(AGENT_TOKEN),
+        &call(json!({"channel": "telegram", "chat": OTHER_CHAT, "user": ALICE.to_string()})),
+    );
+    assert_eq!(status, 202, "{pending}");
+    let id = pending["approval_id"].as_str().unwrap().to_owned();
+    let (_, shown) = server.get(&format!("/hitl/pending/{id}"), Some(WEB_TOKEN));
+    assert_eq!(
+        shown["requester"],
+        json!({"channel": "telegram", "chat": OTHER_CHAT.to_string(), "user": "42"})
+    );
+
+    // Asked in the requester's chat, with a link to the web UI.
+    let message = tg.message(OTHER_CHAT, 0);
+    assert_eq!(message.button("Open in web UI"), "https://airlock.example/");
+    assert!(tg.messages(CHAT).is_empty());
+
+    // Decided in the web UI: the chat message says so.
+    let (status, decided) = server.post(
+        &format!("/hitl/decide/{id}"),
+        Some(WEB_TOKEN),
+        &json!({"decision": "approve"}),
+    );
+    assert_eq!(status, 200, "{decided}");
+    let edited = tg.message_once(OTHER_CHAT, message.id, "decided via http", |m| {
+        m.text.contains("applied")
+    });
+    assert!(
+        edited.text.starts_with("✅ Approved by bob via http at "),
+        "{}",
+        edited.text
+    );
+    assert_eq!(server.ws.read("h.txt").as_deref(), Some("h\n"));
+}
+
+#[test]
+fn a_link_button_telegram_refuses_is_left_out() {
+    let tg = TelegramStandIn::start(&[CHAT]);
+    let ws = workspace(&config(&tg.url, ""));
+    // Telegram opens no link to this machine's own address.
+    let _channels = Running::start(
+        &ws,
+        &["channels", "run", "--public-url", "http://127.0.0.1:7420"],
+    );
+    ws.propose("l.txt", "l\n");
+    let message = tg.message(CHAT, 0);
+    let labels: Vec<String> = message.buttons().into_iter().map(|(l, _)| l).collect();
+    assert_eq!(
+        labels,
+        ["✅ Approve", "❌ Deny", "♾ Always allow (this session)"]
+    );
+    assert_eq!(
+        tg.calls_of("sendMessage"),
+        2,
+        "tried with the link, then without"
+    );
+}
+
+#[test]
+fn a_risks_approvers_and_required_reason_hold_in_chat() {
+    let tg = TelegramStandIn::start(&[CHAT]);
+    let rules =
+        "security:\n  hitl:\n    rules:\n      - tools: [write_file]\n        risk: critical\n";
+    let ws = workspace(
+        &config(&tg.url, "")
+            .replacen("security:\n  hitl:\n", rules, 1)
+            .replace(
+                &format!("\"{BOB}\": bob"),
+                &format!("\"{BOB}\": {{user: bob, roles: [approver, admin]}}"),
+            ),
+    );
+    let config_check = ws.run(&["config", "check"]);
+    assert_eq!(config_check.code, 0, "{}", config_check.stderr);
+    let _channels = Running::channels(&ws);
+    let id = ws.propose("c.txt", "c\n");
+    let message = tg.message(CHAT, 0);
+    assert!(message.text.contains("critical risk"), "{}", message.text);
+    assert!(
+        message
+            .text
+            .contains("A reason is required: reply yes: <reason> to approve"),
+        "{}",
+        message.text
+    );
+    // No approving button where a reason is required.
+    let labels: Vec<String> = message.buttons().into_iter().map(|(l, _)| l).collect();
+    assert_eq!(labels, ["❌ Deny"]);
+    // alice is an approver, not an admin.
+    tg.reply(CHAT, message.id, ALICE, "yes: looks right");
+    let refused = tg.wait_for("alice refused", |view| {
+        view.messages_in(CHAT).get(1).cloned()
+    });
+    assert_eq!(
+        refused.text,
+        "Not decided: forbidden: critical risk is decided only by admin."
+    );
+    // bob holds admin: a bare yes is not enough, a reason is.
+    tg.reply(CHAT, message.id, BOB, "yes");
+    let asked = tg.wait_for("a reason asked for", |view| {
+        view.messages_in(CHAT).get(2).cloned()
+    });
+    assert_eq!(
+        asked.text,
+        "A reason is required to approve this: reply \"yes: <reason>\"."
+    );
+    assert_eq!(ws.read("c.txt"), None);
+    tg.reply(CHAT, message.id, BOB, "yes: read the diff");
+    let edited = tg.message_once(CHAT, message.id, "approved with a reason", |m| {
+        m.text.contains("applied")
+    });
+    assert!(
+        edited.text.contains("(reason: read the diff)"),
+        "{}",
+        edited.text
+    );
+    assert_eq!(ws.read("c.txt").as_deref(), Some("c\n"));
+    let audit = ws.audit();
+    let decided = events(&audit, "hitl_decision");
+    assert_eq!(
+        (
+            &decided[0]["user"],
+            &decided[0]["reason"],
+            &decided[0]["hitl_id"]
+        ),
+        (&json!("bob"), &json!("read the diff"), &json!(id))
+    );
+}
+
+#[test]
+fn a_user_removed_from_the_configuration_decides_nothing_from_then_on() {
+    let tg = TelegramStandIn::start(&[CHAT]);
+    let ws = workspace(&config(&tg.url, &tokens()));
+    let server = airlock_testkit::http::Server::start_in(ws, &[]);
+    server.ws.propose("u.txt", "u\n");
+    let message = tg.message(CHAT, 0);
+    // bob is taken out of the users; the server reloads.
+    let mut feed = server.ws.feed();
+    let text = server.ws.read("airlock.yaml").unwrap();
+    server.ws.write(
+        "airlock.yaml",
+        text.replace(&format!(", \"{BOB}\": bob"), ""),
+    );
+    feed.wait_for(EventKind::ConfigReloaded);
+    let query = tg.press(CHAT, message.id, BOB, &message.button("Approve"));
+    let (words, alert) = tg.answer_to(&query);
+    assert!(alert);
+    assert!(
+        words.starts_with("You (telegram user 43) are not an approver here"),
+        "{words}"
+    );
+    assert_eq!(server.ws.read("u.txt"), None);
+}
+
+#[test]
+fn the_channels_run_in_one_process_and_another_takes_over_when_it_ends() {
+    let tg = TelegramStandIn::start(&[CHAT]);
+    let ws = workspace(&config(&tg.url, &tokens()));
+    let first = airlock_testkit::http::Serving::start(&ws, &[]);
+    let _second = airlock_testkit::http::Serving::start(&ws, &[]);
+    ws.propose("one.txt", "1\n");
+    let message = tg.message(CHAT, 0);
+    let query = tg.press(CHAT, message.id, ALICE, &message.button("Approve"));
+    assert_eq!(tg.answer_to(&query).0, "Approved: applied.");
+    assert_eq!(tg.messages(CHAT).len(), 1, "posted by one process");
+    drop(first);
+    // The other takes over.
+    ws.propose("two.txt", "2\n");
+    let message = tg.message(CHAT, 1);
+    let query = tg.press(CHAT, message.id, ALICE, &message.button("Approve"));
+    assert_eq!(tg.answer_to(&query).0, "Approved: applied.");
+    assert_eq!(ws.read("two.txt").as_deref(), Some("2\n"));
+    assert_eq!(tg.conflicts(), 0, "never two pollers at once");
+}
+
+#[test]
+fn channels_test_reports_what_the_platform_answered_over_tls() {
+    let tg = TelegramStandIn::start(&[CHAT]);
+    let ca = airlock_testkit::tls::TestCa::new();
+    let addr: std::net::SocketAddr = tg.url.trim_start_matches("http://").parse().unwrap();
+    let proxy = ca.proxy(addr);
+    let https = format!("https://localhost:{}", proxy.port);
+    let ws = workspace(&format!(
+        "{}tls:\n  ca_file: certs/ca.pem\n",
+        config(&https, "").replace(
+            &format!("chats: [{CHAT}]"),
+            &format!("chats: [{CHAT}, {OTHER_CHAT}]")
+        )
+    ));
+    ws.write("certs/ca.pem", ca.pem());
+    let run = ws.run(&["channels", "test", "telegram"]);
+    // The bot is not in OTHER_CHAT: Telegram's refusal is reported, exit 1.
+    assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
+    assert_eq!(
+        run.stdout,
+        format!(
+            "telegram: connected as @airlock_test_bot (bot id 123456)\n\
+             telegram: chat {CHAT}: test message sent (message id 100)\n\
+             telegram: chat {OTHER_CHAT}: refused: 400 Bad Request: chat not found\n"
+        )
+    );
+    assert_eq!(
+        tg.message(CHAT, 0).text,
+        "airlock: this chat receives approval requests."
+    );
+
+    // Without the CA the server is not trusted, and the token never shows.
+    let text = ws.read("airlock.yaml").unwrap();
+    ws.write(
+        "airlock.yaml",
+        text.replace("tls:\n  ca_file: certs/ca.pem\n", ""),
+    );
+    let run = ws.run(&["channels", "test", "telegram"]);
+    assert_eq!(run.code, 1, "{}{}", run.stdout, run.stderr);
+    assert!(run.stderr.contains("UnknownIssuer"), "{}", run.stderr);
+    assert!(
+        !run.stderr.contains(TOKEN) && !run.stdout.contains(TOKEN),
+        "{}",
+        run.stderr
+    );
+
+    // Without the token it says which variable to set.
+    let bare = Workspace::new(&config(&tg.url, ""));
+    let run = bare.run(&["channels", "test", "telegram"]);
+    assert_eq!(run.code, 1);
+    assert_eq!(
+        run.stderr.trim_end(),
+        "error: the environment variable AIRLOCK_TELEGRAM_TOKEN (its token) is not set"
+    );
+}
+
+#[test]
+fn the_stand_in_refuses_what_telegram_refuses() {
+    let tg = TelegramStandIn::start(&[CHAT]);
+    let json = "application/json";
+    let send = format!("/bot{TOKEN}/sendMessage");
+    let cases: Vec<(String, &str, String, u16, &str)> = vec![
+        ("/bot123:wrong/getMe".to_owned(), json, "{}".to_owned(), 401, "Unauthorized"),
+        (format!("/bot{TOKEN}/sendMesage"), json, "{}".to_owned(), 404, "Not Found"),
+        (send.clone(), "text/plain", "chat_id=1".to_owned(), 400, "Bad Request: unsupported content type; send application/json"),
+        (send.clone(), json, "{not json".to_owned(), 400, "Bad Request: can't parse JSON object"),
+        (send.clone(), json, json!({"chat_id": CHAT}).to_string(), 400, "Bad Request: message text is empty"),
+        (send.clone(), json, json!({"chat_id": 5, "text": "hi"}).to_string(), 400, "Bad Request: chat not found"),
+        (send.clone(), json, json!({"chat_id": CHAT, "text": "<b>open", "parse_mode": "HTML"}).to_string(), 400,
+         "Bad Request: can't parse entities: can't find end tag corresponding to start tag \"b\""),
+        (send.clone(), json, json!({"chat_id": CHAT, "text": "<script>x</script>", "parse_mode": "HTML"}).to_string(), 400,
+         "Bad Request: can't parse entities: unsupported start tag \"script\""),
+        (send.clone(), json, json!({"chat_id": CHAT, "text": "a & b", "parse_mode": "HTML"}).to_string(), 400,
+         "Bad Request: can't parse entities: character entity expected"),
+        (send.clone(), json, json!({"chat_id": CHAT, "text": "x".repeat(4097)}).to_string(), 400, "Bad Request: message is too long"),
+        (send.clone(), json, json!({"chat_id": CHAT, "text": "x", "reply_markup": {"inline_keyboard": [[{"text": "a", "callback_data": "d".repeat(65)}]]}}).to_string(), 400,
+         "Bad Request: BUTTON_DATA_INVALID"),
+        (send.clone(), json, json!({"chat_id": CHAT, "text": "x", "reply_markup": {"inline_keyboard": [[{"text": "a", "url": "http://localhost/"}]]}}).to_string(), 400,
+         "Bad Request: BUTTON_URL_INVALID"),
+        (format!("/bot{TOKEN}/editMessageText"), json, json!({"chat_id": CHAT, "message_id": 99, "text": "x"}).to_string(), 400,
+         "Bad Request: message to edit not found"),
+        (format!("/bot{TOKEN}/answerCallbackQuery"), json, json!({"callback_query_id": "nope"}).to_string(), 400,
+         "Bad Request: query is too old and response timeout expired or query ID is invalid"),
+    ];
+    for (path, content_type, body, status, description) in cases {
+        let (got, answer) = tg.raw(&path, content_type, &body);
+        assert_eq!(
+            (got, answer["ok"].clone()),
+            (status, json!(false)),
+            "{path} {body}: {answer}"
+        );
+        assert_eq!(answer["description"], description, "{path} {body}");
+    }
+    // An edit that changes nothing is refused too.
+    let sent = json!({"chat_id": CHAT, "text": "<b>same</b>", "parse_mode": "HTML"}).to_string();
+    let (status, answer) = tg.raw(&send, json, &sent);
+    assert_eq!(status, 200, "{answer}");
+    let id = answer["result"]["message_id"].as_i64().unwrap();
+    let edit =
+        json!({"chat_id": CHAT, "message_id": id, "text": "<b>same</b>", "parse_mode": "HTML"})
+            .to_string();
+    let (status, answer) = tg.raw(&format!("/bot{TOKEN}/editMessageText"), json, &edit);
+    assert_eq!(status, 400);
+    assert!(
+        answer["description"]
+            .as_str()
+            .unwrap()
+            .starts_with("Bad Request: message is not modified")
+    );
+}
+
+#[test]
+fn over_mcp_the_requester_comes_in_meta_and_a_call_waits_for_the_chat() {
+    let tg = TelegramStandIn::start(&[CHAT, OTHER_CHAT]);
+    // Wait mode; the client cannot be asked, so `auto` waits for a live
+    // approver channel: the chat.
+    let ws = workspace(&config(&tg.url, "").replace("approval_mode: defer", "approval_mode: wait"));
+    let mut mcp = airlock_testkit::mcp::RawStdio::start(&ws, &[]);
+    tg.wait_for("the bot polling", |view| {
+        (view.calls_of("getUpdates") > 0).then_some(())
+    });
+    let call = |id: u64, requester: Value| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "write_file", "arguments": {"path": "m.txt", "content": "m\n"},
+            "_meta": {"airlock/requester": requester}}})
+    };
+    let refused = mcp.request(call(
+        2,
+        json!({"channel": "telegram", "chat": "x y", "user": "1"}),
+    ));
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    assert_eq!(
+        refused["error"]["message"],
+        "_meta[\"airlock/requester\"]: requester.chat must be 1 to 64 letters, digits, - or _"
+    );
+    mcp.send(&call(
+        3,
+        json!({"channel": "telegram", "chat": OTHER_CHAT.to_string(), "user": ALICE.to_string()}),
+    ));
+    let message = tg.message(OTHER_CHAT, 0);
+    let query = tg.press(OTHER_CHAT, message.id, ALICE, &message.button("Approve"));
+    assert_eq!(tg.answer_to(&query).0, "Approved: applied.");
+    let answer = loop {
+        let answer = mcp.receive();
+        if answer["id"] == 3 {
+            break answer;
+        }
+    };
+    assert_eq!(answer["result"]["isError"], json!(false), "{answer}");
+    assert_eq!(ws.read("m.txt").as_deref(), Some("m\n"));
+}

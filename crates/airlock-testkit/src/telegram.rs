@@ -323,6 +323,11 @@ impl StandInView<'_> {
     pub fn answers(&self) -> &[(String, String, bool)] {
         &self.inner.answers
     }
+
+    /// How many calls of `method` were made.
+    pub fn calls_of(&self, method: &str) -> usize {
+        self.inner.calls.iter().filter(|(m, _)| m == method).count()
+    }
 }
 
 fn reply(status: StatusCode, body: Value) -> Response {
@@ -386,6 +391,7 @@ async fn api(
     {
         let mut inner = shared.inner.lock().unwrap();
         inner.calls.push((method.clone(), body.clone()));
+        shared.changed.notify_all();
         if let Some(at) = inner.failures.iter().position(|f| f.method == method) {
             let failure = inner.failures.remove(at);
             inner.failures_served += 1;
@@ -557,7 +563,7 @@ fn checked_text(body: &Value) -> Result<(String, String), Response> {
     if text.trim().is_empty() {
         return Err(bad("message text is empty"));
     }
-    if text.chars().count() > 4096 {
+    if text.encode_utf16().count() > 4096 {
         return Err(bad("message is too long"));
     }
     Ok((html.to_owned(), text))
