@@ -13,6 +13,7 @@
 mod card;
 mod platform;
 mod runner;
+mod slack;
 mod telegram;
 mod words;
 
@@ -30,6 +31,7 @@ pub use runner::Brokers;
 
 use crate::platform::{ApiError, Platform};
 use crate::runner::Runner;
+use crate::slack::Slack;
 use crate::telegram::Telegram;
 
 /// How often a process that does not hold the channels tries to take them,
@@ -63,21 +65,21 @@ pub async fn run(brokers: Brokers, options: Options) {
         let mut wanted = configured(&broker);
         // A channel without its token stays off (said once), and a process
         // that cannot run any does not take the lock from one that can.
-        wanted.retain(
-            |name| match token_env(&broker, name).map(|env| token(&env)) {
-                Some(Ok(_)) => true,
-                Some(Err(error)) => {
-                    let line = format!("{name}: {error}");
-                    if !said.contains(&line) {
-                        eprintln!("airlock: {line}; it stays off until this changes");
-                        said.retain(|said| !said.starts_with(name));
-                        said.push(line);
-                    }
-                    false
-                }
-                None => false,
-            },
-        );
+        wanted.retain(|name| {
+            let missing = token_envs(&broker, name)
+                .iter()
+                .find_map(|env| token(env).err());
+            let Some(error) = missing else {
+                return true;
+            };
+            let line = format!("{name}: {error}");
+            if !said.contains(&line) {
+                eprintln!("airlock: {line}; it stays off until this changes");
+                said.retain(|said| !said.starts_with(name));
+                said.push(line);
+            }
+            false
+        });
         if !wanted.is_empty() && lock.is_none() {
             lock = take_lock(&broker);
         }
@@ -122,15 +124,27 @@ fn configured(broker: &Broker) -> Vec<&'static str> {
     if channels.telegram.is_some() {
         names.push("telegram");
     }
+    if channels.slack.is_some() {
+        names.push("slack");
+    }
     names
 }
 
-/// The environment variable holding `name`'s token.
-fn token_env(broker: &Broker, name: &str) -> Option<String> {
+/// The environment variables holding `name`'s tokens.
+fn token_envs(broker: &Broker, name: &str) -> Vec<String> {
     let channels = &broker.config().channels;
     match name {
-        "telegram" => channels.telegram.as_ref().map(|c| c.token_env.clone()),
-        _ => None,
+        "telegram" => channels
+            .telegram
+            .iter()
+            .map(|c| c.token_env.clone())
+            .collect(),
+        "slack" => channels
+            .slack
+            .iter()
+            .flat_map(|c| [c.bot_token_env.clone(), c.app_token_env.clone()])
+            .collect(),
+        _ => Vec::new(),
     }
 }
 
@@ -174,6 +188,21 @@ fn telegram(broker: &Broker) -> Result<Telegram, String> {
     )
 }
 
+fn slack(broker: &Broker) -> Result<Slack, String> {
+    let config = broker
+        .config()
+        .channels
+        .slack
+        .as_ref()
+        .ok_or("channels.slack is not configured")?;
+    Slack::new(
+        &config.api_url,
+        &token(&config.bot_token_env)?,
+        &token(&config.app_token_env)?,
+        broker.ca_file().as_deref(),
+    )
+}
+
 fn start(
     name: &str,
     brokers: &Brokers,
@@ -187,6 +216,16 @@ fn start(
         "telegram" => {
             let runner = Arc::new(Runner {
                 platform: Arc::new(telegram(broker)?),
+                brokers: brokers.clone(),
+                web: options.public_url.clone(),
+                running: running.to_vec(),
+                batches: std::sync::atomic::AtomicUsize::new(0),
+            });
+            Ok(tokio::spawn(runner.run(wake)))
+        }
+        "slack" => {
+            let runner = Arc::new(Runner {
+                platform: Arc::new(slack(broker)?),
                 brokers: brokers.clone(),
                 web: options.public_url.clone(),
                 running: running.to_vec(),
@@ -274,7 +313,38 @@ pub async fn test(broker: &Broker, name: &str) -> Result<Tested, String> {
             }
             Ok(Tested { lines, failed })
         }
-        "slack" | "discord" => Err(format!("{name} is not built yet in this airlock")),
+        "slack" => {
+            let bot = slack(broker)?;
+            let settings = bot
+                .settings(broker.config())
+                .ok_or("channels.slack is not configured")?;
+            let me = bot
+                .call("auth.test", &json!({}))
+                .await
+                .map_err(|error| format!("slack: auth.test: {}", api_words(&error)))?;
+            let mut lines = vec![format!(
+                "slack: connected as {} (user {}) in {}",
+                me["user"].as_str().unwrap_or("?"),
+                me["user_id"].as_str().unwrap_or("?"),
+                me["team"].as_str().unwrap_or("?")
+            )];
+            let mut failed = false;
+            for chat in &settings.chats {
+                let body = json!({"channel": chat, "text": "airlock: this channel receives approval requests."});
+                match bot.call("chat.postMessage", &body).await {
+                    Ok(sent) => lines.push(format!(
+                        "slack: channel {chat}: test message sent (ts {})",
+                        sent["ts"].as_str().unwrap_or("?")
+                    )),
+                    Err(error) => {
+                        lines.push(format!("slack: channel {chat}: {}", api_words(&error)));
+                        failed = true;
+                    }
+                }
+            }
+            Ok(Tested { lines, failed })
+        }
+        "discord" => Err(format!("{name} is not built yet in this airlock")),
         other => Err(format!(
             "no chat channel named {other} (telegram, slack, discord)"
         )),

@@ -791,3 +791,211 @@ fn over_mcp_the_requester_comes_in_meta_and_a_call_waits_for_the_chat() {
     assert_eq!(answer["result"]["isError"], json!(false), "{answer}");
     assert_eq!(ws.read("m.txt").as_deref(), Some("m\n"));
 }
+
+mod slack {
+    use airlock_testkit::Workspace;
+    use airlock_testkit::slack::{APP_TOKEN, BOT_TOKEN, SlackStandIn};
+    use serde_json::json;
+
+    use super::{Running, events};
+
+    const CHANNEL: &str = "C0APPROVE";
+    const ALICE: &str = "U0ALICE";
+    const STRANGER: &str = "U0STRANGER";
+
+    fn workspace(api_url: &str) -> Workspace {
+        Workspace::new(&format!(
+            "security:\n  hitl:\n    approval_mode: defer\n\
+             channels:\n  slack:\n    api_url: {api_url}\n    channels: [{CHANNEL}]\n    users: {{{ALICE}: alice}}\n"
+        ))
+        .with_env("AIRLOCK_SLACK_BOT_TOKEN", BOT_TOKEN)
+        .with_env("AIRLOCK_SLACK_APP_TOKEN", APP_TOKEN)
+    }
+
+    #[test]
+    fn a_button_press_is_acknowledged_at_once_and_decides() {
+        let slack = SlackStandIn::start(&[CHANNEL]);
+        let ws = workspace(&slack.url);
+        let _channels = Running::channels(&ws);
+        slack.connected(1);
+        let id = ws.propose("s.txt", "<@U0ALL> *bold* <https://evil.example|click>\n");
+        let message = slack.message(CHANNEL, 0);
+        let shown = message.shown();
+        for part in [
+            "⚠️ Approval needed · medium risk",
+            "Tool: write_file\nPath: s.txt",
+            "+<@U0ALL> *bold* <https://evil.example|click>",
+        ] {
+            assert!(shown.contains(part), "{part:?} not in {shown}");
+        }
+        assert!(!message.text.contains('<'), "{}", message.text);
+        let labels: Vec<String> = message.buttons().into_iter().map(|(l, _)| l).collect();
+        assert_eq!(labels, ["Approve", "Deny", "Always allow (this session)"]);
+
+        // A stranger: acknowledged at once, refused with an ephemeral
+        // message only they see, audited.
+        let envelope = slack.press(CHANNEL, &message.ts, STRANGER, &message.button("Approve"));
+        assert!(slack.acked(&envelope) < std::time::Duration::from_secs(3));
+        let (channel, user, text, _) = slack.ephemeral(0);
+        assert_eq!((channel.as_str(), user.as_str()), (CHANNEL, STRANGER));
+        assert!(
+            text.starts_with("You (slack user U0STRANGER) are not an approver here"),
+            "{text}"
+        );
+        assert_eq!(ws.read("s.txt"), None);
+
+        let envelope = slack.press(CHANNEL, &message.ts, ALICE, &message.button("Approve"));
+        assert!(slack.acked(&envelope) < std::time::Duration::from_secs(3));
+        let edited = slack.message_once(CHANNEL, &message.ts, "applied", |m| {
+            m.shown().contains("applied")
+        });
+        assert!(
+            edited
+                .shown()
+                .starts_with("✅ Approved by alice via slack at "),
+            "{}",
+            edited.shown()
+        );
+        assert!(edited.buttons().is_empty());
+        assert_eq!(slack.ephemeral(1).2, "Approved: applied.");
+        assert!(ws.read("s.txt").is_some());
+        let audit = ws.audit();
+        assert_eq!(
+            events(&audit, "hitl_refused")[0]["platform_user"],
+            json!(STRANGER)
+        );
+        let decided = events(&audit, "hitl_decision");
+        assert_eq!(
+            (
+                &decided[0]["channel"],
+                &decided[0]["platform_user"],
+                &decided[0]["user"],
+                &decided[0]["hitl_id"]
+            ),
+            (&json!("slack"), &json!(ALICE), &json!("alice"), &json!(id))
+        );
+    }
+
+    #[test]
+    fn a_thread_reply_decides_and_the_socket_reconnects_when_asked() {
+        let slack = SlackStandIn::start(&[CHANNEL]);
+        slack.fail("apps.connections.open", 500, None, 1);
+        let ws = workspace(&slack.url);
+        let _channels = Running::channels(&ws);
+        slack.connected(1);
+        slack.disconnect();
+        slack.connected(2);
+        ws.propose("t.txt", "t\n");
+        let message = slack.message(CHANNEL, 0);
+        slack.reply(CHANNEL, &message.ts, ALICE, "yes");
+        slack.message_once(CHANNEL, &message.ts, "applied", |m| {
+            m.shown().contains("applied")
+        });
+        assert_eq!(ws.read("t.txt").as_deref(), Some("t\n"));
+        assert_eq!(slack.failures_served(), 1);
+    }
+
+    #[test]
+    fn rate_limits_and_outages_of_the_web_api_are_retried() {
+        let slack = SlackStandIn::start(&[CHANNEL]);
+        slack.fail("chat.postMessage", 429, Some(1), 1);
+        slack.fail("chat.postMessage", 503, None, 1);
+        let ws = workspace(&slack.url);
+        let _channels = Running::channels(&ws);
+        slack.connected(1);
+        ws.propose("r.txt", "r\n");
+        let message = slack.message(CHANNEL, 0);
+        assert_eq!(slack.messages(CHANNEL).len(), 1);
+        slack.press(CHANNEL, &message.ts, ALICE, &message.button("Deny"));
+        let denied = slack.message_once(CHANNEL, &message.ts, "denied", |m| {
+            m.shown().starts_with("❌ Denied")
+        });
+        assert!(denied.shown().starts_with("❌ Denied by alice via slack"));
+        assert_eq!(slack.failures_served(), 2);
+    }
+
+    #[test]
+    fn channels_test_and_the_stand_ins_refusals() {
+        let slack = SlackStandIn::start(&[CHANNEL]);
+        let ws = workspace(&slack.url);
+        let run = ws.run(&["channels", "test", "slack"]);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        assert_eq!(
+            run.stdout,
+            format!(
+                "slack: connected as airlock (user U0BOT) in airlock test\n\
+                 slack: channel {CHANNEL}: test message sent (ts 1700000001.000200)\n"
+            )
+        );
+        let json = "application/json";
+        let post = |body: serde_json::Value| {
+            slack.raw("chat.postMessage", Some(BOT_TOKEN), json, &body.to_string())
+        };
+        let button = |label: &str| {
+            json!([{"type": "actions", "elements": [{"type": "button",
+            "text": {"type": "plain_text", "text": label}, "action_id": "a", "value": "v"}]}])
+        };
+        let cases = [
+            (slack.raw("auth.test", None, json, "{}"), "not_authed"),
+            (
+                slack.raw("auth.test", Some("xoxb-wrong"), json, "{}"),
+                "invalid_auth",
+            ),
+            (
+                slack.raw("apps.connections.open", Some(BOT_TOKEN), json, "{}"),
+                "invalid_auth",
+            ),
+            (
+                slack.raw("chat.postMessage", Some(BOT_TOKEN), "text/plain", "x"),
+                "invalid_form_data",
+            ),
+            (
+                slack.raw("chat.postMessage", Some(BOT_TOKEN), json, "{nope"),
+                "invalid_json",
+            ),
+            (
+                post(json!({"channel": "C0NOWHERE", "text": "x"})),
+                "channel_not_found",
+            ),
+            (post(json!({"channel": CHANNEL})), "no_text"),
+            (
+                post(
+                    json!({"channel": CHANNEL, "text": "x", "blocks": [{"type": "section", "text": {"type": "plain_text", "text": "y".repeat(3001)}}]}),
+                ),
+                "invalid_blocks",
+            ),
+            (
+                post(json!({"channel": CHANNEL, "text": "x", "blocks": button(&"z".repeat(76))})),
+                "invalid_blocks",
+            ),
+            (
+                post(json!({"channel": CHANNEL, "text": "x", "blocks": [{"type": "marquee"}]})),
+                "invalid_blocks",
+            ),
+            (
+                slack.raw(
+                    "chat.update",
+                    Some(BOT_TOKEN),
+                    json,
+                    &json!({"channel": CHANNEL, "ts": "1.1", "text": "x"}).to_string(),
+                ),
+                "message_not_found",
+            ),
+        ];
+        for ((status, answer), error) in cases {
+            assert_eq!(
+                (status, &answer["ok"], &answer["error"]),
+                (200, &json!(false), &json!(error)),
+                "{answer}"
+            );
+        }
+        assert_eq!(
+            slack
+                .raw("chat.deleteEverything", Some(BOT_TOKEN), json, "{}")
+                .0,
+            404
+        );
+        // A Socket Mode ticket works once.
+        assert!(!slack.raw_socket("ticket-forged"));
+    }
+}

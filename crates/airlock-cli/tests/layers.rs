@@ -158,7 +158,7 @@ fn each_protocol_and_storage_library_is_known_to_one_crate() {
         ("reqwest", &["airlock-net", "airlock-http", "airlock-chat"]),
         // The test kit's TLS servers.
         ("rustls", &["airlock-net", "airlock-testkit"]),
-        ("tokio-tungstenite", &["airlock-net"]),
+        ("tokio-tungstenite", &["airlock-net", "airlock-testkit"]),
     ];
     let mut wrong = Vec::new();
     for (name, manifest) in manifests() {

@@ -16,6 +16,10 @@ mod tls;
 mod ws;
 
 pub use tls::{MAX_CA_FILE_BYTES, TlsError, client_config};
+/// A WebSocket error.
+pub use tokio_tungstenite::tungstenite::Error as WsError;
+/// A WebSocket message (text, binary, ping, pong, close).
+pub use tokio_tungstenite::tungstenite::Message as WsMessage;
 pub use ws::{NetError, WebSocket, websocket};
 
 use std::path::Path;

@@ -14,6 +14,7 @@
 //! - [`terminal::Terminal`]: a program on a real pseudo-terminal.
 //! - [`telegram::TelegramStandIn`]: Telegram's Bot API on loopback, as
 //!   strict as Telegram, with the people's presses and replies.
+//! - [`slack::SlackStandIn`]: Slack's Web API and Socket Mode on loopback.
 //! - [`tls::TestCa`]: a CA made for the test and a TLS proxy in front of a
 //!   local server, for https and wss.
 //! - [`peers`]: the programs a test needs besides Rust (Python with the MCP
@@ -32,6 +33,7 @@
 pub mod http;
 pub mod mcp;
 pub mod peers;
+pub mod slack;
 pub mod telegram;
 pub mod terminal;
 pub mod tls;
