@@ -1,5 +1,6 @@
 //! airlock-chat: approvals where people already are. Telegram (Bot API long
-//! polling), with Slack and Discord to follow, as approver channels beside
+//! polling), Slack (Socket Mode) and Discord (the Gateway), as approver
+//! channels beside
 //! the terminal, the web UI, MCP and signed links (DESIGN §7.1). Every
 //! channel connects outbound only, so a laptop behind NAT needs no public
 //! address.
@@ -11,6 +12,7 @@
 //! many `serve --stdio`, and Telegram refuses two pollers of one bot).
 
 mod card;
+mod discord;
 mod platform;
 mod runner;
 mod slack;
@@ -29,6 +31,7 @@ use tokio::sync::Notify;
 
 pub use runner::Brokers;
 
+use crate::discord::Discord;
 use crate::platform::{ApiError, Platform};
 use crate::runner::Runner;
 use crate::slack::Slack;
@@ -127,6 +130,9 @@ fn configured(broker: &Broker) -> Vec<&'static str> {
     if channels.slack.is_some() {
         names.push("slack");
     }
+    if channels.discord.is_some() {
+        names.push("discord");
+    }
     names
 }
 
@@ -143,6 +149,11 @@ fn token_envs(broker: &Broker, name: &str) -> Vec<String> {
             .slack
             .iter()
             .flat_map(|c| [c.bot_token_env.clone(), c.app_token_env.clone()])
+            .collect(),
+        "discord" => channels
+            .discord
+            .iter()
+            .map(|c| c.token_env.clone())
             .collect(),
         _ => Vec::new(),
     }
@@ -203,6 +214,21 @@ fn slack(broker: &Broker) -> Result<Slack, String> {
     )
 }
 
+fn discord(broker: &Broker) -> Result<Discord, String> {
+    let config = broker
+        .config()
+        .channels
+        .discord
+        .as_ref()
+        .ok_or("channels.discord is not configured")?;
+    Discord::new(
+        &config.api_url,
+        &token(&config.token_env)?,
+        config.gateway_url.as_deref(),
+        broker.ca_file().as_deref(),
+    )
+}
+
 fn start(
     name: &str,
     brokers: &Brokers,
@@ -226,6 +252,16 @@ fn start(
         "slack" => {
             let runner = Arc::new(Runner {
                 platform: Arc::new(slack(broker)?),
+                brokers: brokers.clone(),
+                web: options.public_url.clone(),
+                running: running.to_vec(),
+                batches: std::sync::atomic::AtomicUsize::new(0),
+            });
+            Ok(tokio::spawn(runner.run(wake)))
+        }
+        "discord" => {
+            let runner = Arc::new(Runner {
+                platform: Arc::new(discord(broker)?),
                 brokers: brokers.clone(),
                 web: options.public_url.clone(),
                 running: running.to_vec(),
@@ -344,7 +380,44 @@ pub async fn test(broker: &Broker, name: &str) -> Result<Tested, String> {
             }
             Ok(Tested { lines, failed })
         }
-        "discord" => Err(format!("{name} is not built yet in this airlock")),
+        "discord" => {
+            let bot = discord(broker)?;
+            let settings = bot
+                .settings(broker.config())
+                .ok_or("channels.discord is not configured")?;
+            let me = bot
+                .call(reqwest::Method::GET, "/users/@me", None)
+                .await
+                .map_err(|error| format!("discord: GET /users/@me: {}", api_words(&error)))?;
+            let mut lines = vec![format!(
+                "discord: connected as {} (user {})",
+                me["username"].as_str().unwrap_or("?"),
+                me["id"].as_str().unwrap_or("?")
+            )];
+            let mut failed = false;
+            for chat in &settings.chats {
+                let body = json!({"content": "airlock: this channel receives approval requests.",
+                                  "allowed_mentions": {"parse": []}});
+                match bot
+                    .call(
+                        reqwest::Method::POST,
+                        &format!("/channels/{chat}/messages"),
+                        Some(&body),
+                    )
+                    .await
+                {
+                    Ok(sent) => lines.push(format!(
+                        "discord: channel {chat}: test message sent (message id {})",
+                        sent["id"].as_str().unwrap_or("?")
+                    )),
+                    Err(error) => {
+                        lines.push(format!("discord: channel {chat}: {}", api_words(&error)));
+                        failed = true;
+                    }
+                }
+            }
+            Ok(Tested { lines, failed })
+        }
         other => Err(format!(
             "no chat channel named {other} (telegram, slack, discord)"
         )),

@@ -518,7 +518,7 @@ mod tests {
                 if map
                     .get("type")
                     .and_then(Value::as_str)
-                    .is_some_and(|t| t.ends_with("_text") || t == "mrkdwn")
+                    .is_some_and(|t| t == "plain_text" || t == "mrkdwn")
                 {
                     out.push(value.clone());
                 }

@@ -999,3 +999,267 @@ mod slack {
         assert!(!slack.raw_socket("ticket-forged"));
     }
 }
+
+mod discord {
+    use airlock_testkit::Workspace;
+    use airlock_testkit::discord::{DiscordStandIn, TOKEN};
+    use serde_json::json;
+
+    use super::{Running, events};
+
+    const CHANNEL: &str = "112233445566778899";
+    const ALICE: &str = "998877665544332211";
+    const STRANGER: &str = "123123123123123123";
+
+    fn workspace(api_url: &str) -> Workspace {
+        Workspace::new(&format!(
+            "security:\n  hitl:\n    approval_mode: defer\n\
+             channels:\n  discord:\n    api_url: {api_url}\n    channels: [\"{CHANNEL}\"]\n    users: {{\"{ALICE}\": alice}}\n"
+        ))
+        .with_env("AIRLOCK_DISCORD_TOKEN", TOKEN)
+    }
+
+    #[test]
+    fn presses_are_deferred_at_once_and_answered_and_code_blocks_hold() {
+        let discord = DiscordStandIn::start(&[CHANNEL], 45_000);
+        let ws = workspace(&discord.url);
+        let _channels = Running::channels(&ws);
+        discord.ready(1, 0);
+        let id = ws.propose(
+            "d.txt",
+            "```\n@everyone **bold** [x](https://evil.example)\n",
+        );
+        let message = discord.message(CHANNEL, 0);
+        assert!(
+            message.content.starts_with(
+                "**⚠️ Approval needed** · `` medium `` risk\n**Tool:** `` write_file ``"
+            ),
+            "{}",
+            message.content
+        );
+        // The file's backticks cannot close airlock's code block.
+        assert!(
+            message
+                .content
+                .contains("+`\u{200b}`\u{200b}`\u{200b}\n+@everyone **bold**"),
+            "{}",
+            message.content
+        );
+        let labels: Vec<String> = message.buttons().into_iter().map(|(l, _)| l).collect();
+        assert_eq!(labels, ["Approve", "Deny", "Always allow (this session)"]);
+
+        let refused = discord.press(CHANNEL, &message.id, STRANGER, &message.button("Approve"));
+        assert!(
+            discord
+                .followup(&refused)
+                .contains("are not an approver here")
+        );
+        assert_eq!(
+            discord.answered(&refused),
+            Some(5),
+            "a deferred answer first"
+        );
+        assert_eq!(ws.read("d.txt"), None);
+        let approved = discord.press(CHANNEL, &message.id, ALICE, &message.button("Approve"));
+        assert_eq!(discord.followup(&approved), "`` Approved: applied. ``");
+        let edited = discord.message_once(CHANNEL, &message.id, "applied", |m| {
+            m.content.contains("applied")
+        });
+        assert!(
+            edited
+                .content
+                .starts_with("**Outcome:** `` ✅ Approved by alice via discord at "),
+            "{}",
+            edited.content
+        );
+        assert!(edited.buttons().is_empty());
+        let audit = ws.audit();
+        assert_eq!(
+            events(&audit, "hitl_refused")[0]["platform_user"],
+            json!(STRANGER)
+        );
+        let decided = events(&audit, "hitl_decision");
+        assert_eq!(
+            (
+                &decided[0]["channel"],
+                &decided[0]["platform_user"],
+                &decided[0]["hitl_id"]
+            ),
+            (&json!("discord"), &json!(ALICE), &json!(id))
+        );
+    }
+
+    #[test]
+    fn replies_decide_pins_do_not_and_the_gateway_resumes_after_every_kind_of_drop() {
+        // Heartbeats every 200 ms, so missed ACKs show quickly.
+        let discord = DiscordStandIn::start(&[CHANNEL], 200);
+        let ws = workspace(&discord.url);
+        let _channels = Running::channels(&ws);
+        discord.ready(1, 0);
+        discord.heartbeats(2);
+        // A dropped connection: resumed, and what was missed is replayed.
+        ws.propose("one.txt", "1\n");
+        let first = discord.message(CHANNEL, 0);
+        discord.drop_connection();
+        discord.reply(CHANNEL, &first.id, ALICE, "pinned", 6);
+        discord.reply(CHANNEL, &first.id, ALICE, "no", 19);
+        discord.ready(1, 1);
+        discord.message_once(CHANNEL, &first.id, "denied", |m| {
+            m.content.contains("Denied by alice")
+        });
+        // RECONNECT: resumed.
+        discord.ask_reconnect();
+        discord.ready(1, 2);
+        // Heartbeats without ACKs: a zombie connection, closed and resumed.
+        discord.acks(false);
+        let beats = discord.heartbeats_now();
+        discord.heartbeats(beats + 2);
+        discord.acks(true);
+        discord.ready(1, 3);
+        ws.propose("two.txt", "2\n");
+        let second = discord.message(CHANNEL, 1);
+        discord.reply(CHANNEL, &second.id, ALICE, "yes", 19);
+        discord.message_once(CHANNEL, &second.id, "applied", |m| {
+            m.content.contains("applied")
+        });
+        assert_eq!(ws.read("two.txt").as_deref(), Some("2\n"));
+        assert_eq!(ws.read("one.txt"), None);
+    }
+
+    #[test]
+    fn rate_limits_and_outages_are_retried() {
+        let discord = DiscordStandIn::start(&[CHANNEL], 45_000);
+        discord.fail("/channels", 429, Some(0.5), 1);
+        discord.fail("/channels", 500, None, 1);
+        let ws = workspace(&discord.url);
+        let _channels = Running::channels(&ws);
+        discord.ready(1, 0);
+        ws.propose("r.txt", "r\n");
+        let message = discord.message(CHANNEL, 0);
+        assert_eq!(discord.messages(CHANNEL).len(), 1);
+        assert_eq!(discord.failures_served(), 2);
+        let pressed = discord.press(CHANNEL, &message.id, ALICE, &message.button("Deny"));
+        assert_eq!(discord.followup(&pressed), "`` Denied. ``");
+    }
+
+    #[test]
+    fn channels_test_and_the_stand_ins_refusals() {
+        let discord = DiscordStandIn::start(&[CHANNEL], 45_000);
+        let ws = workspace(&discord.url);
+        let run = ws.run(&["channels", "test", "discord"]);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        assert!(
+            run.stdout
+                .starts_with("discord: connected as airlock-test (user 777000000000000001)\n"),
+            "{}",
+            run.stdout
+        );
+        assert!(
+            run.stdout
+                .contains(&format!("discord: channel {CHANNEL}: test message sent")),
+            "{}",
+            run.stdout
+        );
+        // A wrong token: exit 1 with what Discord said.
+        let wrong = Workspace::new(&ws.read("airlock.yaml").unwrap())
+            .with_env("AIRLOCK_DISCORD_TOKEN", "wrong");
+        let run = wrong.run(&["channels", "test", "discord"]);
+        assert_eq!(run.code, 1);
+        assert_eq!(
+            run.stderr.trim_end(),
+            "error: discord: GET /users/@me: refused: 401 Unauthorized: 401: Unauthorized (code 0)"
+        );
+
+        let post = |body: serde_json::Value| {
+            discord.raw(
+                "POST",
+                &format!("/channels/{CHANNEL}/messages"),
+                Some(TOKEN),
+                &body.to_string(),
+            )
+        };
+        let button = |b: serde_json::Value| json!({"content": "x", "components": [{"type": 1, "components": [b]}]});
+        let cases = [
+            (discord.raw("GET", "/users/@me", None, ""), 401, 0),
+            (discord.raw("GET", "/users/@me", Some("wrong"), ""), 401, 0),
+            (
+                discord.raw(
+                    "POST",
+                    &format!("/channels/{CHANNEL}/messages"),
+                    Some(TOKEN),
+                    "{nope",
+                ),
+                400,
+                50109,
+            ),
+            (
+                discord.raw(
+                    "POST",
+                    "/channels/1/messages",
+                    Some(TOKEN),
+                    "{\"content\": \"x\"}",
+                ),
+                404,
+                10003,
+            ),
+            (post(json!({"content": "x".repeat(2001)})), 400, 50035),
+            (post(json!({})), 400, 50006),
+            (
+                post(button(json!({"type": 2, "style": 1, "label": "a"}))),
+                400,
+                50035,
+            ),
+            (
+                post(button(
+                    json!({"type": 2, "style": 5, "label": "a", "custom_id": "x"}),
+                )),
+                400,
+                50035,
+            ),
+            (
+                post(button(
+                    json!({"type": 2, "style": 1, "label": "l".repeat(81), "custom_id": "x"}),
+                )),
+                400,
+                50035,
+            ),
+            (
+                discord.raw(
+                    "PATCH",
+                    &format!("/channels/{CHANNEL}/messages/5"),
+                    Some(TOKEN),
+                    "{\"content\": \"x\"}",
+                ),
+                404,
+                10008,
+            ),
+            (
+                discord.raw(
+                    "POST",
+                    "/interactions/5/itoken-5/callback",
+                    None,
+                    "{\"type\": 5}",
+                ),
+                404,
+                10062,
+            ),
+        ];
+        for ((status, answer), want_status, code) in cases {
+            assert_eq!(
+                (status, &answer["code"]),
+                (want_status, &json!(code)),
+                "{answer}"
+            );
+        }
+        // The Gateway: a wrong version, a wrong token.
+        let identify = json!({"op": 2, "d": {"token": "wrong", "intents": 0, "properties": {}}});
+        assert_eq!(
+            discord.raw_gateway("?v=9&encoding=json", identify.clone()),
+            Some(4012)
+        );
+        assert_eq!(
+            discord.raw_gateway("?v=10&encoding=json", identify),
+            Some(4004)
+        );
+    }
+}

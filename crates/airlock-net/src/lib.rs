@@ -20,6 +20,8 @@ pub use tls::{MAX_CA_FILE_BYTES, TlsError, client_config};
 pub use tokio_tungstenite::tungstenite::Error as WsError;
 /// A WebSocket message (text, binary, ping, pong, close).
 pub use tokio_tungstenite::tungstenite::Message as WsMessage;
+/// A WebSocket close frame (a code and a reason).
+pub use tokio_tungstenite::tungstenite::protocol::CloseFrame as WsCloseFrame;
 pub use ws::{NetError, WebSocket, websocket};
 
 use std::path::Path;

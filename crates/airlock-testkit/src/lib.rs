@@ -14,6 +14,8 @@
 //! - [`terminal::Terminal`]: a program on a real pseudo-terminal.
 //! - [`telegram::TelegramStandIn`]: Telegram's Bot API on loopback, as
 //!   strict as Telegram, with the people's presses and replies.
+//! - [`discord::DiscordStandIn`]: Discord's REST API and Gateway on
+//!   loopback.
 //! - [`slack::SlackStandIn`]: Slack's Web API and Socket Mode on loopback.
 //! - [`tls::TestCa`]: a CA made for the test and a TLS proxy in front of a
 //!   local server, for https and wss.
@@ -30,6 +32,7 @@
 // did not happen; that is its whole way of reporting.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
 
+pub mod discord;
 pub mod http;
 pub mod mcp;
 pub mod peers;
