@@ -37,6 +37,8 @@ pub struct Message {
     pub keyboard: Value,
     /// Edits made after it was sent.
     pub edits: usize,
+    /// When the stand-in received it (Unix milliseconds).
+    pub received_ms: u64,
 }
 
 impl Message {
@@ -491,6 +493,7 @@ fn send_message(shared: &Arc<Shared>, body: &Value) -> Response {
         text: text.clone(),
         keyboard,
         edits: 0,
+        received_ms: unix_ms(),
     });
     ok(json!({"message_id": id, "chat": {"id": chat, "type": "group"}, "date": 0, "text": text}))
 }
@@ -704,4 +707,11 @@ pub fn parse_html(html: &str) -> Result<String, String> {
         ));
     }
     Ok(text)
+}
+
+/// The system clock, in Unix milliseconds.
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
