@@ -242,6 +242,9 @@ impl Broker {
     fn client_may_decide(&self, approval: &Approval) -> bool {
         approval.terms.approvers.is_empty()
             && self.config.security.hitl.approval_mode != ApprovalMode::Defer
+            // Only the requester may decide, and the call names nobody:
+            // the terminal only.
+            && !(self.only_the_requester(approval) && approval.user.is_none())
     }
 
     /// Whether only the user who made a call may decide it (spec 001:

@@ -39,6 +39,9 @@ pub(crate) enum CardState {
         /// What "always allow" would allow, where it may be offered.
         always: Option<String>,
         require_reason: bool,
+        /// What "Approve all" decides: a digest of the waiting ids, oldest
+        /// first, so a button drawn for another queue decides nothing.
+        batch: String,
     },
     /// What became of it; `last`: nothing more will happen to it.
     Outcome { words: String, last: bool },
@@ -89,6 +92,7 @@ impl Card {
                     .and_then(|form| form.always.as_deref())
                     .map(|a| safe_line(a).into_owned()),
                 require_reason: form.is_some_and(|form| form.require_reason),
+                batch: String::new(),
             },
         }
         .settled(approval)
@@ -198,4 +202,12 @@ fn count_lines(diff: &str) -> (usize, usize) {
         }
     }
     (added, removed)
+}
+
+/// The digest an "Approve all" button carries of the approvals it decides:
+/// 12 hex digits of SHA-256 over their ids, oldest first.
+pub(crate) fn batch_digest<'a>(ids: impl IntoIterator<Item = &'a str>) -> String {
+    let joined: Vec<&str> = ids.into_iter().collect();
+    let digest = crate::platform::digest(&joined.join("\n"));
+    digest[..12].to_owned()
 }

@@ -163,8 +163,10 @@ impl Discord {
                              "allowed_mentions": {"parse": []}})),
             )
             .await?;
+        // It goes into URL paths later: a snowflake, digits only.
         sent["id"]
             .as_str()
+            .filter(|id| is_snowflake(id))
             .map(str::to_owned)
             .ok_or_else(|| ApiError::Refused("the message has no id".to_owned()))
     }
@@ -324,10 +326,15 @@ impl Discord {
                                 }
                                 Some("INTERACTION_CREATE") => {
                                     if let Some(press) = parse_interaction(data) {
-                                        self.defer(data);
-                                        if inbound.send(press).await.is_err() {
-                                            return Ok(Ended::Resume);
-                                        }
+                                        // Answered at once (Discord allows
+                                        // 3 s), then decided: the words
+                                        // follow the "thinking…".
+                                        let deferred = self.defer(data);
+                                        let inbound = inbound.clone();
+                                        tokio::spawn(async move {
+                                            deferred.await;
+                                            let _ = inbound.send(press).await;
+                                        });
                                     }
                                 }
                                 Some("MESSAGE_CREATE") => {
@@ -361,18 +368,20 @@ impl Discord {
         }
     }
 
-    /// Answers an interaction at once with "thinking…", seen only by the
-    /// person who pressed; the words follow when the decision is taken.
-    fn defer(&self, interaction: &Value) {
-        let (Some(id), Some(token)) = (interaction["id"].as_str(), interaction["token"].as_str())
-        else {
-            return;
+    /// Answers an interaction with "thinking…", seen only by the person
+    /// who pressed; the words follow when the decision is taken.
+    fn defer(&self, interaction: &Value) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let target = match (interaction["id"].as_str(), interaction["token"].as_str()) {
+            (Some(id), Some(token)) if is_snowflake(id) => Some(format!(
+                "{}/interactions/{id}/{token}/callback",
+                self.api_url
+            )),
+            _ => None,
         };
-        let path = format!("/interactions/{id}/{token}/callback");
         let http = self.http.clone();
-        let url = format!("{}{path}", self.api_url);
         let bot = format!("Bot {}", self.token);
-        tokio::spawn(async move {
+        async move {
+            let Some(url) = target else { return };
             let answer = http
                 .post(url)
                 .header(reqwest::header::AUTHORIZATION, bot)
@@ -381,13 +390,19 @@ impl Discord {
                 .send()
                 .await;
             if let Err(error) = answer {
+                // The URL holds the interaction's token: not in the log.
                 eprintln!(
                     "airlock: discord: answering an interaction: {}",
                     error.without_url()
                 );
             }
-        });
+        }
     }
+}
+
+/// A Discord id: 1 to 20 digits.
+fn is_snowflake(id: &str) -> bool {
+    (1..=20).contains(&id.len()) && id.bytes().all(|b| b.is_ascii_digit())
 }
 
 fn close_frame(code: u16) -> airlock_net::WsCloseFrame {
@@ -452,7 +467,7 @@ impl Platform for Discord {
         refused: bool,
     ) -> Fut<'a, Result<(), ApiError>> {
         Box::pin(async move {
-            let content = bounded(&format!("`` {} ``", unfence(text)), MAX_CONTENT);
+            let content = format!("`` {} ``", bounded(&unfence(text), MAX_CONTENT - 10));
             match inbound {
                 Inbound::Press { handle, .. } => {
                     // `application id/interaction token`.
@@ -501,10 +516,12 @@ pub(crate) fn parse_interaction(data: &Value) -> Option<Inbound> {
     // Ids and tokens go into a URL path: nothing else may.
     let safe = |s: &str| {
         !s.is_empty()
+            && s.len() <= 500
             && s.bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
     };
-    if !safe(application) || !safe(token) {
+    if !is_snowflake(application) || !safe(token) || !data["id"].as_str().is_some_and(is_snowflake)
+    {
         return None;
     }
     Some(Inbound::Press {
@@ -550,11 +567,12 @@ fn bounded(text: &str, max: usize) -> String {
 /// mentions inside are not rendered).
 fn span(text: &str, max: usize) -> String {
     let one_line = text.replace('\n', " ");
-    format!("`` {} ``", unfence(&bounded(&one_line, max)))
+    // Bounded once unfenced: breaking backticks can double a text.
+    format!("`` {} ``", bounded(&unfence(&one_line), max))
 }
 
 /// The longest a one-line field is shown.
-const FIELD: usize = 200;
+const FIELD: usize = 150;
 
 /// The message's content and its components.
 pub(crate) fn render(card: &Card) -> (String, Value) {
@@ -599,7 +617,7 @@ pub(crate) fn render(card: &Card) -> (String, Value) {
     }
     let params = format!(
         "**Parameters:**\n```\n{}\n```\n",
-        unfence(&bounded(&card.params, 300))
+        bounded(&unfence(&card.params), 300)
     );
     let label = |cut: bool| {
         format!(
@@ -646,6 +664,7 @@ fn components(card: &Card) -> Value {
         waiting,
         always,
         require_reason,
+        batch,
     } = &card.state
     else {
         return json!([]);
@@ -670,7 +689,7 @@ fn components(card: &Card) -> Value {
             buttons.push(button(
                 format!("Approve all {all}"),
                 1,
-                format!("b|{id}|{all}"),
+                format!("b|{id}|{all}|{batch}"),
             ));
         }
     }
@@ -706,6 +725,7 @@ mod tests {
                     waiting: 2,
                     always: Some("x".to_owned()),
                     require_reason: false,
+                    batch: "0123456789ab".to_owned(),
                 },
             },
         }
@@ -737,7 +757,7 @@ mod tests {
 
         #[test]
         fn agent_text_never_closes_a_code_block_and_the_message_fits(
-            text in "[`a-z\n@*_|~<>#\u{202e}]{0,3000}",
+            text in "[``````a-z\n@*_|~<>#\u{202e}]{0,3000}",
             outcome in proptest::option::of("[`a-z ]{0,500}"),
         ) {
             let (content, components) = render(&card(text.clone(), outcome));

@@ -21,7 +21,7 @@ mod words;
 
 use std::fs::{File, OpenOptions};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use airlock_broker::{Broker, LiveChannel};
@@ -61,8 +61,22 @@ pub fn spawn(brokers: Brokers, options: Options) {
 pub async fn run(brokers: Brokers, options: Options) {
     let mut lock: Option<File> = None;
     let mut running: Vec<(&'static str, tokio::task::JoinHandle<()>)> = Vec::new();
+    // What each runner sees as running here (a call asked on one of them
+    // is shown there only).
+    let names: Arc<RwLock<Vec<&'static str>>> = Arc::new(RwLock::new(Vec::new()));
+    // A platform whose runner ended while configured (a fatal refusal):
+    // not started again until its configuration changes.
+    let mut ended: Vec<(&'static str, String)> = Vec::new();
     let mut presence = None;
     let mut said: Vec<String> = Vec::new();
+    let mut say = |name: &str, error: &str| {
+        let line = format!("{name}: {error}");
+        if !said.contains(&line) {
+            eprintln!("airlock: {line}; it stays off until this changes");
+            said.retain(|said| !said.starts_with(name));
+            said.push(line);
+        }
+    };
     loop {
         let broker = brokers();
         let mut wanted = configured(&broker);
@@ -72,52 +86,66 @@ pub async fn run(brokers: Brokers, options: Options) {
             let missing = token_envs(&broker, name)
                 .iter()
                 .find_map(|env| token(env).err());
-            let Some(error) = missing else {
-                return true;
-            };
-            let line = format!("{name}: {error}");
-            if !said.contains(&line) {
-                eprintln!("airlock: {line}; it stays off until this changes");
-                said.retain(|said| !said.starts_with(name));
-                said.push(line);
+            match missing {
+                None => true,
+                Some(error) => {
+                    say(name, &error);
+                    false
+                }
             }
-            false
         });
+        ended.retain(|(name, section)| *section == section_of(&broker, name));
+        wanted.retain(|name| !ended.iter().any(|(ended, _)| ended == name));
         if !wanted.is_empty() && lock.is_none() {
             lock = take_lock(&broker);
         }
         if lock.is_some() {
-            running.retain(|(_, task)| !task.is_finished());
-            // Live before the first message can be posted, so a call that
-            // waits for a person (`elicitation_fallback: auto`) finds it.
-            if wanted.is_empty() && running.is_empty() {
-                presence = None;
-            } else if presence.is_none() {
-                presence = broker.announce(LiveChannel::Chat).ok();
+            for (name, task) in &running {
+                if task.is_finished() && wanted.contains(name) {
+                    ended.push((name, section_of(&broker, name)));
+                    say(name, "its connection was refused for good");
+                }
             }
+            running.retain(|(_, task)| !task.is_finished());
             for name in &wanted {
                 if running.iter().any(|(running, _)| running == name) {
                     continue;
                 }
-                match start(name, &brokers, &broker, &options, &wanted) {
+                // Live before the first message can be posted, so a call
+                // that waits for a person (`elicitation_fallback: auto`)
+                // finds it.
+                if presence.is_none() {
+                    presence = broker.announce(LiveChannel::Chat).ok();
+                }
+                match start(name, &brokers, &broker, &options, &names) {
                     Ok(task) => {
                         eprintln!("airlock: {name}: connected as an approver channel");
-                        said.retain(|line| !line.starts_with(name));
                         running.push((name, task));
                     }
-                    Err(error) => {
-                        let line = format!("{name}: {error}");
-                        if !said.contains(&line) {
-                            eprintln!("airlock: {line}; it stays off until this changes");
-                            said.retain(|said| !said.starts_with(name));
-                            said.push(line);
-                        }
-                    }
+                    Err(error) => say(name, &error),
                 }
+            }
+            if let Ok(mut names) = names.write() {
+                *names = running.iter().map(|(name, _)| *name).collect();
+            }
+            if running.is_empty() {
+                presence = None;
             }
         }
         tokio::time::sleep(RETRY).await;
     }
+}
+
+/// A platform's configuration, as text to compare.
+fn section_of(broker: &Broker, name: &str) -> String {
+    let channels = &broker.config().channels;
+    let section = match name {
+        "telegram" => serde_json::to_string(&channels.telegram),
+        "slack" => serde_json::to_string(&channels.slack),
+        "discord" => serde_json::to_string(&channels.discord),
+        _ => Ok(String::new()),
+    };
+    section.unwrap_or_default()
 }
 
 /// The platforms configured now, by name.
@@ -234,43 +262,35 @@ fn start(
     brokers: &Brokers,
     broker: &Broker,
     options: &Options,
-    running: &[&'static str],
+    running: &Arc<RwLock<Vec<&'static str>>>,
 ) -> Result<tokio::task::JoinHandle<()>, String> {
-    let wake = Arc::new(Notify::new());
-    wake_on_feed(brokers.clone(), wake.clone());
     match name {
-        "telegram" => {
-            let runner = Arc::new(Runner {
-                platform: Arc::new(telegram(broker)?),
-                brokers: brokers.clone(),
-                web: options.public_url.clone(),
-                running: running.to_vec(),
-                batches: std::sync::atomic::AtomicUsize::new(0),
-            });
-            Ok(tokio::spawn(runner.run(wake)))
-        }
-        "slack" => {
-            let runner = Arc::new(Runner {
-                platform: Arc::new(slack(broker)?),
-                brokers: brokers.clone(),
-                web: options.public_url.clone(),
-                running: running.to_vec(),
-                batches: std::sync::atomic::AtomicUsize::new(0),
-            });
-            Ok(tokio::spawn(runner.run(wake)))
-        }
-        "discord" => {
-            let runner = Arc::new(Runner {
-                platform: Arc::new(discord(broker)?),
-                brokers: brokers.clone(),
-                web: options.public_url.clone(),
-                running: running.to_vec(),
-                batches: std::sync::atomic::AtomicUsize::new(0),
-            });
-            Ok(tokio::spawn(runner.run(wake)))
-        }
+        "telegram" => Ok(spawn_runner(telegram(broker)?, brokers, options, running)),
+        "slack" => Ok(spawn_runner(slack(broker)?, brokers, options, running)),
+        "discord" => Ok(spawn_runner(discord(broker)?, brokers, options, running)),
         other => Err(format!("{other} is not a chat channel")),
     }
+}
+
+fn spawn_runner<P: Platform>(
+    platform: P,
+    brokers: &Brokers,
+    options: &Options,
+    running: &Arc<RwLock<Vec<&'static str>>>,
+) -> tokio::task::JoinHandle<()> {
+    let wake = Arc::new(Notify::new());
+    wake_on_feed(brokers.clone(), wake.clone());
+    let runner = Arc::new(Runner {
+        platform: Arc::new(platform),
+        brokers: brokers.clone(),
+        web: options.public_url.clone(),
+        running: running.clone(),
+        batches: std::sync::atomic::AtomicUsize::new(0),
+        refused: std::sync::Mutex::new(std::collections::HashMap::new()),
+        strangers: std::sync::Mutex::new(std::collections::HashMap::new()),
+        posting: tokio::sync::RwLock::new(()),
+    });
+    tokio::spawn(runner.run(wake))
 }
 
 /// Wakes `wake` on every change of the feed (a blocking thread parked on

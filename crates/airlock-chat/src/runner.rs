@@ -13,8 +13,9 @@
 //! Presses and replies are decided on tasks of their own, on the authority
 //! of the platform user's mapping in the configuration in force.
 
+use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use airlock_broker::{
     AlwaysAllow, Approval, ApprovalStatus, Authority, BatchOutcome, Broker, BrokerError,
@@ -25,7 +26,7 @@ use airlock_core::envelope::{Envelope, Status};
 use tokio::sync::{Notify, mpsc};
 
 use crate::card::{Card, CardState};
-use crate::platform::{Inbound, Platform, Settings};
+use crate::platform::{ApiError, Inbound, Platform, Settings};
 use crate::words;
 
 /// Where the broker in force comes from (a reload swaps it).
@@ -39,13 +40,27 @@ pub(crate) struct Runner<P: Platform> {
     pub brokers: Brokers,
     /// The web UI's address (`--public-url`), for a link button.
     pub web: Option<String>,
-    /// The platforms running in this process: a call asked on one of them
-    /// is shown there only.
-    pub running: Vec<&'static str>,
+    /// The platforms running in this process now: a call asked on one of
+    /// them is shown there only.
+    pub running: Arc<std::sync::RwLock<Vec<&'static str>>>,
     /// Batches being decided: no new message is posted meanwhile (the
     /// approvals after the first would be shown only to be decided).
     pub batches: std::sync::atomic::AtomicUsize,
+    /// Posts the platform refused (a chat the bot is not in): not tried
+    /// again for a while.
+    pub refused: std::sync::Mutex<HashMap<(String, String), Instant>>,
+    /// Refusals answered to each platform user lately: a stranger cannot
+    /// flood the audit log or spend the bot's rate limit.
+    pub strangers: std::sync::Mutex<HashMap<String, (Instant, u32)>>,
+    /// Held (shared) while a message is posted and recorded: a press that
+    /// finds no message waits for the posts in flight, then looks again.
+    pub posting: tokio::sync::RwLock<()>,
 }
+
+/// How long a refused post waits before it is tried again.
+const REFUSED_PAUSE: Duration = Duration::from_secs(60);
+/// Refusals answered (and audited) per platform user per minute.
+const REFUSALS_PER_MINUTE: u32 = 5;
 
 impl<P: Platform> Runner<P> {
     fn name(&self) -> &'static str {
@@ -68,20 +83,31 @@ impl<P: Platform> Runner<P> {
         }
         let (sender, mut inbound) = mpsc::channel(256);
         let listener = tokio::spawn(self.platform.clone().listen(sender));
-        loop {
-            if !self.pass().await {
-                listener.abort();
-                return;
-            }
-            tokio::select! {
-                Some(event) = inbound.recv() => {
-                    let runner = self.clone();
+        // Presses and replies are taken as they come, on tasks of their
+        // own, never behind a pass that waits out a rate limit.
+        let taker = {
+            let runner = self.clone();
+            let wake = wake.clone();
+            tokio::spawn(async move {
+                while let Some(event) = inbound.recv().await {
+                    let runner = runner.clone();
                     let wake = wake.clone();
                     tokio::spawn(async move {
                         runner.handle(event).await;
                         wake.notify_one();
                     });
                 }
+            })
+        };
+        loop {
+            // The listener ended for good (a platform's fatal refusal):
+            // this runner ends too, and the channel is no longer live.
+            if listener.is_finished() || !self.pass().await {
+                listener.abort();
+                taker.abort();
+                return;
+            }
+            tokio::select! {
                 () = wake.notified() => {}
                 () = tokio::time::sleep(TICK) => {}
             }
@@ -89,8 +115,10 @@ impl<P: Platform> Runner<P> {
     }
 
     /// The chats a confirmation of `approval` goes to: the requester's chat
-    /// where the requester is a user mapped on this platform, none where it
-    /// was asked on another running platform, else the configured chats.
+    /// where the requester is this platform's account of the very user the
+    /// call was made for (so an agent cannot send an approval to a chat of
+    /// its choosing, or away from the approvers); none where it was asked
+    /// on another platform running here; else the configured chats.
     fn targets(&self, approval: &Approval, settings: &Settings) -> Vec<String> {
         match &approval.requester {
             Some(Requester {
@@ -98,13 +126,24 @@ impl<P: Platform> Runner<P> {
                 chat,
                 user,
             }) if channel == self.name() => {
-                if settings.users.contains_key(user) {
+                let own = settings
+                    .users
+                    .get(user)
+                    .is_some_and(|mapped| approval.user.as_deref() == Some(mapped.user()));
+                if own {
                     vec![chat.clone()]
                 } else {
                     settings.chats.clone()
                 }
             }
-            Some(requester) if self.running.contains(&requester.channel.as_str()) => Vec::new(),
+            Some(requester)
+                if self
+                    .running
+                    .read()
+                    .is_ok_and(|running| running.contains(&requester.channel.as_str())) =>
+            {
+                Vec::new()
+            }
             _ => settings.chats.clone(),
         }
     }
@@ -159,8 +198,9 @@ impl<P: Platform> Runner<P> {
             let Some(head) = queue.first() else { continue };
             let form = broker.ask_form(&head.id).ok();
             let mut card = Card::new(head, form.as_ref(), self.web.as_deref());
-            if let CardState::Asking { waiting, .. } = &mut card.state {
+            if let CardState::Asking { waiting, batch, .. } = &mut card.state {
                 *waiting = queue.len() - 1;
+                *batch = crate::card::batch_digest(queue.iter().map(|a| a.id.as_str()));
             }
             let existing = open
                 .iter()
@@ -197,6 +237,15 @@ impl<P: Platform> Runner<P> {
         mut card: Card,
         settings: &Settings,
     ) {
+        let _posting = self.posting.read().await;
+        let key = (approval.id.clone(), chat.to_owned());
+        if self.refused.lock().is_ok_and(|refused| {
+            refused
+                .get(&key)
+                .is_some_and(|at| at.elapsed() < REFUSED_PAUSE)
+        }) {
+            return;
+        }
         match broker.claim_chat_message(&approval.id, self.name(), chat) {
             Ok(true) => {}
             Ok(false) => return,
@@ -228,7 +277,12 @@ impl<P: Platform> Runner<P> {
                 {
                     eprintln!("airlock: {}: recording a message: {error}", self.name());
                 }
-                if let Err(error) = broker.cap_expiry(&approval.id, until) {
+                // From when it was shown: a slow post never leaves it less
+                // than the chat's timeout.
+                let shown = broker
+                    .now_ms()
+                    .saturating_add(settings.timeout.saturating_mul(1000));
+                if let Err(error) = broker.cap_expiry(&approval.id, until.max(shown)) {
                     eprintln!(
                         "airlock: {}: setting the chat timeout: {error}",
                         self.name()
@@ -241,6 +295,10 @@ impl<P: Platform> Runner<P> {
                     self.name(),
                     approval.id
                 );
+                if let (ApiError::Refused(_), Ok(mut refused)) = (&error, self.refused.lock()) {
+                    refused.retain(|_, at| at.elapsed() < REFUSED_PAUSE);
+                    refused.insert(key, Instant::now());
+                }
                 let _ = broker.release_chat_message(&claimed);
             }
         }
@@ -264,11 +322,18 @@ impl<P: Platform> Runner<P> {
                     eprintln!("airlock: {}: recording an edit: {error}", self.name());
                 }
             }
-            Err(error) => eprintln!(
-                "airlock: {}: editing the message of {}: {error}",
-                self.name(),
-                message.approval_id
-            ),
+            Err(error) => {
+                eprintln!(
+                    "airlock: {}: editing the message of {}: {error}",
+                    self.name(),
+                    message.approval_id
+                );
+                // Deleted, or the bot left the chat: nothing more to show
+                // there.
+                if matches!(error, ApiError::Refused(_)) {
+                    let _ = broker.edited_chat_message(message, &message.shown, true);
+                }
+            }
         }
     }
 
@@ -282,10 +347,18 @@ impl<P: Platform> Runner<P> {
             Inbound::Press { message_id, .. } => message_id,
             Inbound::Reply { reply_to, .. } => reply_to,
         };
-        let message = broker
+        let mut message = broker
             .chat_message_by_id(self.name(), inbound.chat(), message_id)
             .ok()
             .flatten();
+        if message.as_ref().is_none_or(|m| m.message_id.is_none()) {
+            // Pressed the moment it arrived, before its id was kept.
+            drop(self.posting.write().await);
+            message = broker
+                .chat_message_by_id(self.name(), inbound.chat(), message_id)
+                .ok()
+                .flatten();
+        }
         let Some(message) = message else {
             if matches!(inbound, Inbound::Press { .. }) {
                 self.say(&inbound, "This is not a confirmation airlock knows.", true)
@@ -297,9 +370,9 @@ impl<P: Platform> Runner<P> {
         let Ok(approval) = broker.approval(&message.approval_id) else {
             return;
         };
-        let (action, count) = match &inbound {
+        let action = match &inbound {
             Inbound::Press { data, .. } => match parse_data(data) {
-                Some((action, id, count)) if id == approval.id => (action, count),
+                Some((action, id)) if id == approval.id => action,
                 _ => {
                     self.refuse(
                         &broker,
@@ -314,20 +387,19 @@ impl<P: Platform> Runner<P> {
             },
             Inbound::Reply { text, .. } => {
                 let answer = words::answer(text);
-                let action = if answer.approve {
+                if answer.approve {
                     Action::Approve(answer.reason)
                 } else {
                     Action::Deny(answer.reason)
-                };
-                (action, None)
+                }
             }
         };
         let platform_user = inbound.platform_user().to_owned();
         let Some(mapped) = settings.users.get(&platform_user) else {
+            // Said to anyone in the chat: who may decide is not.
             let words = format!(
-                "You ({} user {platform_user}) are not an approver here: {}. Only users mapped in channels.{}.users decide.",
+                "You ({} user {platform_user}) are not an approver here: only users mapped in channels.{}.users decide.",
                 self.name(),
-                broker.who_may_decide(&approval),
                 self.name()
             );
             self.refuse(&broker, &approval, &inbound, None, &words)
@@ -393,13 +465,13 @@ impl<P: Platform> Runner<P> {
                         .await,
                 )
             }
-            Action::All => {
+            Action::All(count, digest) => {
                 let words = self
                     .approve_all(
                         &broker,
                         &approval,
                         &message.chat,
-                        count.unwrap_or(0),
+                        (count, &digest),
                         &settings,
                         request(true, None, None),
                     )
@@ -437,7 +509,7 @@ impl<P: Platform> Runner<P> {
         broker: &Arc<Broker>,
         head: &Approval,
         chat: &str,
-        count: usize,
+        (count, digest): (usize, &str),
         settings: &Settings,
         request: DecideRequest,
     ) -> String {
@@ -452,7 +524,8 @@ impl<P: Platform> Runner<P> {
         let ids: Vec<String> = queue
             .map(|(_, list)| list.iter().map(|a| a.id.clone()).collect())
             .unwrap_or_default();
-        if ids.len() != count || count == 0 {
+        let drawn = crate::card::batch_digest(ids.iter().map(String::as_str));
+        if ids.len() != count || count == 0 || drawn != digest {
             return "The waiting calls changed since this button was drawn: nothing was decided; press the updated button.".to_owned();
         }
         let broker = broker.clone();
@@ -484,6 +557,20 @@ impl<P: Platform> Runner<P> {
         }
     }
 
+    /// Whether a refusal of `platform_user` is still answered and audited
+    /// ([`REFUSALS_PER_MINUTE`] a minute); past that it is dropped.
+    fn may_answer(&self, platform_user: &str) -> bool {
+        let Ok(mut strangers) = self.strangers.lock() else {
+            return false;
+        };
+        strangers.retain(|_, (since, _)| since.elapsed() < Duration::from_secs(60));
+        let (_, count) = strangers
+            .entry(platform_user.to_owned())
+            .or_insert((Instant::now(), 0));
+        *count += 1;
+        *count <= REFUSALS_PER_MINUTE
+    }
+
     /// Refuses a press or reply: answered visibly, audited, nothing changed.
     async fn refuse(
         &self,
@@ -493,6 +580,9 @@ impl<P: Platform> Runner<P> {
         user: Option<&str>,
         words: &str,
     ) {
+        if !self.may_answer(inbound.platform_user()) {
+            return;
+        }
         broker.audit_chat_refusal(approval, self.name(), inbound.platform_user(), user, words);
         self.say(inbound, words, true).await;
     }
@@ -510,24 +600,29 @@ enum Action {
     Approve(Option<String>),
     Deny(Option<String>),
     Always,
-    All,
+    /// Approve all: how many, and the digest of their ids.
+    All(usize, String),
 }
 
 /// A button's data: `a|ID` approve, `d|ID` deny, `s|ID` always allow,
-/// `b|ID|N` approve all N.
-fn parse_data(data: &str) -> Option<(Action, String, Option<usize>)> {
+/// `b|ID|N|DIGEST` approve the N waiting whose ids have that digest.
+fn parse_data(data: &str) -> Option<(Action, String)> {
     let mut parts = data.split('|');
     let kind = parts.next()?;
     let id = parts.next()?.to_owned();
-    let count = parts.next();
-    if parts.next().is_some() || !id.starts_with("hitl-") || id.len() > 60 {
+    let rest: Vec<&str> = parts.collect();
+    if !id.starts_with("hitl-") || id.len() > 60 {
         return None;
     }
-    match (kind, count) {
-        ("a", None) => Some((Action::Approve(None), id, None)),
-        ("d", None) => Some((Action::Deny(None), id, None)),
-        ("s", None) => Some((Action::Always, id, None)),
-        ("b", Some(n)) => Some((Action::All, id, Some(n.parse().ok()?))),
+    match (kind, rest.as_slice()) {
+        ("a", []) => Some((Action::Approve(None), id)),
+        ("d", []) => Some((Action::Deny(None), id)),
+        ("s", []) => Some((Action::Always, id)),
+        ("b", [n, digest])
+            if digest.len() == 12 && digest.bytes().all(|b| b.is_ascii_hexdigit()) =>
+        {
+            Some((Action::All(n.parse().ok()?, (*digest).to_owned()), id))
+        }
         _ => None,
     }
 }
@@ -569,37 +664,39 @@ mod tests {
 
     #[test]
     fn button_data_round_trips_and_anything_else_is_refused() {
-        let id = "hitl-0123456789abcdef0123456789abcdef";
+        let id = "hitl-bc39b07e-dd4f-4f2d-a386-8610b0c93030";
         assert_eq!(
             parse_data(&format!("a|{id}")),
-            Some((Action::Approve(None), id.to_owned(), None))
+            Some((Action::Approve(None), id.to_owned()))
         );
         assert_eq!(
             parse_data(&format!("d|{id}")),
-            Some((Action::Deny(None), id.to_owned(), None))
+            Some((Action::Deny(None), id.to_owned()))
         );
         assert_eq!(
             parse_data(&format!("s|{id}")),
-            Some((Action::Always, id.to_owned(), None))
+            Some((Action::Always, id.to_owned()))
         );
         assert_eq!(
-            parse_data(&format!("b|{id}|3")),
-            Some((Action::All, id.to_owned(), Some(3)))
+            parse_data(&format!("b|{id}|3|0123456789ab")),
+            Some((Action::All(3, "0123456789ab".to_owned()), id.to_owned()))
         );
         for bad in [
-            "",
-            "a",
-            "a|",
-            "x|hitl-1",
-            "a|other",
-            &format!("a|{id}|2"),
-            &format!("b|{id}"),
-            &format!("b|{id}|x"),
-            &format!("b|{id}|1|2"),
+            "".to_owned(),
+            "a".to_owned(),
+            "a|".to_owned(),
+            "x|hitl-1".to_owned(),
+            "a|other".to_owned(),
+            format!("a|{id}|2"),
+            format!("b|{id}"),
+            format!("b|{id}|3"),
+            format!("b|{id}|x|0123456789ab"),
+            format!("b|{id}|3|0123456789xy"),
+            format!("b|{id}|3|0123456789ab|1"),
         ] {
-            assert_eq!(parse_data(bad), None, "{bad:?}");
+            assert_eq!(parse_data(&bad), None, "{bad:?}");
         }
         // Every button's data fits Telegram's 64 bytes.
-        assert!(format!("b|{id}|200").len() <= 64);
+        assert!(format!("b|{id}|200|0123456789ab").len() <= 64);
     }
 }

@@ -409,6 +409,7 @@ pub(crate) fn render(card: &Card) -> (String, Value) {
         waiting,
         always,
         require_reason,
+        batch,
     } = &card.state
     {
         let mut tail = format!("Expires: {} (then denied).", card.expires);
@@ -456,7 +457,7 @@ pub(crate) fn render(card: &Card) -> (String, Value) {
                 buttons.push(button(
                     &format!("Approve all {all}"),
                     "approve_all",
-                    format!("b|{id}|{all}"),
+                    format!("b|{id}|{all}|{batch}"),
                     None,
                 ));
             }
@@ -506,6 +507,7 @@ mod tests {
                     waiting: 1,
                     always: Some("x".to_owned()),
                     require_reason: false,
+                    batch: "0123456789ab".to_owned(),
                 },
             },
         }

@@ -488,6 +488,7 @@ fn keyboard(card: &Card) -> Value {
         waiting,
         always,
         require_reason,
+        batch,
     } = &card.state
     else {
         return json!([]);
@@ -506,7 +507,7 @@ fn keyboard(card: &Card) -> Value {
         }
         if *waiting > 0 {
             let all = waiting + 1;
-            rows.push(json!([{"text": format!("✅ Approve all {all}"), "callback_data": format!("b|{id}|{all}")}]));
+            rows.push(json!([{"text": format!("✅ Approve all {all}"), "callback_data": format!("b|{id}|{all}|{batch}")}]));
         }
     }
     if let Some(web) = &card.web {
@@ -579,6 +580,7 @@ mod tests {
                     waiting: 3,
                     always: Some("x".to_owned()),
                     require_reason: false,
+                    batch: "0123456789ab".to_owned(),
                 },
             },
         }

@@ -94,7 +94,8 @@ enum Command {
     /// Tokens for the HTTP API and the web UI: create, list, revoke, rotate.
     #[command(subcommand)]
     Token(token::TokenCommand),
-    /// The chat approver channels (Telegram): run them, or test one.
+    /// The chat approver channels (Telegram, Slack, Discord): run them, or
+    /// test one.
     #[command(subcommand)]
     Channels(channels::ChannelsCommand),
 }
@@ -192,7 +193,9 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Watch => {
             // Chat channels run in a watching process too (while no other
             // process of the workspace runs them).
-            if workspace.loaded.config.channels.telegram.is_some() {
+            let channels = &workspace.loaded.config.channels;
+            if channels.telegram.is_some() || channels.slack.is_some() || channels.discord.is_some()
+            {
                 let again = Workspace::load(&cli.global, Need::Existing)?;
                 channels::in_background(again)?;
             }

@@ -336,7 +336,7 @@ fn each_session_sees_one_confirmation_at_a_time_and_approve_all_decides_the_rest
     let a1 = ask(&ws, "a1.txt", "a1\n", &["--session", "a"]);
     let head = tg.message(CHAT, 0);
     assert!(head.html.contains("a1.txt"));
-    let _a2 = ask(&ws, "a2.txt", "a2\n", &["--session", "a"]);
+    let a2 = ask(&ws, "a2.txt", "a2\n", &["--session", "a"]);
     let _b1 = ask(&ws, "b1.txt", "b1\n", &["--session", "b"]);
     // Session b gets its own message; a's counts the one waiting.
     let b = tg.message(CHAT, 1);
@@ -346,7 +346,22 @@ fn each_session_sees_one_confirmation_at_a_time_and_approve_all_decides_the_rest
             .contains("1 more waiting in this session after this one.")
     });
     let stale = counted.button("Approve all 2");
-    assert_eq!(stale, format!("b|{a1}|2"));
+    assert!(stale.starts_with(&format!("b|{a1}|2|")), "{stale}");
+    // Another two: a2 is denied at the terminal and a4 arrives. The old
+    // button still counts two, but not these two: it decides nothing.
+    let a4 = ask(&ws, "a4.txt", "a4\n", &["--session", "a"]);
+    let deny = ws.run(&["deny", &a2]);
+    assert_eq!(deny.code, 4, "{}", deny.stderr);
+    let swapped = tg.message_once(CHAT, head.id, "a button for a1 and a4", |m| {
+        m.buttons()
+            .iter()
+            .any(|(label, data)| label == "✅ Approve all 2" && *data != stale)
+    });
+    let query = tg.press(CHAT, head.id, ALICE, &stale);
+    let (words, _) = tg.answer_to(&query);
+    assert!(words.starts_with("The waiting calls changed"), "{words}");
+    assert_eq!((ws.read("a1.txt"), ws.read("a4.txt")), (None, None));
+    let stale = swapped.button("Approve all 2");
     let _a3 = ask(&ws, "a3.txt", "a3\n", &["--session", "a"]);
     let recounted = tg.message_once(CHAT, head.id, "a counter of 2", |m| {
         m.text.contains("2 more waiting")
@@ -359,13 +374,45 @@ fn each_session_sees_one_confirmation_at_a_time_and_approve_all_decides_the_rest
     // The updated one decides all three, each its own decision.
     let query = tg.press(CHAT, head.id, ALICE, &recounted.button("Approve all 3"));
     assert_eq!(tg.answer_to(&query).0, "Approved all 3: applied.");
-    for n in 1..=3 {
+    for n in [1, 3, 4] {
         assert_eq!(ws.read(&format!("a{n}.txt")), Some(format!("a{n}\n")));
     }
-    assert_eq!(ws.read("b1.txt"), None);
-    assert_eq!(tg.messages(CHAT).len(), 2, "no message for a2 or a3");
-    let decisions = events(&ws.audit(), "hitl_decision").len();
-    assert_eq!(decisions, 3);
+    assert_eq!((ws.read("a2.txt"), ws.read("b1.txt")), (None, None));
+    assert_eq!(tg.messages(CHAT).len(), 2, "no message for a3 or a4");
+    let decided: Vec<String> = events(&ws.audit(), "hitl_decision")
+        .iter()
+        .map(|e| {
+            format!(
+                "{} {}",
+                e["decision"].as_str().unwrap(),
+                e["hitl_id"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(decided.len(), 4, "{decided:?}");
+    assert!(decided.contains(&format!("approve {a4}")), "{decided:?}");
+}
+
+#[test]
+fn a_stranger_cannot_flood_the_audit_log_or_the_bot() {
+    let tg = TelegramStandIn::start(&[CHAT]);
+    let ws = workspace(&config(&tg.url, ""));
+    let _channels = Running::channels(&ws);
+    ws.propose("f.txt", "f\n");
+    let message = tg.message(CHAT, 0);
+    for _ in 0..8 {
+        tg.reply(CHAT, message.id, STRANGER, "yes");
+    }
+    // alice's answer comes after the stranger's eight replies.
+    tg.reply(CHAT, message.id, ALICE, "yes");
+    tg.message_once(CHAT, message.id, "applied", |m| {
+        m.text.contains("; applied")
+    });
+    // Five answered and audited a minute; the rest dropped.
+    tg.wait_for("five answers", |view| {
+        (view.messages_in(CHAT).len() == 1 + 5).then_some(())
+    });
+    assert_eq!(events(&ws.audit(), "hitl_refused").len(), 5);
 }
 
 #[test]
@@ -775,12 +822,23 @@ fn over_mcp_the_requester_comes_in_meta_and_a_call_waits_for_the_chat() {
         refused["error"]["message"],
         "_meta[\"airlock/requester\"]: requester.chat must be 1 to 64 letters, digits, - or _"
     );
+    // The stdio session's user is this machine's (tester), not alice's: an
+    // agent cannot send the confirmation to a chat of its choosing, so it
+    // goes to the configured chat, saying who asked.
     mcp.send(&call(
         3,
         json!({"channel": "telegram", "chat": OTHER_CHAT.to_string(), "user": ALICE.to_string()}),
     ));
-    let message = tg.message(OTHER_CHAT, 0);
-    let query = tg.press(OTHER_CHAT, message.id, ALICE, &message.button("Approve"));
+    let message = tg.message(CHAT, 0);
+    assert!(
+        message
+            .text
+            .contains("Requested by: tester (telegram user 42 in chat -100456)"),
+        "{}",
+        message.text
+    );
+    assert!(tg.messages(OTHER_CHAT).is_empty());
+    let query = tg.press(CHAT, message.id, ALICE, &message.button("Approve"));
     assert_eq!(tg.answer_to(&query).0, "Approved: applied.");
     let answer = loop {
         let answer = mcp.receive();
