@@ -589,6 +589,22 @@ class Driver:
                 break
         return {"ok": True, "resources": resources}
 
+    async def op_list_prompts(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        c = self._client()
+        prompts: list[Any] = []
+        cursor: str | None = None
+        while True:
+            page = await c.list_prompts(cursor=cursor)
+            prompts.extend(dump(list(page.prompts)))
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        return {"ok": True, "prompts": prompts}
+
+    async def op_get_prompt(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        result = await self._client().get_prompt(cmd["name"], cmd.get("arguments"))
+        return {"ok": True, "description": result.description, "messages": dump(list(result.messages))}
+
     async def op_ping(self, cmd: dict[str, Any]) -> dict[str, Any]:
         await self._client().session.send_ping()
         return {"ok": True}
@@ -650,6 +666,8 @@ class Driver:
         "complete": op_complete,
         "read_resource": op_read_resource,
         "list_resources": op_list_resources,
+        "list_prompts": op_list_prompts,
+        "get_prompt": op_get_prompt,
         "ping": op_ping,
         "wait_tools_changed": op_wait_tools_changed,
         "notifications": op_notifications,

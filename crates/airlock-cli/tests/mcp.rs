@@ -1974,3 +1974,113 @@ fn an_https_upstream_is_trusted_through_the_configured_ca_only() {
     assert!(!names.iter().any(|n| n.starts_with("every__")), "{names:?}");
     assert!(names.iter().any(|n| n == "read_file"), "{names:?}");
 }
+
+/// Every prompt of a server, as a client sees it (`list_prompts`), what
+/// each gives (`get_prompt`) with its required arguments filled in, and the
+/// completions of its arguments; with the name it is listed under mapped by
+/// `name`.
+fn prompts_as_seen(client: &mut Driver, name: impl Fn(&str) -> String) -> Vec<Value> {
+    let listed = client.send(json!({"op": "list_prompts"}));
+    assert_eq!(listed["ok"], json!(true), "{listed}");
+    let mut seen = Vec::new();
+    for prompt in listed["prompts"].as_array().unwrap() {
+        let shown = prompt["name"].as_str().unwrap();
+        let mut arguments = serde_json::Map::new();
+        for argument in prompt["arguments"].as_array().into_iter().flatten() {
+            if argument["required"] == json!(true) {
+                arguments.insert(argument["name"].as_str().unwrap().to_owned(), json!("1"));
+            }
+        }
+        // A refusal too must be the server's own.
+        let got =
+            client.send_any(json!({"op": "get_prompt", "name": shown, "arguments": arguments}));
+        // Completion of each argument (the server's own, or nothing).
+        let completions: Vec<Value> = prompt["arguments"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|argument| {
+                client.send_any(json!({"op": "complete",
+                    "ref": {"type": "ref/prompt", "name": shown},
+                    "argument": {"name": argument["name"], "value": ""}}))
+            })
+            .collect();
+        let mut prompt = prompt.clone();
+        prompt["name"] = json!(name(shown));
+        seen.push(json!({"prompt": prompt, "got": got, "completions": completions}));
+    }
+    seen
+}
+
+#[test]
+fn an_upstreams_prompts_pass_through_wrap_unchanged_and_serve_prefixed() {
+    if !require(
+        "an_upstreams_prompts_pass_through_wrap_unchanged_and_serve_prefixed",
+        &[Peer::PythonMcp, Peer::NodeTools],
+    ) {
+        return;
+    }
+    let everything = everything_server();
+    let ws = Ws::new("");
+    let direct_args: Vec<String> = ["--stdio", "--", "node", everything.as_str(), "stdio"]
+        .iter()
+        .map(|arg| (*arg).to_owned())
+        .collect();
+    let mut direct = ws.client(&direct_args, "tester");
+    let expected = prompts_as_seen(&mut direct, str::to_owned);
+    assert!(
+        expected.len() >= 2,
+        "server-everything offers prompts: {expected:?}"
+    );
+    assert!(
+        expected.iter().any(|p| p["prompt"]["arguments"]
+            .as_array()
+            .is_some_and(|a| !a.is_empty())),
+        "one takes arguments: {expected:?}"
+    );
+    assert!(
+        expected
+            .iter()
+            .flat_map(|p| p["completions"].as_array().cloned().unwrap_or_default())
+            .any(|c| c["completion"]["values"]
+                .as_array()
+                .is_some_and(|v| !v.is_empty())),
+        "one argument completes: {expected:?}"
+    );
+
+    // airlock wrap: the same prompts, the same names, the same messages.
+    let mut wrapped = ws.stdio_client(
+        &[],
+        &[
+            "wrap",
+            "--name",
+            "every",
+            "--",
+            "node",
+            &everything,
+            "stdio",
+        ],
+    );
+    assert_eq!(prompts_as_seen(&mut wrapped, str::to_owned), expected);
+
+    // serve with the server as an upstream: named every__<prompt>.
+    let served_ws = Ws::new(&format!(
+        "upstreams:\n  - name: every\n    command: node\n    args: [{everything:?}, stdio]\n"
+    ));
+    let mut served = served_ws.stdio_client(&[], &["serve", "--stdio"]);
+    let seen = prompts_as_seen(&mut served, |name| {
+        name.strip_prefix("every__")
+            .unwrap_or_else(|| panic!("{name} is not prefixed"))
+            .to_owned()
+    });
+    assert_eq!(seen, expected);
+    // A prompt that is not there is invalid params, as a server says.
+    let missing = served.send_any(json!({"op": "get_prompt", "name": "every__no_such_prompt"}));
+    assert_eq!(missing["ok"], json!(false), "{missing}");
+    assert!(
+        missing
+            .to_string()
+            .contains("no prompt named every__no_such_prompt"),
+        "{missing}"
+    );
+}

@@ -219,6 +219,8 @@ fn notify_listeners(
             }
             if tools_changed {
                 let _ = listener.peer.notify_tool_list_changed().await;
+                // The upstreams' prompts follow their servers too.
+                let _ = listener.peer.notify_prompt_list_changed().await;
             }
         });
     }

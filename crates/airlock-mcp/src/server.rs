@@ -126,6 +126,47 @@ impl Session {
         }
     }
 
+    /// The upstreams' prompts, named as their tools are: unchanged under
+    /// `wrap`, else `<upstream>__<prompt>`.
+    fn visible_prompts(&self) -> Vec<rmcp::model::Prompt> {
+        let wrap = self.face.wrap();
+        let mut out = Vec::new();
+        for upstream in self.face.upstreams.all() {
+            let upstream_name = &upstream.config.name;
+            if wrap.is_some_and(|wrap| wrap != upstream_name) {
+                continue;
+            }
+            for prompt in upstream.prompts().iter() {
+                let mut shown = prompt.clone();
+                if wrap.is_none() {
+                    shown.name = format!("{upstream_name}__{}", prompt.name);
+                }
+                out.push(shown);
+            }
+        }
+        out
+    }
+
+    /// The upstream a prompt name shown to the client stands for, and the
+    /// prompt's own name there.
+    fn prompt_of(
+        &self,
+        shown: &str,
+    ) -> Option<(std::sync::Arc<crate::upstream::Upstream>, String)> {
+        let (upstream, name) = match self.face.wrap() {
+            Some(wrap) => (self.face.upstreams.get(wrap)?, shown.to_owned()),
+            None => {
+                let (upstream, name) = shown.split_once("__")?;
+                (self.face.upstreams.get(upstream)?, name.to_owned())
+            }
+        };
+        upstream
+            .prompts()
+            .iter()
+            .any(|prompt| prompt.name == name)
+            .then_some((upstream, name))
+    }
+
     /// The tools this session may see.
     fn visible_tools(&self, profile: Option<&str>) -> Vec<Tool> {
         let broker = self.face.broker();
@@ -461,6 +502,8 @@ impl ServerHandler for Session {
             .enable_tools()
             .enable_tool_list_changed()
             .enable_resources()
+            .enable_prompts()
+            .enable_prompts_list_changed()
             .build();
         let mut info = ServerConfig::new(capabilities);
         info.server_info = rmcp::model::Implementation::new("airlock", env!("CARGO_PKG_VERSION"));
@@ -557,6 +600,32 @@ impl ServerHandler for Session {
         Ok(ReadResourceResponse::Complete(result))
     }
 
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListPromptsResult, ErrorData> {
+        Ok(rmcp::model::ListPromptsResult::with_all_items(
+            self.visible_prompts(),
+        ))
+    }
+
+    /// An upstream's prompt: its messages are text for the model, not an
+    /// action, so it passes as the upstream gives it.
+    async fn get_prompt(
+        &self,
+        request: rmcp::model::GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetPromptResponse, ErrorData> {
+        let Some((upstream, name)) = self.prompt_of(&request.name) else {
+            return Err(ErrorData::invalid_params(
+                format!("no prompt named {}", request.name),
+                None,
+            ));
+        };
+        upstream.get_prompt(request, &name).await
+    }
+
     #[expect(
         deprecated,
         reason = "MCP logging is deprecated by SEP-2577 but still part of 2025-11-25"
@@ -572,12 +641,18 @@ impl ServerHandler for Session {
 
     async fn complete(
         &self,
-        _request: CompleteRequestParams,
+        request: CompleteRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
-        // airlock has no prompts, and a blob's hash is what lets a session
-        // read it (the result that made it names it): blob hashes are never
-        // enumerated, so nothing completes.
+        // An upstream prompt's argument: its server completes it.
+        if let rmcp::model::Reference::Prompt(prompt) = &request.r#ref
+            && let Some((upstream, name)) = self.prompt_of(&prompt.name)
+        {
+            return upstream.complete_prompt(request, &name).await;
+        }
+        // A blob's hash is what lets a session read it (the result that
+        // made it names it): blob hashes are never enumerated, so nothing
+        // else completes.
         Ok(CompleteResult::default())
     }
 }

@@ -11,7 +11,10 @@ use std::time::Duration;
 use airlock_broker::{ForwardError, Forwarder};
 use airlock_core::UpstreamCall;
 use airlock_core::config::UpstreamConfig;
-use rmcp::model::{CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, Tool};
+use rmcp::model::{
+    CallToolRequestParams, ClientCapabilities, ClientConfig, GetPromptRequestParams,
+    GetPromptResponse, Implementation, Prompt, Tool,
+};
 use rmcp::service::{NotificationContext, RunningService, ServiceError};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
@@ -26,7 +29,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
 type Client = RunningService<RoleClient, UpstreamClient>;
 
-/// Called when any upstream's tool list changed (or it went away or came back).
+/// Called when any upstream's tool or prompt list changed (or it went away
+/// or came back).
 pub(crate) type OnChange = Arc<dyn Fn() + Send + Sync>;
 
 /// The rmcp client handler of one upstream connection.
@@ -57,6 +61,19 @@ impl ClientHandler for UpstreamClient {
             ),
         }
     }
+
+    async fn on_prompt_list_changed(&self, context: NotificationContext<RoleClient>) {
+        match context.peer.list_all_prompts().await {
+            Ok(prompts) => {
+                self.upstream.set_prompts(prompts);
+                (self.upstream.on_change)();
+            }
+            Err(error) => eprintln!(
+                "airlock: upstream {}: listing prompts failed: {error}",
+                self.upstream.config.name
+            ),
+        }
+    }
 }
 
 /// One upstream server.
@@ -70,6 +87,8 @@ pub(crate) struct Upstream {
     /// connection it went through.
     generation: AtomicU64,
     tools: RwLock<Arc<Vec<Tool>>>,
+    /// Its prompts, where it offers any.
+    prompts: RwLock<Arc<Vec<Prompt>>>,
     stopped: AtomicBool,
     on_change: OnChange,
 }
@@ -85,6 +104,86 @@ impl Upstream {
     fn set_tools(&self, tools: Vec<Tool>) {
         if let Ok(mut slot) = self.tools.write() {
             *slot = Arc::new(tools);
+        }
+    }
+
+    pub(crate) fn prompts(&self) -> Arc<Vec<Prompt>> {
+        self.prompts
+            .read()
+            .map(|prompts| prompts.clone())
+            .unwrap_or_default()
+    }
+
+    fn set_prompts(&self, prompts: Vec<Prompt>) {
+        if let Ok(mut slot) = self.prompts.write() {
+            *slot = Arc::new(prompts);
+        }
+    }
+
+    /// A failure to reach the server, as a JSON-RPC error.
+    fn passed_error(&self, error: ForwardError) -> rmcp::ErrorData {
+        rmcp::ErrorData::internal_error(error.to_string(), None)
+    }
+
+    /// `completion/complete` for an argument of its prompt `name`.
+    pub(crate) async fn complete_prompt(
+        &self,
+        mut params: rmcp::model::CompleteRequestParams,
+        name: &str,
+    ) -> Result<rmcp::model::CompleteResult, rmcp::ErrorData> {
+        let guard = self.client.read().await;
+        let Some(client) = guard
+            .as_ref()
+            .filter(|client| !client.is_closed() && !client.peer().is_transport_closed())
+        else {
+            return Err(self.passed_error(ForwardError::NotRunning(self.config.name.clone())));
+        };
+        if let rmcp::model::Reference::Prompt(prompt) = &mut params.r#ref {
+            name.clone_into(&mut prompt.name);
+        }
+        match tokio::time::timeout(CALL_TIMEOUT, client.peer().complete(params)).await {
+            Ok(Ok(result)) => Ok(result),
+            // The server's own refusal reaches the client as it was.
+            Ok(Err(ServiceError::McpError(error))) => Err(error),
+            Ok(Err(error)) => Err(self.passed_error(ForwardError::Failed {
+                upstream: self.config.name.clone(),
+                message: error.to_string(),
+            })),
+            Err(_) => Err(self.passed_error(ForwardError::TimedOut {
+                upstream: self.config.name.clone(),
+                seconds: CALL_TIMEOUT.as_secs(),
+            })),
+        }
+    }
+
+    /// `prompts/get` of prompt `name`, forwarded as it came (arguments, and
+    /// a 2026-07-28 input round's answers and state); the server's answer
+    /// as it gave it.
+    pub(crate) async fn get_prompt(
+        &self,
+        mut params: GetPromptRequestParams,
+        name: &str,
+    ) -> Result<GetPromptResponse, rmcp::ErrorData> {
+        let guard = self.client.read().await;
+        let Some(client) = guard
+            .as_ref()
+            .filter(|client| !client.is_closed() && !client.peer().is_transport_closed())
+        else {
+            return Err(self.passed_error(ForwardError::NotRunning(self.config.name.clone())));
+        };
+        name.clone_into(&mut params.name);
+        match tokio::time::timeout(CALL_TIMEOUT, client.peer().get_prompt_once(params)).await {
+            Ok(Ok(response)) => Ok(response),
+            // The server's own refusal reaches the client as it was.
+            Ok(Err(ServiceError::McpError(error))) => Err(error),
+            Ok(Err(error)) => Err(self.passed_error(ForwardError::Failed {
+                upstream: self.config.name.clone(),
+                message: error.to_string(),
+            })),
+            Err(_) => Err(self.passed_error(ForwardError::TimedOut {
+                upstream: self.config.name.clone(),
+                seconds: CALL_TIMEOUT.as_secs(),
+            })),
         }
     }
 
@@ -137,6 +236,20 @@ impl Upstream {
             .map_err(|_| "no answer to tools/list".to_owned())?
             .map_err(|error| format!("tools/list: {error}"))?;
         self.set_tools(tools);
+        // Prompts, where the server offers them.
+        let offers_prompts = client
+            .peer()
+            .peer_info()
+            .is_some_and(|info| info.capabilities.prompts.is_some());
+        let prompts = if offers_prompts {
+            tokio::time::timeout(CONNECT_TIMEOUT, client.peer().list_all_prompts())
+                .await
+                .map_err(|_| "no answer to prompts/list".to_owned())?
+                .map_err(|error| format!("prompts/list: {error}"))?
+        } else {
+            Vec::new()
+        };
+        self.set_prompts(prompts);
         let mut slot = self.client.write().await;
         *slot = Some(client);
         self.generation.fetch_add(1, Ordering::Relaxed);
@@ -336,6 +449,7 @@ impl Upstreams {
                 client: AsyncRwLock::new(None),
                 generation: AtomicU64::new(0),
                 tools: RwLock::new(Arc::new(Vec::new())),
+                prompts: RwLock::new(Arc::new(Vec::new())),
                 stopped: AtomicBool::new(false),
                 on_change: self.on_change.clone(),
             });
