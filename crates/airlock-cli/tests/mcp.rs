@@ -2084,3 +2084,74 @@ fn an_upstreams_prompts_pass_through_wrap_unchanged_and_serve_prefixed() {
         "{missing}"
     );
 }
+
+/// The first log message from server-everything a client got, waiting for
+/// it (the server sends one when its simulated logging is turned on).
+fn upstream_log(client: &mut Driver) -> Value {
+    for _ in 0..10 {
+        let waited = client.send_any(
+            json!({"op": "wait_notification", "method": "notifications/message", "timeout": 10}),
+        );
+        let all = client.send(json!({"op": "notifications"}));
+        if let Some(found) = all["notifications"].as_array().unwrap().iter().find(|n| {
+            n["method"] == "notifications/message"
+                && n["params"]["data"]
+                    .as_str()
+                    .is_some_and(|d| d.contains("-level message") || d.contains("level-message"))
+        }) {
+            return found["params"].clone();
+        }
+        assert_eq!(waited["ok"], json!(true), "no log message came: {waited}");
+    }
+    panic!("no log message from the upstream");
+}
+
+#[test]
+fn an_upstreams_log_messages_reach_the_client_at_the_level_it_set() {
+    if !require(
+        "an_upstreams_log_messages_reach_the_client_at_the_level_it_set",
+        &[Peer::PythonMcp, Peer::NodeTools],
+    ) {
+        return;
+    }
+    let everything = everything_server();
+    // Under wrap: the message as the server sent it.
+    let ws = Ws::new("");
+    let mut wrapped = ws.stdio_client(
+        &["--elicitation", "form"],
+        &[
+            "wrap",
+            "--name",
+            "every",
+            "--",
+            "node",
+            &everything,
+            "stdio",
+        ],
+    );
+    let set = wrapped.send(json!({"op": "set_level", "level": "debug"}));
+    assert_eq!(set["ok"], json!(true), "{set}");
+    wrapped.answer_elicitations("accept", json!({"decision": "approve"}));
+    let toggled = wrapped.call("toggle-simulated-logging", json!({}));
+    assert_eq!(status(&toggled), "allowed", "{toggled}");
+    let message = upstream_log(&mut wrapped);
+    assert!(message["level"].is_string(), "{message}");
+    assert_ne!(message["logger"], json!("every"), "{message}");
+
+    // Under serve: the logger names the upstream.
+    let served_ws = Ws::new(&format!(
+        "upstreams:\n  - name: every\n    command: node\n    args: [{everything:?}, stdio]\n"
+    ));
+    let mut served = served_ws.stdio_client(&["--elicitation", "form"], &["serve", "--stdio"]);
+    served.send(json!({"op": "set_level", "level": "debug"}));
+    served.answer_elicitations("accept", json!({"decision": "approve"}));
+    let toggled = served.call("every__toggle-simulated-logging", json!({}));
+    assert_eq!(status(&toggled), "allowed", "{toggled}");
+    let message = upstream_log(&mut served);
+    assert!(
+        message["logger"]
+            .as_str()
+            .is_some_and(|l| l == "every" || l.starts_with("every/")),
+        "{message}"
+    );
+}

@@ -96,7 +96,21 @@ impl McpFace {
         let on_change = Arc::new(move || {
             notify_listeners(&notify_handle, &notify_peers, None, true);
         });
-        let upstreams = Arc::new(Upstreams::new(workspace.root.clone(), on_change));
+        // An upstream's log messages go to the sessions that want them,
+        // its logger named after it unless this is a wrap.
+        let log_peers = peers.clone();
+        let log_handle = handle.clone();
+        let wrapped = options.wrap.is_some();
+        #[expect(
+            deprecated,
+            reason = "MCP logging is deprecated by SEP-2577 but still part of 2025-11-25"
+        )]
+        let on_log = Arc::new(
+            move |upstream: &str, param: rmcp::model::LoggingMessageNotificationParam| {
+                forward_log(&log_handle, &log_peers, upstream, wrapped, param);
+            },
+        );
+        let upstreams = Arc::new(Upstreams::new(workspace.root.clone(), on_change, on_log));
         let pool = Arc::new(UpstreamPool {
             upstreams: upstreams.clone(),
             runtime: handle.clone(),
@@ -177,6 +191,43 @@ fn warning(text: String) -> LogMessage {
     LogMessage {
         level: rmcp::model::LoggingLevel::Warning,
         text,
+    }
+}
+
+/// Passes an upstream's log message to the sessions whose level lets it
+/// through.
+#[expect(
+    deprecated,
+    reason = "MCP logging is deprecated by SEP-2577 but still part of 2025-11-25"
+)]
+fn forward_log(
+    handle: &tokio::runtime::Handle,
+    peers: &Mutex<Vec<Listener>>,
+    upstream: &str,
+    wrapped: bool,
+    mut param: rmcp::model::LoggingMessageNotificationParam,
+) {
+    if !wrapped {
+        param.logger = Some(match param.logger.take() {
+            Some(logger) => format!("{upstream}/{logger}"),
+            None => upstream.to_owned(),
+        });
+    }
+    let listeners = match peers.lock() {
+        Ok(mut peers) => {
+            peers.retain(|listener| !listener.peer.is_transport_closed());
+            peers.clone()
+        }
+        Err(_) => return,
+    };
+    for listener in listeners {
+        if !listener.log_level.allows(param.level) {
+            continue;
+        }
+        let param = param.clone();
+        handle.spawn(async move {
+            let _ = listener.peer.notify_logging_message(param).await;
+        });
     }
 }
 

@@ -636,6 +636,7 @@ impl ServerHandler for Session {
         _context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         self.log_level.set(request.level);
+        self.face.upstreams.set_level(request.level).await;
         Ok(())
     }
 

@@ -33,6 +33,15 @@ type Client = RunningService<RoleClient, UpstreamClient>;
 /// or came back).
 pub(crate) type OnChange = Arc<dyn Fn() + Send + Sync>;
 
+/// Called with each log message an upstream sends
+/// (`notifications/message`), and the upstream's name.
+#[expect(
+    deprecated,
+    reason = "MCP logging is deprecated by SEP-2577 but still part of 2025-11-25"
+)]
+pub(crate) type OnLog =
+    Arc<dyn Fn(&str, rmcp::model::LoggingMessageNotificationParam) + Send + Sync>;
+
 /// The rmcp client handler of one upstream connection.
 #[derive(Clone)]
 pub(crate) struct UpstreamClient {
@@ -60,6 +69,18 @@ impl ClientHandler for UpstreamClient {
                 self.upstream.config.name
             ),
         }
+    }
+
+    #[expect(
+        deprecated,
+        reason = "MCP logging is deprecated by SEP-2577 but still part of 2025-11-25"
+    )]
+    async fn on_logging_message(
+        &self,
+        params: rmcp::model::LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        (self.upstream.on_log)(&self.upstream.config.name, params);
     }
 
     async fn on_prompt_list_changed(&self, context: NotificationContext<RoleClient>) {
@@ -91,6 +112,7 @@ pub(crate) struct Upstream {
     prompts: RwLock<Arc<Vec<Prompt>>>,
     stopped: AtomicBool,
     on_change: OnChange,
+    on_log: OnLog,
 }
 
 impl Upstream {
@@ -392,15 +414,46 @@ impl Upstream {
 pub(crate) struct Upstreams {
     list: RwLock<Vec<Arc<Upstream>>>,
     on_change: OnChange,
+    on_log: OnLog,
     root: PathBuf,
 }
 
 impl Upstreams {
-    pub(crate) fn new(root: PathBuf, on_change: OnChange) -> Upstreams {
+    pub(crate) fn new(root: PathBuf, on_change: OnChange, on_log: OnLog) -> Upstreams {
         Upstreams {
             list: RwLock::new(Vec::new()),
             on_change,
+            on_log,
             root,
+        }
+    }
+
+    /// Passes a client's `logging/setLevel` on to every upstream that logs
+    /// (the last one asked wins there; each session still gets only what
+    /// its own level lets through).
+    #[expect(
+        deprecated,
+        reason = "MCP logging is deprecated by SEP-2577 but still part of 2025-11-25"
+    )]
+    pub(crate) async fn set_level(&self, level: rmcp::model::LoggingLevel) {
+        for upstream in self.all() {
+            let guard = upstream.client.read().await;
+            let Some(client) = guard.as_ref().filter(|client| !client.is_closed()) else {
+                continue;
+            };
+            let logs = client
+                .peer()
+                .peer_info()
+                .is_some_and(|info| info.capabilities.logging.is_some());
+            if logs {
+                let params = rmcp::model::SetLevelRequestParams::new(level);
+                if let Err(error) = client.peer().set_level(params).await {
+                    eprintln!(
+                        "airlock: upstream {}: logging/setLevel: {error}",
+                        upstream.config.name
+                    );
+                }
+            }
         }
     }
 
@@ -452,6 +505,7 @@ impl Upstreams {
                 prompts: RwLock::new(Arc::new(Vec::new())),
                 stopped: AtomicBool::new(false),
                 on_change: self.on_change.clone(),
+                on_log: self.on_log.clone(),
             });
             if let Err(error) = upstream.connect().await {
                 eprintln!("airlock: upstream {}: {error}", config.name);
