@@ -87,7 +87,8 @@ enum Command {
     Audit(audit::AuditCommand),
     /// Serve MCP: the built-in tools and the configured upstreams, gated.
     Serve(serve::ServeArgs),
-    /// Gate one stdio MCP server under its own tool names.
+    /// Gate one MCP server (a command, or --url) under its own tool names, over
+    /// stdio or --http.
     Wrap(serve::WrapArgs),
     /// Every built-in tool with its arguments (the schemas MCP serves).
     Tools(tools::ToolsArgs),

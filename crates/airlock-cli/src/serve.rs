@@ -48,8 +48,19 @@ pub(crate) struct WrapArgs {
     /// `trusted_annotations: true`. Without it every tool is high risk.
     #[arg(long)]
     trust_annotations: bool,
+    /// Serve the wrapped server over streamable HTTP at /mcp on this
+    /// address (PORT or HOST:PORT) instead of stdio.
+    #[arg(long, value_name = "ADDR", value_parser = parse_listen_address)]
+    http: Option<SocketAddr>,
+    /// The address people reach this server at (see `serve --public-url`).
+    #[arg(long, value_name = "URL", requires = "http")]
+    public_url: Option<String>,
+    /// Wrap a streamable-HTTP MCP server at this URL (http:// or https://,
+    /// trusting `tls.ca_file` too) instead of starting a command.
+    #[arg(long, value_name = "URL", conflicts_with = "command")]
+    url: Option<String>,
     /// The MCP server to start, and its arguments.
-    #[arg(last = true, required = true, value_name = "CMD")]
+    #[arg(last = true, required_unless_present = "url", value_name = "CMD")]
     command: Vec<String>,
 }
 
@@ -60,16 +71,7 @@ pub(crate) fn serve(workspace: Workspace, args: &ServeArgs) -> Result<u8, Failur
         )));
     }
     check_profile(&workspace, args.profile.as_deref())?;
-    if let Some(url) = &args.public_url {
-        let rest = url
-            .strip_prefix("http://")
-            .or_else(|| url.strip_prefix("https://"));
-        if rest.is_none_or(|rest| rest.is_empty() || rest.contains(char::is_whitespace)) {
-            return Err(Failure::usage(anyhow!(
-                "--public-url must be an http:// or https:// URL, not {url:?}"
-            )));
-        }
-    }
+    check_public_url(args.public_url.as_deref())?;
     let session = SessionOptions {
         profile: args.profile.clone(),
         user: Some(crate::approvals::terminal_user()),
@@ -87,21 +89,37 @@ pub(crate) fn serve(workspace: Workspace, args: &ServeArgs) -> Result<u8, Failur
 
 pub(crate) fn wrap(workspace: Workspace, args: &WrapArgs) -> Result<u8, Failure> {
     check_profile(&workspace, args.profile.as_deref())?;
-    let name = match &args.name {
-        Some(name) => name.clone(),
-        None => default_name(&args.command),
+    check_public_url(args.public_url.as_deref())?;
+    let name = match (&args.name, &args.url) {
+        (Some(name), _) => name.clone(),
+        (None, Some(url)) => default_url_name(url),
+        (None, None) => default_name(&args.command),
     };
-    let (command, rest) = args
-        .command
-        .split_first()
-        .ok_or_else(|| Failure::usage(anyhow!("wrap needs a command")))?;
+    let (command, rest, url) = match &args.url {
+        Some(url) => {
+            let scheme_ok = url.starts_with("http://") || url.starts_with("https://");
+            if !scheme_ok || url.contains(char::is_whitespace) {
+                return Err(Failure::usage(anyhow!(
+                    "--url must be an http:// or https:// URL, not {url:?}"
+                )));
+            }
+            (None, Vec::new(), Some(url.clone()))
+        }
+        None => {
+            let (command, rest) = args
+                .command
+                .split_first()
+                .ok_or_else(|| Failure::usage(anyhow!("wrap needs a command or --url")))?;
+            (Some(command.clone()), rest.to_vec(), None)
+        }
+    };
     let upstream = UpstreamConfig {
         name: name.clone(),
-        command: Some(command.clone()),
-        args: rest.to_vec(),
+        command,
+        args: rest,
         env: Default::default(),
         cwd: None,
-        url: None,
+        url,
         headers: Default::default(),
         trusted_annotations: args.trust_annotations,
     };
@@ -115,7 +133,40 @@ pub(crate) fn wrap(workspace: Workspace, args: &WrapArgs) -> Result<u8, Failure>
         wrap: Some(name),
         ..RuntimeOptions::default()
     };
-    run(workspace, Some(upstream), options, session, true, None)
+    run(
+        workspace,
+        Some(upstream),
+        options,
+        session,
+        args.http.is_none(),
+        args.http.map(|addr| (addr, args.public_url.clone())),
+    )
+}
+
+/// A name for a wrapped URL: its host's first label.
+fn default_url_name(url: &str) -> String {
+    let host = url
+        .split("://")
+        .nth(1)
+        .and_then(|rest| rest.split(['/', ':', '?']).next())
+        .unwrap_or("");
+    let label = host.split('.').next().unwrap_or("");
+    default_name(&[label.to_owned()])
+}
+
+/// `--public-url`, when given, is an http(s) URL.
+fn check_public_url(url: Option<&str>) -> Result<(), Failure> {
+    if let Some(url) = url {
+        let rest = url
+            .strip_prefix("http://")
+            .or_else(|| url.strip_prefix("https://"));
+        if rest.is_none_or(|rest| rest.is_empty() || rest.contains(char::is_whitespace)) {
+            return Err(Failure::usage(anyhow!(
+                "--public-url must be an http:// or https:// URL, not {url:?}"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// A name for a wrapped command: its file name (or the package it runs, for

@@ -2155,3 +2155,104 @@ fn an_upstreams_log_messages_reach_the_client_at_the_level_it_set() {
         "{message}"
     );
 }
+
+#[test]
+fn wrap_serves_over_http_and_wraps_an_http_server_under_its_own_names() {
+    if !require(
+        "wrap_serves_over_http_and_wraps_an_http_server_under_its_own_names",
+        &[Peer::PythonMcp, Peer::NodeTools],
+    ) {
+        return;
+    }
+    let everything = everything_server();
+    let ws = Ws::new("");
+    // The server offers some tools only to a client that can be asked
+    // (elicitation); airlock does not relay the server's questions yet, so
+    // the comparison is with a client that cannot.
+    let direct_args: Vec<String> = [
+        "--elicitation",
+        "none",
+        "--stdio",
+        "--",
+        "node",
+        everything.as_str(),
+        "stdio",
+    ]
+    .iter()
+    .map(|arg| (*arg).to_owned())
+    .collect();
+    let mut direct = ws.client(&direct_args, "tester");
+    let direct_tools = direct.tool_names();
+    let direct_prompts = prompts_as_seen(&mut direct, str::to_owned);
+
+    // `wrap --http`: a client configured for the server's URL sees the same
+    // tool and prompt names, and a call is gated.
+    let serving = Serving::start_command(
+        &ws,
+        &[
+            "wrap",
+            "--http",
+            "127.0.0.1:0",
+            "--name",
+            "every",
+            "--",
+            "node",
+            &everything,
+            "stdio",
+        ],
+    );
+    let mut over_http = ws.client(
+        &[
+            "--http".to_owned(),
+            serving.mcp_url(),
+            "--elicitation".to_owned(),
+            "form".to_owned(),
+        ],
+        "tester",
+    );
+    let mut names = over_http.tool_names();
+    names.retain(|name| name != "proposal_status");
+    assert_eq!(names, direct_tools);
+    assert_eq!(
+        prompts_as_seen(&mut over_http, str::to_owned),
+        direct_prompts
+    );
+    over_http.answer_elicitations("accept", json!({"decision": "approve"}));
+    let echoed = over_http.call("echo", json!({"message": "over wrap --http"}));
+    assert_eq!(status(&echoed), "allowed", "{echoed}");
+    assert_eq!(
+        echoed["elicitations"].as_array().unwrap().len(),
+        1,
+        "{echoed}"
+    );
+    assert_eq!(
+        echoed["content"][0]["text"],
+        json!("Echo: over wrap --http")
+    );
+
+    // `wrap --url`: a streamable-HTTP server, wrapped over stdio.
+    let upstream = EverythingHttp::start();
+    let mut wrapped = ws.stdio_client(
+        &["--elicitation", "form"],
+        &["wrap", "--name", "every", "--url", &upstream.url],
+    );
+    let names = wrapped.tool_names();
+    assert!(names.iter().any(|n| n == "echo"), "{names:?}");
+    assert!(names.iter().all(|n| !n.contains("__")), "{names:?}");
+    wrapped.answer_elicitations("accept", json!({"decision": "approve"}));
+    let echoed = wrapped.call("echo", json!({"message": "over wrap --url"}));
+    assert_eq!(status(&echoed), "allowed", "{echoed}");
+    assert_eq!(echoed["content"][0]["text"], json!("Echo: over wrap --url"));
+
+    // Bad URLs are usage errors.
+    for bad in ["ftp://x", "http://a b"] {
+        let run = ws.run(&["wrap", "--url", bad]);
+        assert_eq!(run.code, 2, "{}", run.stderr);
+        assert!(
+            run.stderr
+                .contains("--url must be an http:// or https:// URL"),
+            "{}",
+            run.stderr
+        );
+    }
+}

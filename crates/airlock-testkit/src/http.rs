@@ -32,8 +32,14 @@ impl Serving {
     pub fn start_on(ws: &Workspace, addr: &str, extra: &[&str]) -> Serving {
         let mut args = vec!["serve", "--http", addr];
         args.extend_from_slice(extra);
+        Serving::start_command(ws, &args)
+    }
+
+    /// `airlock ARGS` (a `serve` or `wrap` with `--http`) in `ws`, once it
+    /// listens.
+    pub fn start_command(ws: &Workspace, args: &[&str]) -> Serving {
         let mut child = ws
-            .command(&args)
+            .command(args)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
