@@ -51,6 +51,7 @@ pub use presence::{LiveChannel, Presence};
 pub use record::Record;
 pub use runtime::{
     ConfigRefused, NoUpstreams, Notice, Reloader, Runtime, RuntimeOptions, UpstreamTool, Upstreams,
+    offered_unprefixed,
 };
 pub use submit::{ClientAsk, Mode, default_mode, deferred_ttl, explain};
 pub use views::{

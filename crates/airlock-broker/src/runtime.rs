@@ -38,6 +38,8 @@ pub trait Upstreams: Forwarder {
     /// The tool `tool` of upstream `upstream` as it is offered now; `None`
     /// when that upstream does not offer it (or does not exist).
     fn find_tool(&self, upstream: &str, tool: &str) -> Option<UpstreamTool>;
+    /// The names of the tools `upstream` offers now.
+    fn tool_names(&self, upstream: &str) -> Vec<String>;
     /// Stops every server.
     fn stop_all(&self);
 }
@@ -81,6 +83,10 @@ impl Upstreams for NoUpstreams {
 
     fn find_tool(&self, _upstream: &str, _tool: &str) -> Option<UpstreamTool> {
         None
+    }
+
+    fn tool_names(&self, _upstream: &str) -> Vec<String> {
+        Vec::new()
     }
 
     fn stop_all(&self) {}
@@ -167,6 +173,24 @@ impl Runtime {
                 runtime.upstreams.stop_all();
                 return Err(BrokerError::Upstream { name, message });
             }
+        }
+        // An unprefixed upstream may not take a name of airlock's own.
+        if runtime.options.wrap.is_none()
+            && let Some(unprefixed) = UpstreamConfig::unprefixed(&configs)
+            && let Some(taken) = runtime
+                .upstreams
+                .tool_names(&unprefixed.name)
+                .into_iter()
+                .find(|tool| !offered_unprefixed(tool))
+        {
+            runtime.upstreams.stop_all();
+            return Err(BrokerError::Upstream {
+                name: unprefixed.name.clone(),
+                message: format!(
+                    "it offers {taken}, a name airlock's own tools have or that reads as \
+                     <upstream>__<tool>: it cannot be offered unprefixed (prefix: false)"
+                ),
+            });
         }
         sweep(Arc::downgrade(&runtime))?;
         Ok(runtime)
@@ -272,6 +296,14 @@ impl Runtime {
                 None => (gated, ToolOrigin::Unknown),
             };
         }
+        if offered_unprefixed(name)
+            && let Some(unprefixed) = UpstreamConfig::unprefixed(&broker.config().upstreams)
+            && let Some(tool) = self.upstreams.find_tool(&unprefixed.name, name)
+        {
+            let gated = format!("{}__{name}", unprefixed.name);
+            let origin = policy.origin_of(&gated, tool.annotations);
+            return (gated, origin);
+        }
         if let Some((prefix, rest)) = name.split_once("__") {
             return match self.upstreams.find_tool(prefix, rest) {
                 Some(tool) => (name.to_owned(), policy.origin_of(name, tool.annotations)),
@@ -345,4 +377,11 @@ fn spawn_loop(
 fn ca_file_of(workspace: &Workspace) -> Option<PathBuf> {
     let ca_file = workspace.loaded.config.tls.ca_file.as_deref()?;
     Some(workspace.root.join(ca_file))
+}
+
+/// Whether an upstream tool may be offered under its own name beside
+/// airlock's: not one of airlock's own tools, and not a name that reads as
+/// `<upstream>__<tool>`.
+pub fn offered_unprefixed(tool: &str) -> bool {
+    airlock_core::tools::BuiltinTool::from_name(tool).is_none() && !tool.contains("__")
 }

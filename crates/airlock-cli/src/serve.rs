@@ -122,6 +122,7 @@ pub(crate) fn wrap(workspace: Workspace, args: &WrapArgs) -> Result<u8, Failure>
         url,
         headers: Default::default(),
         trusted_annotations: args.trust_annotations,
+        prefix: true,
     };
     let workspace = workspace.with_upstream(upstream.clone())?;
     let session = SessionOptions {

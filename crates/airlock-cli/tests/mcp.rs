@@ -2256,3 +2256,74 @@ fn wrap_serves_over_http_and_wraps_an_http_server_under_its_own_names() {
         );
     }
 }
+
+#[test]
+fn one_upstream_may_be_offered_unprefixed_unless_it_takes_airlocks_names() {
+    if !require(
+        "one_upstream_may_be_offered_unprefixed_unless_it_takes_airlocks_names",
+        &[Peer::PythonMcp, Peer::NodeTools],
+    ) {
+        return;
+    }
+    let everything = everything_server();
+    let ws = Ws::new(&format!(
+        "upstreams:\n  - name: every\n    command: node\n    args: [{everything:?}, stdio]\n    prefix: false\n"
+    ));
+    let mut client = ws.stdio_client(&["--elicitation", "form"], &["serve", "--stdio"]);
+    let names = client.tool_names();
+    for name in ["echo", "get-sum", "read_file", "write_file"] {
+        assert!(names.iter().any(|n| n == name), "{name} not in {names:?}");
+    }
+    assert!(!names.iter().any(|n| n.starts_with("every__")), "{names:?}");
+    let prompts = client.send(json!({"op": "list_prompts"}));
+    assert!(
+        prompts["prompts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| !p["name"].as_str().unwrap().contains("__")),
+        "{prompts}"
+    );
+    // Still gated, and ruled and audited as every__echo.
+    client.answer_elicitations("accept", json!({"decision": "approve"}));
+    let echoed = client.call("echo", json!({"message": "unprefixed"}));
+    assert_eq!(status(&echoed), "allowed", "{echoed}");
+    assert_eq!(
+        echoed["elicitations"].as_array().unwrap().len(),
+        1,
+        "{echoed}"
+    );
+    assert!(
+        ws.audit()
+            .iter()
+            .any(|e| e["event"] == "tool_call_apply" && e["tool"] == "every__echo"),
+        "audited under its gated name"
+    );
+
+    // server-filesystem offers read_file, one of airlock's own names: it
+    // cannot be unprefixed, and serve says so rather than start.
+    let fs = Ws::new("");
+    fs.write(
+        "airlock.yaml",
+        format!("upstreams:\n{}    prefix: false\n", filesystem_server(&fs)),
+    );
+    let run = fs.run(&["serve", "--stdio"]);
+    assert_ne!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("it offers read_file, a name airlock's own tools have"),
+        "{}",
+        run.stderr
+    );
+    // Two unprefixed upstreams: refused at load, with the key and line.
+    let two = Ws::new(
+        "upstreams:\n  - {name: a, command: x, prefix: false}\n  - {name: b, command: y, prefix: false}\n",
+    );
+    let run = two.run(&["config", "check"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("airlock.yaml:3: upstreams[1].prefix: only one upstream may be offered unprefixed (upstreams[0] is)"),
+        "{}",
+        run.stderr
+    );
+}

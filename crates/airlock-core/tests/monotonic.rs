@@ -150,6 +150,7 @@ fn case() -> impl Strategy<Value = Case> {
                         url: None,
                         headers: Default::default(),
                         trusted_annotations: trusted,
+                        prefix: true,
                     })
                     .to_vec();
                 Case {

@@ -138,7 +138,7 @@ impl Session {
             }
             for prompt in upstream.prompts().iter() {
                 let mut shown = prompt.clone();
-                if wrap.is_none() {
+                if wrap.is_none() && upstream.config.prefix {
                     shown.name = format!("{upstream_name}__{}", prompt.name);
                 }
                 out.push(shown);
@@ -153,12 +153,19 @@ impl Session {
         &self,
         shown: &str,
     ) -> Option<(std::sync::Arc<crate::upstream::Upstream>, String)> {
+        let unprefixed = || {
+            self.face
+                .upstreams
+                .all()
+                .into_iter()
+                .find(|upstream| !upstream.config.prefix)
+        };
         let (upstream, name) = match self.face.wrap() {
             Some(wrap) => (self.face.upstreams.get(wrap)?, shown.to_owned()),
-            None => {
-                let (upstream, name) = shown.split_once("__")?;
-                (self.face.upstreams.get(upstream)?, name.to_owned())
-            }
+            None => match shown.split_once("__") {
+                Some((upstream, name)) => (self.face.upstreams.get(upstream)?, name.to_owned()),
+                None => (unprefixed()?, shown.to_owned()),
+            },
         };
         upstream
             .prompts()
@@ -187,12 +194,18 @@ impl Session {
             if wrap.is_some_and(|wrap| wrap != upstream_name) {
                 continue;
             }
+            let unprefixed = wrap.is_none() && !upstream.config.prefix;
             for tool in upstream.tools().iter() {
                 let gated = format!("{upstream_name}__{}", tool.name);
                 if !policy.lists_tool(profile, &gated) {
                     continue;
                 }
-                let shown = if wrap.is_some() {
+                // A name airlock's own tools have is not offered unprefixed
+                // (the server could not start with one; a later list could).
+                if unprefixed && !airlock_broker::offered_unprefixed(&tool.name) {
+                    continue;
+                }
+                let shown = if wrap.is_some() || unprefixed {
                     tool.name.to_string()
                 } else {
                     gated

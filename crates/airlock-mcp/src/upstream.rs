@@ -565,6 +565,18 @@ impl airlock_broker::Upstreams for UpstreamPool {
         })
     }
 
+    fn tool_names(&self, upstream: &str) -> Vec<String> {
+        self.upstreams
+            .get(upstream)
+            .map_or_else(Vec::new, |upstream| {
+                upstream
+                    .tools()
+                    .iter()
+                    .map(|tool| tool.name.to_string())
+                    .collect()
+            })
+    }
+
     fn stop_all(&self) {
         self.runtime.block_on(self.upstreams.stop_all());
     }

@@ -396,6 +396,15 @@ fn validate(config: &Config) -> Vec<ConfigIssue> {
             &format!("{base}.name"),
             &format!("duplicate upstream name {}", upstream.name),
         );
+        if !upstream.prefix
+            && let Some(first) = config.upstreams[..i].iter().position(|other| !other.prefix)
+        {
+            check(
+                false,
+                &format!("{base}.prefix"),
+                &format!("only one upstream may be offered unprefixed (upstreams[{first}] is)"),
+            );
+        }
         match (&upstream.command, &upstream.url) {
             (Some(command), None) => {
                 check(

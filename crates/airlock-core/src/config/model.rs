@@ -306,6 +306,26 @@ pub struct UpstreamConfig {
     /// Whether the server's tool annotations may lower a tool's default risk.
     #[serde(default)]
     pub trusted_annotations: bool,
+    /// `false`: its tools and prompts are offered under their own names
+    /// (rules still see `<name>__<tool>`); one upstream at most, and none
+    /// of its names may be one of airlock's own tools.
+    #[serde(default = "prefixed", skip_serializing_if = "is_prefixed")]
+    pub prefix: bool,
+}
+
+fn prefixed() -> bool {
+    true
+}
+
+fn is_prefixed(prefix: &bool) -> bool {
+    *prefix
+}
+
+impl UpstreamConfig {
+    /// The upstream of `upstreams` offered without a prefix, if any.
+    pub fn unprefixed(upstreams: &[UpstreamConfig]) -> Option<&UpstreamConfig> {
+        upstreams.iter().find(|upstream| !upstream.prefix)
+    }
 }
 
 /// Bearer tokens for the HTTP API.
