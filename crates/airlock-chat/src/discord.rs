@@ -442,9 +442,8 @@ impl Platform for Discord {
         })
     }
 
-    fn digest(&self, card: &Card) -> String {
-        let (content, components) = render(card);
-        crate::platform::digest(&format!("{content}\n{components}"))
+    fn render(&self, card: &Card) -> (String, Value) {
+        render(card)
     }
 
     fn post<'a>(&'a self, chat: &'a str, card: &'a Card) -> Fut<'a, Result<String, ApiError>> {

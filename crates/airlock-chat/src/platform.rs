@@ -144,9 +144,15 @@ pub(crate) trait Platform: Send + Sync + 'static {
     fn channel(&self) -> Channel;
     /// Its part of `config`; `None` when it is not configured.
     fn settings(&self, config: &Config) -> Option<Settings>;
+    /// What `card` looks like on this platform: its text and its buttons
+    /// (or blocks).
+    fn render(&self, card: &Card) -> (String, serde_json::Value);
     /// A digest of what `card` looks like on this platform: a message is
     /// edited only when this changes.
-    fn digest(&self, card: &Card) -> String;
+    fn digest(&self, card: &Card) -> String {
+        let (text, buttons) = self.render(card);
+        digest(&format!("{text}\n{buttons}"))
+    }
     /// Posts `card` in `chat`; the message's id.
     fn post<'a>(&'a self, chat: &'a str, card: &'a Card) -> Fut<'a, Result<String, ApiError>>;
     /// Makes message `message_id` show `card`.

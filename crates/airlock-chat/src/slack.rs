@@ -246,9 +246,8 @@ impl Platform for Slack {
         })
     }
 
-    fn digest(&self, card: &Card) -> String {
-        let (text, blocks) = render(card);
-        crate::platform::digest(&format!("{text}\n{blocks}"))
+    fn render(&self, card: &Card) -> (String, Value) {
+        render(card)
     }
 
     fn post<'a>(&'a self, chat: &'a str, card: &'a Card) -> Fut<'a, Result<String, ApiError>> {

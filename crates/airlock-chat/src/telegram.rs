@@ -217,9 +217,8 @@ impl Platform for Telegram {
         })
     }
 
-    fn digest(&self, card: &Card) -> String {
-        let (text, keyboard) = render(card);
-        crate::platform::digest(&format!("{text}\n{keyboard}"))
+    fn render(&self, card: &Card) -> (String, Value) {
+        render(card)
     }
 
     fn post<'a>(&'a self, chat: &'a str, card: &'a Card) -> Fut<'a, Result<String, ApiError>> {

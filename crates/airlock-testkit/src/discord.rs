@@ -111,8 +111,6 @@ pub struct DiscordStandIn {
     _runtime: tokio::runtime::Runtime,
 }
 
-const WAIT: Duration = Duration::from_secs(20);
-
 impl DiscordStandIn {
     /// Starts the stand-in; `channels` are the channels the bot is in; the
     /// Gateway asks for a heartbeat every `heartbeat_ms`.
@@ -163,18 +161,19 @@ impl DiscordStandIn {
         self.shared.inner.lock().unwrap()
     }
 
-    fn wait_for<T>(&self, what: &str, mut check: impl FnMut(&Inner) -> Option<T>) -> T {
-        let deadline = Instant::now() + WAIT;
-        let mut inner = self.inner();
-        loop {
-            if let Some(found) = check(&inner) {
-                return found;
-            }
-            let left = deadline.checked_duration_since(Instant::now()).unwrap_or_else(|| {
-                panic!("discord stand-in: no {what} within {WAIT:?}; messages: {:#?}; calls: {:?}; identifies {}, resumes {}", inner.messages, inner.calls, inner.identifies, inner.resumes)
-            });
-            inner = self.shared.changed.wait_timeout(inner, left).unwrap().0;
-        }
+    fn wait_for<T>(&self, what: &str, check: impl FnMut(&Inner) -> Option<T>) -> T {
+        crate::standin::wait_on(
+            &self.shared.inner,
+            &self.shared.changed,
+            &format!("discord {what}"),
+            |inner| {
+                format!(
+                    "messages: {:#?}; calls: {:?}; identifies {}, resumes {}",
+                    inner.messages, inner.calls, inner.identifies, inner.resumes
+                )
+            },
+            check,
+        )
     }
 
     pub fn message(&self, channel: &str, n: usize) -> DiscordMessage {

@@ -37,6 +37,7 @@ pub mod http;
 pub mod mcp;
 pub mod peers;
 pub mod slack;
+mod standin;
 pub mod telegram;
 pub mod terminal;
 pub mod tls;

@@ -129,8 +129,6 @@ pub struct SlackStandIn {
     _runtime: tokio::runtime::Runtime,
 }
 
-const WAIT: Duration = Duration::from_secs(20);
-
 impl SlackStandIn {
     /// Starts the stand-in; `channels` are the channels the bot is in.
     pub fn start(channels: &[&str]) -> SlackStandIn {
@@ -178,23 +176,14 @@ impl SlackStandIn {
         self.shared.inner.lock().unwrap()
     }
 
-    fn wait_for<T>(&self, what: &str, mut check: impl FnMut(&Inner) -> Option<T>) -> T {
-        let deadline = Instant::now() + WAIT;
-        let mut inner = self.inner();
-        loop {
-            if let Some(found) = check(&inner) {
-                return found;
-            }
-            let left = deadline
-                .checked_duration_since(Instant::now())
-                .unwrap_or_else(|| {
-                    panic!(
-                        "slack stand-in: no {what} within {WAIT:?}; messages: {:#?}; calls: {:?}",
-                        inner.messages, inner.calls
-                    )
-                });
-            inner = self.shared.changed.wait_timeout(inner, left).unwrap().0;
-        }
+    fn wait_for<T>(&self, what: &str, check: impl FnMut(&Inner) -> Option<T>) -> T {
+        crate::standin::wait_on(
+            &self.shared.inner,
+            &self.shared.changed,
+            &format!("slack {what}"),
+            |inner| format!("messages: {:#?}; calls: {:?}", inner.messages, inner.calls),
+            check,
+        )
     }
 
     /// The `n`th message of `channel`, once it is there.

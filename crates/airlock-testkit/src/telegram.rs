@@ -11,7 +11,7 @@
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -113,8 +113,6 @@ pub struct TelegramStandIn {
     _runtime: tokio::runtime::Runtime,
 }
 
-const WAIT: Duration = Duration::from_secs(20);
-
 impl TelegramStandIn {
     /// Starts the stand-in; `chats` are the chats the bot is in.
     pub fn start(chats: &[i64]) -> TelegramStandIn {
@@ -161,17 +159,16 @@ impl TelegramStandIn {
         what: &str,
         mut check: impl FnMut(&StandInView<'_>) -> Option<T>,
     ) -> T {
-        let deadline = Instant::now() + WAIT;
-        let mut inner = self.inner();
-        loop {
-            if let Some(found) = check(&StandInView { inner: &inner }) {
-                return found;
-            }
-            let left = deadline
-                .checked_duration_since(Instant::now())
-                .unwrap_or_else(|| panic!("telegram stand-in: no {what} within {WAIT:?}; messages: {:#?}; calls: {:?}", inner.messages, inner.calls.iter().map(|(m, _)| m).collect::<Vec<_>>()));
-            inner = self.shared.changed.wait_timeout(inner, left).unwrap().0;
-        }
+        crate::standin::wait_on(
+            &self.shared.inner,
+            &self.shared.changed,
+            &format!("telegram {what}"),
+            |inner| {
+                let calls: Vec<&String> = inner.calls.iter().map(|(m, _)| m).collect();
+                format!("messages: {:#?}; calls: {calls:?}", inner.messages)
+            },
+            |inner| check(&StandInView { inner }),
+        )
     }
 
     /// The `n`th message sent to `chat` (0 the first), once it is there.
