@@ -115,6 +115,8 @@ class Driver:
         self.client: Client | None = None
         self.connect_error: str | None = None
         self.elicit_answer: dict[str, Any] = {"action": "decline"}
+        self.sampled: list[Any] = []
+        self.roots: list[str] = list(args.root)
         self.elicit_delay: float = 0.0
         self.elicit_seq = 0
         self.elicitation_log: list[dict[str, Any]] = []
@@ -134,6 +136,20 @@ class Driver:
         self.listen_scope: anyio.CancelScope | None = None  # anyio objects are made inside run()
 
     # ---------------------------------------------------------------- SDK callbacks
+
+    async def on_sample(self, ctx: ClientRequestContext, params: types.CreateMessageRequestParams) -> Any:
+        # --sampling TEXT: every sampling request is answered with TEXT, and recorded.
+        self.sampled.append(dump(params))
+        return types.CreateMessageResult(
+            role="assistant",
+            content=types.TextContent(type="text", text=self.args.sampling),
+            model="airlock-test-model",
+            stop_reason="endTurn",
+        )
+
+    async def on_list_roots(self, ctx: ClientRequestContext) -> Any:
+        # --root URI (repeatable): the roots, changed with the set_roots op.
+        return types.ListRootsResult(roots=[types.Root(uri=uri) for uri in self.roots])
 
     async def on_elicit(self, ctx: ClientRequestContext, params: types.ElicitRequestParams) -> Any:
         entry: dict[str, Any] = {"mode": getattr(params, "mode", "form"), "message": params.message}
@@ -270,6 +286,8 @@ class Driver:
             transport,
             mode=mode,
             elicitation_callback=self.on_elicit,
+            sampling_callback=self.on_sample if self.args.sampling is not None else None,
+            list_roots_callback=self.on_list_roots if self.args.root else None,
             message_handler=self.on_message,
             client_info=types.Implementation(name="airlock-test-client", version="0.1.0"),
             cache=None,  # every list/read must reach the server
@@ -589,6 +607,39 @@ class Driver:
                 break
         return {"ok": True, "resources": resources}
 
+    async def op_list_resource_pages(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        # Every page's URIs, page by page (pagination as the server gives it).
+        c = self._client()
+        pages: list[list[str]] = []
+        cursor: str | None = None
+        while True:
+            page = await c.list_resources(cursor=cursor)
+            pages.append([str(r.uri) for r in page.resources])
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        return {"ok": True, "pages": pages}
+
+    async def op_list_templates(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        c = self._client()
+        templates: list[Any] = []
+        cursor: str | None = None
+        while True:
+            page = await c.list_resource_templates(cursor=cursor)
+            templates.extend(dump(list(page.resource_templates)))
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        return {"ok": True, "templates": templates}
+
+    async def op_subscribe(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        await self._client().subscribe_resource(cmd["uri"])
+        return {"ok": True}
+
+    async def op_unsubscribe(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        await self._client().unsubscribe_resource(cmd["uri"])
+        return {"ok": True}
+
     async def op_list_prompts(self, cmd: dict[str, Any]) -> dict[str, Any]:
         c = self._client()
         prompts: list[Any] = []
@@ -604,6 +655,14 @@ class Driver:
     async def op_get_prompt(self, cmd: dict[str, Any]) -> dict[str, Any]:
         result = await self._client().get_prompt(cmd["name"], cmd.get("arguments"))
         return {"ok": True, "description": result.description, "messages": dump(list(result.messages))}
+
+    async def op_sampled(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        return {"ok": True, "sampled": self.sampled}
+
+    async def op_set_roots(self, cmd: dict[str, Any]) -> dict[str, Any]:
+        self.roots = list(cmd.get("roots") or [])
+        await self._client().session.send_roots_list_changed()
+        return {"ok": True}
 
     async def op_ping(self, cmd: dict[str, Any]) -> dict[str, Any]:
         await self._client().session.send_ping()
@@ -667,6 +726,12 @@ class Driver:
         "read_resource": op_read_resource,
         "list_resources": op_list_resources,
         "list_prompts": op_list_prompts,
+        "list_resource_pages": op_list_resource_pages,
+        "list_templates": op_list_templates,
+        "subscribe": op_subscribe,
+        "unsubscribe": op_unsubscribe,
+        "sampled": op_sampled,
+        "set_roots": op_set_roots,
         "get_prompt": op_get_prompt,
         "ping": op_ping,
         "wait_tools_changed": op_wait_tools_changed,
@@ -771,6 +836,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="protocol version: a handshake version (initialize offers exactly it), 2026-07-28 "
         "(stateless, no handshake), or auto (server/discover probe, fall back to initialize)",
     )
+    p.add_argument("--sampling", metavar="TEXT", help="declare sampling; answer every request with TEXT")
+    p.add_argument("--root", action="append", default=[], help="declare roots; this URI is one (repeatable)")
     p.add_argument("--listen", action="store_true", help="2026-07-28: open subscriptions/listen for list changes")
     p.add_argument("--max-rounds", type=int, default=10, help="cap on input_required rounds per call")
     p.add_argument("--connect-timeout", type=float, default=30.0)

@@ -8,7 +8,9 @@
 //! if it is gone the approval fails instead of waiting forever.
 
 use airlock_core::envelope::{DecidedBy, DecisionInfo, Envelope, HitlInfo, Status};
-use airlock_core::{Decision, Disposition, ErrorCode, Plan, ToolCall, ToolOrigin, UpstreamCall};
+use airlock_core::{
+    Decision, Disposition, ErrorCode, Plan, ToolCall, ToolOrigin, UpstreamCall, UpstreamRequest,
+};
 use airlock_store::{Approval, ApprovalStatus, Created};
 use serde_json::{Value, json};
 
@@ -18,8 +20,21 @@ use crate::propose::Shown;
 use crate::record::Record;
 use crate::submit::{Handling, Mode};
 
-/// The envelope's `op.method` for upstream calls.
+/// The envelope's `op.method` for upstream tool calls.
 const METHOD: &str = "mcp.call";
+/// The envelope's `op.method` for the reading of an upstream's resource.
+const READ_METHOD: &str = "mcp.read_resource";
+/// The envelope's `op.method` for an upstream's sampling request.
+const SAMPLE_METHOD: &str = "mcp.sample";
+
+/// The envelope's `op.method` for `forward`.
+fn method_of(forward: &UpstreamCall) -> &'static str {
+    match forward.request {
+        UpstreamRequest::ToolCall => METHOD,
+        UpstreamRequest::ReadResource => READ_METHOD,
+        UpstreamRequest::Sample => SAMPLE_METHOD,
+    }
+}
 
 /// Carries a call to an upstream MCP server and returns its `CallToolResult`
 /// (as JSON), or why it could not.
@@ -43,9 +58,39 @@ pub enum ForwardError {
         "the process forwarding this call ended before it finished; whether the upstream ran it is unknown"
     )]
     Interrupted,
-    /// The connection or the protocol failed; the transport's own words.
+    /// The connection went away (or could not be made) while the call was
+    /// sent or awaited.
+    #[error("upstream {upstream} is unreachable: {message}")]
+    Lost { upstream: String, message: String },
+    /// The protocol failed; the transport's own words.
     #[error("upstream {upstream}: {message}")]
     Failed { upstream: String, message: String },
+    /// The server answered with a JSON-RPC error of its own, which the
+    /// client gets as it was.
+    #[error("upstream {upstream} refused: {message}")]
+    Refused {
+        upstream: String,
+        code: i32,
+        message: String,
+        data: Option<Value>,
+    },
+}
+
+impl ForwardError {
+    /// The envelope's code: the server could not be reached
+    /// (`upstream_unavailable`), or it failed or refused (`upstream_error`).
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            ForwardError::NoSuchUpstream(_)
+            | ForwardError::NotRunning(_)
+            | ForwardError::NotConnected
+            | ForwardError::TimedOut { .. }
+            | ForwardError::Lost { .. } => ErrorCode::UpstreamUnavailable,
+            ForwardError::Interrupted
+            | ForwardError::Failed { .. }
+            | ForwardError::Refused { .. } => ErrorCode::UpstreamError,
+        }
+    }
 }
 
 impl Broker {
@@ -83,30 +128,48 @@ impl Broker {
         now: u64,
     ) -> Envelope {
         let path = call.args.get("path").and_then(Value::as_str);
-        let ToolOrigin::Upstream { upstream, .. } = &call.origin else {
-            return Envelope::failure(
-                Status::Error,
-                METHOD,
-                &call.tool,
-                path,
-                ErrorCode::UnknownTool,
-                format!("{} is not an upstream tool", call.tool),
-            );
+        let forward = match &call.origin {
+            ToolOrigin::Upstream { upstream, .. } => {
+                let tool = call
+                    .tool
+                    .strip_prefix(&**upstream)
+                    .and_then(|rest| rest.strip_prefix("__"))
+                    .unwrap_or(&call.tool);
+                UpstreamCall::tool(upstream, tool, call.args.clone())
+            }
+            ToolOrigin::Resource { upstream } => {
+                let uri = airlock_core::call::resource_name(&call.tool).map_or("", |(_, uri)| uri);
+                UpstreamCall {
+                    upstream: upstream.to_string(),
+                    tool: uri.to_owned(),
+                    args: json!({"uri": uri}),
+                    request: UpstreamRequest::ReadResource,
+                }
+            }
+            ToolOrigin::Sampling { upstream } => UpstreamCall {
+                upstream: upstream.to_string(),
+                tool: "sampling/createMessage".to_owned(),
+                args: call.args.clone(),
+                request: UpstreamRequest::Sample,
+            },
+            _ => {
+                return Envelope::failure(
+                    Status::Error,
+                    METHOD,
+                    &call.tool,
+                    path,
+                    ErrorCode::UnknownTool,
+                    format!("{} is not an upstream tool", call.tool),
+                );
+            }
         };
-        let tool = call
-            .tool
-            .strip_prefix(&**upstream)
-            .and_then(|rest| rest.strip_prefix("__"))
-            .unwrap_or(&call.tool);
-        let forward = UpstreamCall {
-            upstream: upstream.to_string(),
-            tool: tool.to_owned(),
-            args: call.args.clone(),
-        };
+        let method = method_of(&forward);
+        let upstream = forward.upstream.clone();
+        let tool = forward.tool.clone();
         let handling = self.handling(mode, decision);
         let asks = decision.disposition == Disposition::Ask;
         if asks && handling == Handling::Refuse {
-            return self.refused_by_fallback(call, decision, path, METHOD, base.event("tool_call"));
+            return self.refused_by_fallback(call, decision, path, method, base.event("tool_call"));
         }
         let by_fallback = asks && handling == Handling::Allow;
         if !asks || by_fallback {
@@ -127,7 +190,8 @@ impl Broker {
                 reason: reason.clone(),
             };
             let result = self.run_forward(&forward);
-            let (envelope, record) = forwarded(&call.tool, path, result, base.event("tool_call"));
+            let (envelope, record) =
+                forwarded(method, &call.tool, path, result, base.event("tool_call"));
             let mut envelope = envelope;
             envelope.decision = Some(decision_info);
             return self.observed(
@@ -145,7 +209,13 @@ impl Broker {
             decision,
             Shown {
                 path: path.map(str::to_owned),
-                summary: format!("CALL {}", call.tool),
+                summary: match forward.request {
+                    UpstreamRequest::ToolCall => format!("CALL {}", call.tool),
+                    UpstreamRequest::ReadResource => format!("READ {tool} from {upstream}"),
+                    UpstreamRequest::Sample => {
+                        format!("SAMPLE for {upstream}: {}", first_message(&call.args))
+                    }
+                },
                 diff: serde_json::to_string_pretty(&redacted).unwrap_or_default(),
                 plan: Plan::Upstream(forward),
             },
@@ -163,7 +233,7 @@ impl Broker {
                 let error = crate::BrokerError::from(error);
                 let envelope = Envelope::failure(
                     Status::Error,
-                    METHOD,
+                    method,
                     &call.tool,
                     path,
                     error.code(),
@@ -190,7 +260,7 @@ impl Broker {
             if !deduplicated {
                 self.cancel(&approval.id);
             }
-            return audit_unwritable(METHOD, &call.tool, path);
+            return audit_unwritable(method, &call.tool, path);
         };
         match handling {
             Handling::Wait => {
@@ -198,10 +268,10 @@ impl Broker {
                 self.wait(&approval.id)
             }
             Handling::ApproveNow { user, reason } => {
-                self.approve_now(call, path, METHOD, &approval, user, reason)
+                self.approve_now(call, path, method, &approval, user, reason)
             }
             Handling::Defer | Handling::Rounds | Handling::Refuse | Handling::Allow => {
-                let mut envelope = Envelope::new(Status::HitlRequired, METHOD, &call.tool, path);
+                let mut envelope = Envelope::new(Status::HitlRequired, method, &call.tool, path);
                 let ttl = approval
                     .expires_ms
                     .saturating_sub(self.now_ms())
@@ -215,7 +285,7 @@ impl Broker {
                     diff_preview: Some(airlock_fs::preview(&approval.diff, max)),
                 });
                 envelope.data = Some(json!({
-                    "upstream": upstream.to_string(),
+                    "upstream": upstream,
                     "tool": tool,
                     "params": redacted,
                 }));
@@ -258,7 +328,8 @@ impl Broker {
         } else {
             self.run_forward(call)
         };
-        let (mut envelope, record) = forwarded(&approval.tool, path, result, record);
+        let (mut envelope, record) =
+            forwarded(method_of(call), &approval.tool, path, result, record);
         let status = if envelope.status == Status::Allowed {
             ApprovalStatus::Applied
         } else {
@@ -292,7 +363,7 @@ impl Broker {
         let path = claimed.path.as_deref();
         let mut envelope = Envelope::failure(
             Status::Error,
-            METHOD,
+            claimed.plan.upstream().map_or(METHOD, method_of),
             &claimed.tool,
             path,
             ErrorCode::UpstreamError,
@@ -317,6 +388,7 @@ impl Broker {
 /// result with `isError` is a tool error (`upstream_error`), and so is a call
 /// that could not be carried.
 fn forwarded(
+    method: &str,
     tool: &str,
     path: Option<&str>,
     result: Result<Value, ForwardError>,
@@ -335,7 +407,7 @@ fn forwarded(
             if is_error {
                 let mut envelope = Envelope::failure(
                     Status::Error,
-                    METHOD,
+                    method,
                     tool,
                     path,
                     ErrorCode::UpstreamError,
@@ -350,23 +422,28 @@ fn forwarded(
                     .text("code", ErrorCode::UpstreamError.as_str());
                 (envelope, record)
             } else {
-                let mut envelope = Envelope::new(Status::Allowed, METHOD, tool, path);
+                let mut envelope = Envelope::new(Status::Allowed, method, tool, path);
                 envelope.data = Some(result);
                 (envelope, record.text("status", "allowed"))
             }
         }
         Err(error) => {
-            let envelope = Envelope::failure(
-                Status::Error,
-                METHOD,
-                tool,
-                path,
-                ErrorCode::UpstreamError,
-                error.to_string(),
-            );
-            let record = record
-                .text("status", "error")
-                .text("code", ErrorCode::UpstreamError.as_str());
+            let code = error.code();
+            let mut envelope =
+                Envelope::failure(Status::Error, method, tool, path, code, error.to_string());
+            // The server's own JSON-RPC error, for the face to pass on.
+            if let ForwardError::Refused {
+                code,
+                message,
+                data,
+                ..
+            } = &error
+            {
+                envelope.data = Some(json!({
+                    "jsonrpc_error": {"code": code, "message": message, "data": data},
+                }));
+            }
+            let record = record.text("status", "error").text("code", code.as_str());
             (envelope, record)
         }
     }
@@ -384,4 +461,24 @@ fn first_text(result: &Value) -> String {
         })
         .unwrap_or("(no message)");
     text.chars().take(500).collect()
+}
+
+/// The first text message of a sampling request, cut to 80 characters.
+fn first_message(params: &Value) -> String {
+    let text = params
+        .get("messages")
+        .and_then(Value::as_array)
+        .and_then(|messages| {
+            messages.iter().find_map(|message| {
+                let content = message.get("content")?;
+                content.get("text").and_then(Value::as_str).or_else(|| {
+                    content
+                        .as_array()?
+                        .iter()
+                        .find_map(|block| block.get("text").and_then(Value::as_str))
+                })
+            })
+        })
+        .unwrap_or("(no text)");
+    text.chars().take(80).collect()
 }

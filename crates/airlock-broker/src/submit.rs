@@ -161,6 +161,16 @@ pub fn default_mode(config: &Config) -> Mode {
 }
 
 impl Broker {
+    /// The decision `submit` would take on `call` now, grants in force and
+    /// resolved paths included, without acting on it or auditing it (what a
+    /// face checks before something that is not itself a call, such as a
+    /// resource subscription).
+    pub fn decide_only(&self, call: &ToolCall) -> Decision {
+        let grants = self.live_grants(self.now_ms());
+        let resolved = self.resolved_paths(call);
+        policy::evaluate_resolved(&self.policy, call, &grants, &resolved)
+    }
+
     /// Runs one call through the pipeline and returns its envelope.
     pub fn submit(&self, call: &ToolCall, mode: &Mode, on_pending: &dyn Fn(&Approval)) -> Envelope {
         let now = self.now_ms();
@@ -199,7 +209,9 @@ impl Broker {
                 | BuiltinTool::DeleteFile
                 | BuiltinTool::MoveFile,
             ) => self.write(call, &decision, mode, on_pending, base, now),
-            ToolOrigin::Upstream { .. } => {
+            ToolOrigin::Upstream { .. }
+            | ToolOrigin::Resource { .. }
+            | ToolOrigin::Sampling { .. } => {
                 self.upstream_call(call, &decision, mode, on_pending, base, now)
             }
             ToolOrigin::Unknown => {

@@ -121,6 +121,7 @@ pub(crate) fn wrap(workspace: Workspace, args: &WrapArgs) -> Result<u8, Failure>
         cwd: None,
         url,
         headers: Default::default(),
+        timeout: None,
         trusted_annotations: args.trust_annotations,
         prefix: true,
     };

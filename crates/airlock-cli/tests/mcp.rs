@@ -82,16 +82,24 @@ impl HttpServer {
     }
 }
 
+/// airlock's envelope of a tool result: the structured content of its own
+/// tools' results, and in `_meta` of an upstream's own result.
+fn envelope(result: &Value) -> &Value {
+    match result
+        .get("_meta")
+        .and_then(|meta| meta.get("airlock/envelope"))
+    {
+        Some(envelope) => envelope,
+        None => &result["structuredContent"],
+    }
+}
+
 fn status(result: &Value) -> &str {
-    result["structuredContent"]["status"]
-        .as_str()
-        .unwrap_or("?")
+    envelope(result)["status"].as_str().unwrap_or("?")
 }
 
 fn code(result: &Value) -> &str {
-    result["structuredContent"]["error"]["code"]
-        .as_str()
-        .unwrap_or("")
+    envelope(result)["error"]["code"].as_str().unwrap_or("")
 }
 
 const BUILTIN: [&str; 12] = [
@@ -480,7 +488,7 @@ fn server_filesystem_behind_airlock_is_listed_prefixed_gated_and_restarted() {
     let failed = client.send(json!({"op": "call", "tool": "fs__read_text_file",
         "args": {"path": "hello.txt"}, "timeout": 30}));
     assert!(
-        matches!(code(&failed), "upstream_error" | "unknown_tool"),
+        matches!(code(&failed), "upstream_unavailable" | "unknown_tool"),
         "{failed}"
     );
     // The client is told when the dead server's tools go and again when the
@@ -1632,13 +1640,14 @@ fn server_everything_over_streamable_http_is_prefixed_gated_and_fails_fast_once_
     assert_eq!(applies[0]["decision"], json!("approve"));
     assert_eq!(events_named(&events, "tool_call_propose").len(), 2);
 
-    // The upstream goes away: a call is an upstream_error at once, never a hang.
+    // The upstream goes away: a call is upstream_unavailable at once, never
+    // a hang.
     upstream.kill();
     // The client gives up after 30 s: a call that hangs fails the test.
     let failed = client.send(json!({"op": "call", "tool": "every__echo",
         "args": {"message": "anyone?"}, "timeout": 30}));
     assert_eq!(status(&failed), "error", "{failed}");
-    assert_eq!(code(&failed), "upstream_error", "{failed}");
+    assert_eq!(code(&failed), "upstream_unavailable", "{failed}");
     assert_eq!(failed["isError"], json!(true), "{failed}");
 
     // Back on the same address (a new process, which knows nothing of the
@@ -1647,7 +1656,7 @@ fn server_everything_over_streamable_http_is_prefixed_gated_and_fails_fast_once_
     drop(upstream);
     let _upstream = EverythingHttp::start_on(port).expect("the port was taken");
     // airlock connects again on its own and tells the client its tools
-    // changed; a call before that is an upstream_error, never a hang.
+    // changed; a call before that is upstream_unavailable, never a hang.
     for attempt in 0.. {
         assert!(
             attempt < 20,
@@ -1659,7 +1668,7 @@ fn server_everything_over_streamable_http_is_prefixed_gated_and_fails_fast_once_
             assert_eq!(again["content"][0]["text"], json!("Echo: back"), "{again}");
             break;
         }
-        assert_eq!(code(&again), "upstream_error", "{again}");
+        assert_eq!(code(&again), "upstream_unavailable", "{again}");
         let changed = client.send(json!({"op": "wait_tools_changed", "timeout": 30}));
         assert_eq!(
             changed["changed"],
@@ -2167,11 +2176,15 @@ fn wrap_serves_over_http_and_wraps_an_http_server_under_its_own_names() {
     let everything = everything_server();
     let ws = Ws::new("");
     // The server offers some tools only to a client that can be asked
-    // (elicitation); airlock does not relay the server's questions yet, so
-    // the comparison is with a client that cannot.
+    // (elicitation, sampling, roots); airlock can relay each, so the
+    // comparison is with a client that can too.
     let direct_args: Vec<String> = [
         "--elicitation",
-        "none",
+        "form",
+        "--sampling",
+        "sampled",
+        "--root",
+        "file:///tmp",
         "--stdio",
         "--",
         "node",
@@ -2326,4 +2339,222 @@ fn one_upstream_may_be_offered_unprefixed_unless_it_takes_airlocks_names() {
         "{}",
         run.stderr
     );
+}
+
+/// What a client sees of server-everything through one probe: resources
+/// (page by page), templates, reads, tool results of every kind, progress,
+/// the server's requests to the client (roots, sampling), completion of a
+/// template variable, and a subscription. `tool` names a tool as the client
+/// sees it. The server's own randomness (the time a resource was made) is
+/// masked.
+fn gateway_probe(client: &mut Driver, tool: impl Fn(&str) -> String) -> Vec<Value> {
+    let mut seen = Vec::new();
+    let mut keep = |mut answer: Value| {
+        if let Some(meta) = answer.get_mut("_meta").and_then(Value::as_object_mut) {
+            meta.remove("airlock/envelope");
+        }
+        if answer.get("_meta") == Some(&json!({})) {
+            answer["_meta"] = Value::Null;
+        }
+        let text = answer.to_string();
+        let masked = regex_lite_mask(&text);
+        seen.push(serde_json::from_str::<Value>(&masked).unwrap());
+    };
+    keep(client.send(json!({"op": "list_resource_pages"})));
+    keep(client.send(json!({"op": "list_templates"})));
+    keep(client.send(
+        json!({"op": "read_resource", "uri": "demo://resource/static/document/architecture.md"}),
+    ));
+    keep(client.send(json!({"op": "read_resource", "uri": "demo://resource/dynamic/text/3"})));
+    // A blob's bytes hold the time too: its size and type are compared.
+    let mut blob =
+        client.send(json!({"op": "read_resource", "uri": "demo://resource/dynamic/blob/4"}));
+    let bytes = blob["contents"][0]["blob"].as_str().map(str::len);
+    blob["contents"][0]["blob"] = json!(bytes);
+    keep(blob);
+    for (name, args) in [
+        ("get-structured-content", json!({"location": "New York"})),
+        ("get-tiny-image", json!({})),
+        (
+            "get-annotated-message",
+            json!({"messageType": "error", "includeImage": true}),
+        ),
+        ("get-resource-links", json!({"count": 2})),
+        (
+            "get-resource-reference",
+            json!({"resourceType": "Text", "resourceId": 2}),
+        ),
+        ("get-roots-list", json!({})),
+        (
+            "trigger-sampling-request",
+            json!({"prompt": "hi", "maxTokens": 10}),
+        ),
+    ] {
+        keep(client.send(json!({"op": "call", "tool": tool(name), "args": args})));
+    }
+    let long = client.send(
+        json!({"op": "call", "tool": tool("trigger-long-running-operation"),
+        "args": {"duration": 1, "steps": 3}, "progress": true}),
+    );
+    assert!(
+        !long["progress"].as_array().unwrap().is_empty(),
+        "the server's progress reached the client: {long}"
+    );
+    keep(json!({"content": long["content"], "isError": long["isError"]}));
+    keep(client.send(json!({"op": "complete",
+        "ref": {"type": "ref/resource", "uri": "demo://resource/dynamic/text/{resourceId}"},
+        "argument": {"name": "resourceId", "value": "1"}})));
+    keep(client.send(json!({"op": "subscribe", "uri": "demo://resource/dynamic/text/1"})));
+    keep(client.send(json!({"op": "unsubscribe", "uri": "demo://resource/dynamic/text/1"})));
+    seen
+}
+
+/// `created at 6:12:41 PM` and ISO times, masked.
+fn regex_lite_mask(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        // H:MM:SS or HH:MM:SS
+        let digits = |at: usize, n: usize| {
+            at + n <= bytes.len() && bytes[at..at + n].iter().all(u8::is_ascii_digit)
+        };
+        let time_at = |at: usize| {
+            for h in [1, 2] {
+                if digits(at, h)
+                    && bytes.get(at + h) == Some(&b':')
+                    && digits(at + h + 1, 2)
+                    && bytes.get(at + h + 3) == Some(&b':')
+                    && digits(at + h + 4, 2)
+                {
+                    return Some(h + 6);
+                }
+            }
+            None
+        };
+        if (i == 0 || !bytes[i - 1].is_ascii_digit())
+            && let Some(len) = time_at(i)
+        {
+            out.push_str("<time>");
+            i += len;
+            continue;
+        }
+        out.push(bytes[i] as char);
+        i += 1;
+    }
+    out
+}
+
+#[test]
+fn everything_an_upstream_offers_reaches_the_client_through_wrap_and_serve() {
+    if !require(
+        "everything_an_upstream_offers_reaches_the_client_through_wrap_and_serve",
+        &[Peer::PythonMcp, Peer::NodeTools],
+    ) {
+        return;
+    }
+    let everything = everything_server();
+    // The server's tools may run and its sampling may spend without a
+    // human here (the gate itself is tested elsewhere); one document is
+    // denied to the resource rules.
+    let config = "security:\n  hitl:\n    rules:\n      - {tools: [\"sampling:every\"], risk: low}\n      - {tools: [\"every__*\"], risk: low}\n      - {tools: [\"resource:every:demo://resource/static/document/features.md\"], decision: deny}\n";
+    let ws = Ws::new(config);
+    let client_args = |rest: &[&str]| -> Vec<String> {
+        let mut args: Vec<String> = [
+            "--elicitation",
+            "form",
+            "--sampling",
+            "sampled!",
+            "--root",
+            "file:///srv/project",
+        ]
+        .iter()
+        .map(|arg| (*arg).to_owned())
+        .collect();
+        args.extend(rest.iter().map(|arg| (*arg).to_owned()));
+        args
+    };
+    let mut direct = ws.client(
+        &client_args(&["--stdio", "--", "node", &everything, "stdio"]),
+        "tester",
+    );
+    let expected = gateway_probe(&mut direct, str::to_owned);
+    assert!(
+        expected[0]["pages"][0]
+            .as_array()
+            .is_some_and(|page| !page.is_empty()),
+        "{expected:?}"
+    );
+    let airlock = airlock_testkit::bin().display().to_string();
+
+    // wrap over stdio: the same, names unchanged.
+    let mut wrapped = ws.client(
+        &client_args(&[
+            "--stdio",
+            "--",
+            &airlock,
+            "wrap",
+            "--name",
+            "every",
+            "--",
+            "node",
+            &everything,
+            "stdio",
+        ]),
+        "tester",
+    );
+    let seen = gateway_probe(&mut wrapped, str::to_owned);
+    for (got, want) in seen.iter().zip(&expected) {
+        assert_eq!(got, want, "wrap stdio");
+    }
+    // A resource the rules deny is refused, and says why.
+    let denied = wrapped.send_any(json!({"op": "read_resource",
+        "uri": "demo://resource/static/document/features.md"}));
+    assert_eq!(denied["ok"], json!(false), "{denied}");
+    assert!(denied.to_string().contains("Denied"), "{denied}");
+
+    // wrap over HTTP.
+    let serving = Serving::start_command(
+        &ws,
+        &[
+            "wrap",
+            "--http",
+            "127.0.0.1:0",
+            "--name",
+            "every",
+            "--",
+            "node",
+            &everything,
+            "stdio",
+        ],
+    );
+    let mut over_http = ws.client(&client_args(&["--http", &serving.mcp_url()]), "tester");
+    let seen = gateway_probe(&mut over_http, str::to_owned);
+    for (got, want) in seen.iter().zip(&expected) {
+        assert_eq!(got, want, "wrap --http");
+    }
+
+    // serve with the server as an upstream: its tools are every__<tool>,
+    // its resources keep their URIs.
+    let served_ws = Ws::new(&format!(
+        "{config}upstreams:\n  - name: every\n    command: node\n    args: [{everything:?}, stdio]\n"
+    ));
+    let mut served = served_ws.client(
+        &client_args(&["--stdio", "--", &airlock, "serve", "--stdio"]),
+        "tester",
+    );
+    let seen = gateway_probe(&mut served, |name| format!("every__{name}"));
+    // serve adds airlock's own blob template to the server's.
+    let mut templates = seen[1]["templates"].as_array().unwrap().clone();
+    templates.retain(|template| template["name"] != json!("blob"));
+    assert_eq!(
+        json!(templates),
+        expected[1]["templates"],
+        "serve templates"
+    );
+    for (i, (got, want)) in seen.iter().zip(&expected).enumerate() {
+        if i != 1 {
+            assert_eq!(got, want, "serve, probe {i}");
+        }
+    }
 }

@@ -322,11 +322,7 @@ mod tests {
         let plan = Plan::from_stored(&forward.to_string(), "fs__write").unwrap();
         assert_eq!(
             plan,
-            Plan::Upstream(UpstreamCall {
-                upstream: "fs".to_owned(),
-                tool: "write".to_owned(),
-                args: json!({}),
-            })
+            Plan::Upstream(UpstreamCall::tool("fs", "write", json!({})))
         );
         let stored = plan.to_stored();
         assert!(
@@ -397,11 +393,7 @@ mod tests {
         );
         // An upstream call keeps the name its server gives it, even a
         // built-in's (under `wrap`).
-        let upstream = Plan::Upstream(UpstreamCall {
-            upstream: "fs".to_owned(),
-            tool: "write_file".to_owned(),
-            args: json!({}),
-        });
+        let upstream = Plan::Upstream(UpstreamCall::tool("fs", "write_file", json!({})));
         assert_eq!(
             Plan::from_stored(&upstream.to_stored(), "write_file"),
             Ok(upstream)

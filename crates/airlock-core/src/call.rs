@@ -79,8 +79,40 @@ pub enum ToolOrigin {
         /// What the upstream says about the tool; trusted only where configured.
         annotations: Option<ToolAnnotations>,
     },
+    /// Reading a resource of a configured upstream MCP server
+    /// (`resource:<upstream>:<uri>`): a read, low risk unless a rule says
+    /// otherwise.
+    Resource {
+        /// The upstream's configured name.
+        upstream: Arc<str>,
+    },
+    /// An upstream server's `sampling/createMessage` (`sampling:<upstream>`):
+    /// it spends the client's model, so it asks (medium risk) unless a rule
+    /// says otherwise.
+    Sampling {
+        /// The upstream's configured name.
+        upstream: Arc<str>,
+    },
     /// Anything else: high risk.
     Unknown,
+}
+
+/// The name under which the policy sees the reading of resource `uri` of
+/// `upstream`: `resource:<upstream>:<uri>` (rules name resources with
+/// globs over it, `resource:docs:file:///srv/docs/*`).
+pub fn resource_tool(upstream: &str, uri: &str) -> String {
+    format!("resource:{upstream}:{uri}")
+}
+
+/// The upstream and URI of a [`resource_tool`] name.
+pub fn resource_name(name: &str) -> Option<(&str, &str)> {
+    let (upstream, uri) = name.strip_prefix("resource:")?.split_once(':')?;
+    (!upstream.is_empty() && !uri.is_empty()).then_some((upstream, uri))
+}
+
+/// The name under which the policy sees `upstream`'s sampling requests.
+pub fn sampling_tool(upstream: &str) -> String {
+    format!("sampling:{upstream}")
 }
 
 /// One call of one tool, with everything the policy may look at.

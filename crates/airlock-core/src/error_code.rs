@@ -31,6 +31,9 @@ pub enum ErrorCode {
     InvalidPattern,
     UnknownTool,
     UpstreamError,
+    /// The upstream server cannot be reached (not running, connection
+    /// refused or lost, or no answer within its `timeout`).
+    UpstreamUnavailable,
     RateLimited,
     Expired,
     AlreadyDecided,
@@ -75,6 +78,7 @@ impl ErrorCode {
             ErrorCode::InvalidPattern => "invalid_pattern",
             ErrorCode::UnknownTool => "unknown_tool",
             ErrorCode::UpstreamError => "upstream_error",
+            ErrorCode::UpstreamUnavailable => "upstream_unavailable",
             ErrorCode::RateLimited => "rate_limited",
             ErrorCode::Expired => "expired",
             ErrorCode::AlreadyDecided => "already_decided",

@@ -46,7 +46,7 @@ pub use call::{
     HttpPrincipal, Principal, Requester, ToolAnnotations, ToolCall, ToolOrigin, UnixMillis,
 };
 pub use error_code::ErrorCode;
-pub use plan::{ChangePlan, FileChange, Plan, UpstreamCall};
+pub use plan::{ChangePlan, FileChange, Plan, UpstreamCall, UpstreamRequest};
 pub use policy::{
     Decision, Disposition, Grant, GrantHolder, GrantScope, Justification, Layer, Policy, Risk,
 };

@@ -121,8 +121,44 @@ impl Plan {
 #[serde(deny_unknown_fields)]
 pub struct UpstreamCall {
     pub upstream: String,
+    /// The tool as the server names it; for a resource read, the URI.
     pub tool: String,
     pub args: serde_json::Value,
+    /// What is asked of the server (a tool call unless said).
+    #[serde(default, skip_serializing_if = "UpstreamRequest::is_tool_call")]
+    pub request: UpstreamRequest,
+}
+
+impl UpstreamCall {
+    /// A `tools/call` of `tool` on `upstream`.
+    pub fn tool(upstream: &str, tool: &str, args: serde_json::Value) -> UpstreamCall {
+        UpstreamCall {
+            upstream: upstream.to_owned(),
+            tool: tool.to_owned(),
+            args,
+            request: UpstreamRequest::ToolCall,
+        }
+    }
+}
+
+/// The request an [`UpstreamCall`] makes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UpstreamRequest {
+    /// `tools/call`.
+    #[default]
+    ToolCall,
+    /// `resources/read` of the URI in `tool` (its arguments `{uri}`).
+    ReadResource,
+    /// The server's `sampling/createMessage` (its parameters in `args`), put
+    /// to the client whose call the server was serving.
+    Sample,
+}
+
+impl UpstreamRequest {
+    fn is_tool_call(&self) -> bool {
+        *self == UpstreamRequest::ToolCall
+    }
 }
 
 /// One file's transition in a plan.
@@ -353,10 +389,16 @@ mod tests {
             Plan::Write(change("a.txt", Some(b"text\n"))),
             Plan::Edit(change("b.txt", Some(&[0xff, 0, 1]))),
             Plan::Delete(change("c.txt", None)),
+            Plan::Upstream(UpstreamCall::tool(
+                "fs",
+                "write",
+                serde_json::json!({"path": "x", "n": 1}),
+            )),
             Plan::Upstream(UpstreamCall {
-                upstream: "fs".to_owned(),
-                tool: "write".to_owned(),
-                args: serde_json::json!({"path": "x", "n": 1}),
+                upstream: "docs".to_owned(),
+                tool: "file:///srv/a.md".to_owned(),
+                args: serde_json::json!({"uri": "file:///srv/a.md"}),
+                request: UpstreamRequest::ReadResource,
             }),
         ];
         for plan in plans {

@@ -149,6 +149,7 @@ fn case() -> impl Strategy<Value = Case> {
                         cwd: None,
                         url: None,
                         headers: Default::default(),
+                        timeout: None,
                         trusted_annotations: trusted,
                         prefix: true,
                     })

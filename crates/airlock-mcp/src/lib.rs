@@ -8,7 +8,11 @@
 //! where it can be (elicitation, or a 2026-07-28 `InputRequiredResult`).
 
 mod ask;
+mod asks;
+mod caller;
 mod face;
+mod hub;
+mod resources;
 mod result;
 mod rounds;
 mod server;

@@ -2,28 +2,23 @@
 //! the text content is one plain sentence (and, as the MCP specification asks
 //! of tools with structured results, the serialized JSON for clients that read
 //! only text), `isError` is true for denied and error. An upstream call that
-//! went through carries the upstream's own content instead.
+//! reached its server is that server's own result, the envelope in its
+//! `_meta`.
 
 use airlock_core::envelope::{Envelope, Status};
 use rmcp::model::{CallToolResult, ContentBlock};
 use serde_json::Value;
 
 pub(crate) fn to_result(envelope: &Envelope) -> CallToolResult {
+    if let Some(result) = upstream_result(envelope) {
+        return result;
+    }
     let structured = serde_json::to_value(envelope).unwrap_or(Value::Null);
     let is_error = matches!(envelope.status, Status::Denied | Status::Error);
-    let forwarded_content = (envelope.op.method == "mcp.call")
-        .then_some(envelope.data.as_ref())
-        .flatten()
-        .and_then(|data| data.get("content"))
-        .filter(|content| content.is_array())
-        .and_then(|content| serde_json::from_value::<Vec<ContentBlock>>(content.clone()).ok());
-    let content = match forwarded_content {
-        Some(content) => content,
-        None => vec![
-            ContentBlock::text(sentence(envelope)),
-            ContentBlock::text(structured.to_string()),
-        ],
-    };
+    let content = vec![
+        ContentBlock::text(sentence(envelope)),
+        ContentBlock::text(structured.to_string()),
+    ];
     // Constructed with `resultType: complete` (2026-07-28's); rmcp drops it
     // for older peers.
     let mut result = if is_error {
@@ -33,6 +28,49 @@ pub(crate) fn to_result(envelope: &Envelope) -> CallToolResult {
     };
     result.structured_content = Some(structured);
     result
+}
+
+/// The `_meta` key under which a forwarded result carries airlock's
+/// envelope (without its `data`, which is the result itself).
+pub(crate) const ENVELOPE_META: &str = "airlock/envelope";
+
+/// An upstream tool's own result, where the call reached it: its content,
+/// `structuredContent` (which its `outputSchema` describes), `isError` and
+/// `_meta` as it gave them, so that a client sees what it would see without
+/// airlock; airlock's envelope rides along in `_meta["airlock/envelope"]`.
+fn upstream_result(envelope: &Envelope) -> Option<CallToolResult> {
+    if envelope.op.method != "mcp.call" {
+        return None;
+    }
+    let data = envelope.data.as_ref()?;
+    if !data.get("content").is_some_and(Value::is_array) {
+        return None;
+    }
+    let mut result = serde_json::from_value::<CallToolResult>(data.clone()).ok()?;
+    let mut shown = envelope.clone();
+    shown.data = None;
+    let mut meta = result.meta.take().unwrap_or_default();
+    meta.0.insert(
+        ENVELOPE_META.to_owned(),
+        serde_json::to_value(&shown).unwrap_or(Value::Null),
+    );
+    result.meta = Some(meta);
+    result.result_type = Some(rmcp::model::ResultType::COMPLETE);
+    Some(result)
+}
+
+/// The JSON-RPC error an upstream (or a client) answered with, where the
+/// envelope carries one: to be passed on as it was.
+pub(crate) fn passed_jsonrpc_error(envelope: &Envelope) -> Option<rmcp::ErrorData> {
+    let error = envelope.data.as_ref()?.get("jsonrpc_error")?;
+    let code = i32::try_from(error.get("code")?.as_i64()?).ok()?;
+    let message = error.get("message")?.as_str()?.to_owned();
+    let data = error.get("data").filter(|data| !data.is_null()).cloned();
+    Some(rmcp::ErrorData::new(
+        rmcp::model::ErrorCode(code),
+        message,
+        data,
+    ))
 }
 
 /// One plain sentence saying what happened.

@@ -220,30 +220,22 @@ impl Session {
         out
     }
 
-    async fn call(
+    /// The call a request makes of the broker: bound to the session's
+    /// profile and user, with the request's correlation id and requester.
+    fn tool_call(
         &self,
-        request: CallToolRequestParams,
-        context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResponse, ErrorData> {
+        tool: String,
+        args: Value,
+        origin: airlock_core::ToolOrigin,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<ToolCall, ErrorData> {
         let Binding {
             profile,
             user,
             token,
             admin,
         } = self.binding(&context.extensions)?;
-        let args = Value::Object(request.arguments.clone().unwrap_or_default());
-        let (tool, origin) = self.face.runtime().resolve(&request.name);
         let agent = context.client_info().map(|info| info.name);
-        let version = context.protocol_version();
-        let rounds = version
-            .as_ref()
-            .is_some_and(|version| *version >= ProtocolVersion::V_2026_07_28);
-        let elicits = client_elicits(&context);
-        let ask = match (rounds, elicits) {
-            (true, true) => ClientAsk::Rounds,
-            (false, true) => ClientAsk::Elicit,
-            (_, false) => ClientAsk::Unable,
-        };
         // Spec 000's correlation id, from the request's `_meta`.
         let context_id = match context.meta.get("context_id") {
             None | Some(Value::Null) => None,
@@ -271,12 +263,12 @@ impl Session {
                 })?,
             ),
         };
-        let call = ToolCall {
+        Ok(ToolCall {
             tool,
             args,
             origin,
             principal: Principal {
-                user: user.clone(),
+                user,
                 agent,
                 token,
                 admin,
@@ -287,35 +279,177 @@ impl Session {
             context_id,
             requester,
             received_at: self.face.broker().now_ms(),
-        };
-        if rounds && request.request_state.is_some() {
-            return crate::rounds::resume(&self.face, &call, &request).await;
-        }
+        })
+    }
+
+    /// Runs `call` through the broker on this thread (`block_in_place`): an
+    /// allowed call answers without handing work to another thread and
+    /// back, and a forwarded one knows its client (progress, cancellation,
+    /// the server's requests). While a human decides, a companion task asks
+    /// the client, sends progress and watches for the client's
+    /// cancellation.
+    fn submit(
+        &self,
+        call: &ToolCall,
+        ask: ClientAsk,
+        context: &RequestContext<RoleServer>,
+    ) -> airlock_core::envelope::Envelope {
         let broker = self.face.broker();
-        // The broker runs on this thread (`block_in_place`): an allowed call
-        // answers without handing work to another thread and back. While a
-        // human decides, a companion task asks the client, sends progress
-        // and watches for the client's cancellation.
+        let progress_token = context.meta.get_progress_token();
         let companion = Companion {
             broker: broker.clone(),
             peer: context.peer.clone(),
-            progress_token: context.meta.get_progress_token(),
+            progress_token: progress_token.clone(),
             cancelled: context.ct.clone(),
             elicit: ask == ClientAsk::Elicit,
-            user: user.clone(),
+            user: call.principal.user.clone(),
             runtime: tokio::runtime::Handle::current(),
             running: Mutex::new(None),
         };
+        let caller = crate::caller::Caller {
+            client: crate::hub::Client {
+                session: self.id.clone(),
+                peer: context.peer.clone(),
+            },
+            request: Some(context.id.clone()),
+            progress_token,
+            cancelled: context.ct.clone(),
+        };
         let envelope = tokio::task::block_in_place(|| {
-            broker.submit(&call, &Mode::Client(ask), &|approval| {
-                companion.start(approval.id.clone());
+            crate::caller::with_caller(caller, || {
+                broker.submit(call, &Mode::Client(ask), &|approval| {
+                    companion.start(approval.id.clone());
+                })
             })
         });
         companion.stop();
+        envelope
+    }
+
+    /// The upstream a resource URI belongs to: under `wrap` the one server;
+    /// else the upstream that listed it or offers a template it matches,
+    /// else the only upstream with resources. `None` when none (or more
+    /// than one, ambiguously) would take it.
+    fn resource_owner(&self, uri: &str) -> Option<Arc<crate::upstream::Upstream>> {
+        if let Some(wrap) = self.face.wrap() {
+            return self.face.upstreams.get(wrap);
+        }
+        let offering: Vec<_> = self
+            .face
+            .upstreams
+            .all()
+            .into_iter()
+            .filter(|upstream| upstream.offers_resources())
+            .collect();
+        if let Some(owner) = offering.iter().find(|upstream| upstream.owns_resource(uri)) {
+            return Some(owner.clone());
+        }
+        match offering.as_slice() {
+            [only] => Some(only.clone()),
+            _ => None,
+        }
+    }
+
+    /// The upstream offering the resource template `template`.
+    fn template_owner(&self, template: &str) -> Option<Arc<crate::upstream::Upstream>> {
+        if let Some(wrap) = self.face.wrap() {
+            return self.face.upstreams.get(wrap);
+        }
+        self.face
+            .upstreams
+            .all()
+            .into_iter()
+            .find(|upstream| upstream.has_template(template))
+    }
+
+    /// One of airlock's blobs, as a resource.
+    async fn read_blob(
+        &self,
+        uri: &str,
+        hex: &str,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let blob_ref = format!("sha256:{hex}");
+        let broker = self.face.broker();
+        let session = self.id.clone();
+        let agent = context.client_info().map(|info| info.name);
+        let bytes = tokio::task::spawn_blocking(move || {
+            broker.read_blob(&blob_ref, Some(&session), agent.as_deref())
+        })
+        .await
+        .map_err(|error| ErrorData::internal_error(error.to_string(), None))?
+        .map_err(|error| ErrorData::resource_not_found(error.to_string(), None))?;
+        let contents = match String::from_utf8(bytes) {
+            Ok(text) => json!({"uri": uri, "mimeType": "text/plain", "text": text}),
+            Err(error) => {
+                use base64::Engine as _;
+                json!({
+                    "uri": uri,
+                    "mimeType": "application/octet-stream",
+                    "blob": base64::engine::general_purpose::STANDARD.encode(error.into_bytes()),
+                })
+            }
+        };
+        let result = serde_json::from_value(json!({"contents": [contents]}))
+            .map_err(|error| ErrorData::internal_error(error.to_string(), None))?;
+        Ok(ReadResourceResponse::Complete(result))
+    }
+
+    async fn call(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let args = Value::Object(request.arguments.clone().unwrap_or_default());
+        let (tool, origin) = self.face.runtime().resolve(&request.name);
+        let version = context.protocol_version();
+        let rounds = version
+            .as_ref()
+            .is_some_and(|version| *version >= ProtocolVersion::V_2026_07_28);
+        let elicits = client_elicits(&context);
+        let ask = match (rounds, elicits) {
+            (true, true) => ClientAsk::Rounds,
+            (false, true) => ClientAsk::Elicit,
+            (_, false) => ClientAsk::Unable,
+        };
+        let call = self.tool_call(tool, args, origin, &context)?;
+        if rounds && request.request_state.is_some() {
+            return crate::rounds::resume(&self.face, &call, &request).await;
+        }
+        let envelope = self.submit(&call, ask, &context);
         if rounds && envelope.status == Status::HitlRequired {
             return crate::rounds::input_required(&self.face, &call, &envelope).await;
         }
-        Ok(CallToolResponse::Complete(to_result(&envelope)))
+        let mut result = to_result(&envelope);
+        // A result that is not the tool's own (it waits for a human) cannot
+        // match the tool's `outputSchema`: clients check that schema on
+        // every result not marked as an error.
+        if result.is_error != Some(true)
+            && envelope.status != Status::Allowed
+            && self.has_output_schema(&call)
+        {
+            result.is_error = Some(true);
+        }
+        Ok(CallToolResponse::Complete(result))
+    }
+
+    /// Whether the upstream tool `call` names declares an `outputSchema`.
+    fn has_output_schema(&self, call: &ToolCall) -> bool {
+        let airlock_core::ToolOrigin::Upstream { upstream, .. } = &call.origin else {
+            return false;
+        };
+        let Some(server) = self.face.upstreams.get(upstream) else {
+            return false;
+        };
+        let name = call
+            .tool
+            .strip_prefix(&**upstream)
+            .and_then(|rest| rest.strip_prefix("__"))
+            .unwrap_or(&call.tool);
+        server
+            .tools()
+            .iter()
+            .any(|tool| tool.name == name && tool.output_schema.is_some())
     }
 }
 
@@ -515,6 +649,8 @@ impl ServerHandler for Session {
             .enable_tools()
             .enable_tool_list_changed()
             .enable_resources()
+            .enable_resources_subscribe()
+            .enable_resources_list_changed()
             .enable_prompts()
             .enable_prompts_list_changed()
             .build();
@@ -530,7 +666,7 @@ impl ServerHandler for Session {
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
         self.face
-            .register_peer(context.peer, self.log_level.clone());
+            .register_peer(&self.id, context.peer, self.log_level.clone());
     }
 
     async fn list_tools(
@@ -552,27 +688,96 @@ impl ServerHandler for Session {
         self.call(request, context).await
     }
 
+    /// Under `wrap`, the server's list page by page as it gives it; under
+    /// `serve`, each upstream's list in turn (the cursor says whose page is
+    /// next). airlock's own blobs are not enumerated: each is named in the
+    /// result that made it.
     async fn list_resources(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        // Blobs are not enumerated: each is named in the result that made it.
-        Ok(ListResourcesResult::default())
+        let cursor = request.and_then(|request| request.cursor);
+        if let Some(wrap) = self.face.wrap() {
+            return match self.face.upstreams.get(wrap) {
+                Some(upstream) if upstream.offers_resources() => {
+                    upstream.list_resources_page(cursor).await
+                }
+                _ => Ok(ListResourcesResult::default()),
+            };
+        }
+        let offering: Vec<_> = self
+            .face
+            .upstreams
+            .all()
+            .into_iter()
+            .filter(|upstream| upstream.offers_resources())
+            .collect();
+        let (at, their_cursor) = match cursor {
+            None => (0, None),
+            Some(text) => {
+                let cursor = crate::resources::Cursor::decode(&text)
+                    .ok_or_else(|| ErrorData::invalid_params("invalid cursor", None))?;
+                let at = offering
+                    .iter()
+                    .position(|upstream| upstream.config.name == cursor.upstream)
+                    .ok_or_else(|| {
+                        ErrorData::invalid_params(
+                            format!(
+                                "invalid cursor: no upstream {} offers resources",
+                                cursor.upstream
+                            ),
+                            None,
+                        )
+                    })?;
+                (at, cursor.cursor)
+            }
+        };
+        let Some(upstream) = offering.get(at) else {
+            return Ok(ListResourcesResult::default());
+        };
+        let mut page = upstream.list_resources_page(their_cursor).await?;
+        page.next_cursor = match page.next_cursor.take() {
+            Some(next) => Some(crate::resources::Cursor {
+                upstream: upstream.config.name.clone(),
+                cursor: Some(next),
+            }),
+            None => offering.get(at + 1).map(|next| crate::resources::Cursor {
+                upstream: next.config.name.clone(),
+                cursor: None,
+            }),
+        }
+        .map(|cursor| cursor.encode());
+        Ok(page)
     }
 
+    /// Under `wrap`, the server's templates as it gives them; under
+    /// `serve`, airlock's blob template and every upstream's.
     async fn list_resource_templates(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
-        let template = serde_json::from_value(json!({
+        if let Some(wrap) = self.face.wrap() {
+            let cursor = request.and_then(|request| request.cursor);
+            return match self.face.upstreams.get(wrap) {
+                Some(upstream) if upstream.offers_resources() => {
+                    upstream.list_templates_page(cursor).await
+                }
+                _ => Ok(ListResourceTemplatesResult::default()),
+            };
+        }
+        let blob = serde_json::from_value(json!({
             "uriTemplate": BLOB_TEMPLATE,
             "name": "blob",
             "description": "A large tool output, stored by content hash (blob_ref sha256:<hex>).",
         }))
         .map_err(|error| ErrorData::internal_error(error.to_string(), None))?;
-        Ok(ListResourceTemplatesResult::with_all_items(vec![template]))
+        let mut templates = vec![blob];
+        for upstream in self.face.upstreams.all() {
+            templates.extend(upstream.templates().iter().cloned());
+        }
+        Ok(ListResourceTemplatesResult::with_all_items(templates))
     }
 
     async fn read_resource(
@@ -581,36 +786,107 @@ impl ServerHandler for Session {
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
         let uri = request.uri.clone();
-        let Some(hex) = uri.strip_prefix("airlock://blob/sha256/") else {
+        if self.face.wrap().is_none()
+            && let Some(hex) = uri.strip_prefix("airlock://blob/sha256/")
+        {
+            return self.read_blob(&uri, hex, &context).await;
+        }
+        let Some(upstream) = self.resource_owner(&uri) else {
             return Err(ErrorData::resource_not_found(
                 format!("no resource {uri}"),
                 None,
             ));
         };
-        let blob_ref = format!("sha256:{hex}");
-        let broker = self.face.broker();
-        let session = self.id.clone();
-        let agent = context.client_info().map(|info| info.name);
-        let bytes = tokio::task::spawn_blocking(move || {
-            broker.read_blob(&blob_ref, Some(&session), agent.as_deref())
-        })
-        .await
-        .map_err(|error| ErrorData::internal_error(error.to_string(), None))?
-        .map_err(|error| ErrorData::resource_not_found(error.to_string(), None))?;
-        let contents = match String::from_utf8(bytes) {
-            Ok(text) => json!({"uri": uri, "mimeType": "text/plain", "text": text}),
-            Err(error) => {
-                use base64::Engine as _;
-                json!({
-                    "uri": uri,
-                    "mimeType": "application/octet-stream",
-                    "blob": base64::engine::general_purpose::STANDARD.encode(error.into_bytes()),
-                })
-            }
+        // A read-class call under the policy, as `resource:<upstream>:<uri>`.
+        let tool = airlock_core::call::resource_tool(&upstream.config.name, &uri);
+        let origin = self.face.broker().policy().origin_of(&tool, None);
+        let call = self.tool_call(tool, json!({"uri": uri}), origin, &context)?;
+        let ask = if client_elicits(&context) {
+            ClientAsk::Elicit
+        } else {
+            ClientAsk::Unable
         };
-        let result = serde_json::from_value(json!({"contents": [contents]}))
-            .map_err(|error| ErrorData::internal_error(error.to_string(), None))?;
-        Ok(ReadResourceResponse::Complete(result))
+        let envelope = self.submit(&call, ask, &context);
+        if envelope.status == Status::Allowed
+            && let Some(data) = &envelope.data
+            && let Ok(result) = serde_json::from_value(data.clone())
+        {
+            return Ok(ReadResourceResponse::Complete(result));
+        }
+        if let Some(error) = crate::result::passed_jsonrpc_error(&envelope) {
+            return Err(error);
+        }
+        let code = if envelope.status == Status::Error {
+            rmcp::model::ErrorCode::INTERNAL_ERROR
+        } else {
+            rmcp::model::ErrorCode::INVALID_REQUEST
+        };
+        Err(ErrorData::new(
+            code,
+            crate::result::sentence(&envelope),
+            Some(json!({"airlock/envelope": envelope})),
+        ))
+    }
+
+    /// Subscribing is allowed where reading is not denied; the upstream is
+    /// asked once, however many sessions subscribe.
+    async fn subscribe(
+        &self,
+        request: rmcp::model::SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let uri = request.uri;
+        let Some(upstream) = self.resource_owner(&uri) else {
+            return Err(ErrorData::resource_not_found(
+                format!("no resource {uri}"),
+                None,
+            ));
+        };
+        let tool = airlock_core::call::resource_tool(&upstream.config.name, &uri);
+        let broker = self.face.broker();
+        let origin = broker.policy().origin_of(&tool, None);
+        let call = self.tool_call(tool, json!({"uri": uri}), origin, &context)?;
+        let decision = broker.decide_only(&call);
+        if decision.disposition == airlock_core::Disposition::Deny {
+            return Err(ErrorData::invalid_request(
+                format!("reading {uri} is denied, so is subscribing to it"),
+                None,
+            ));
+        }
+        if self
+            .face
+            .hub
+            .subscribe(&self.id, &upstream.config.name, &uri)
+        {
+            upstream.subscription(&uri, true).await?;
+        }
+        Ok(())
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: rmcp::model::UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let uri = request.uri;
+        let Some(upstream) = self.resource_owner(&uri) else {
+            return Err(ErrorData::resource_not_found(
+                format!("no resource {uri}"),
+                None,
+            ));
+        };
+        if self
+            .face
+            .hub
+            .unsubscribe(&self.id, &upstream.config.name, &uri)
+        {
+            upstream.subscription(&uri, false).await?;
+        }
+        Ok(())
+    }
+
+    async fn on_roots_list_changed(&self, _context: NotificationContext<RoleServer>) {
+        self.face.upstreams.roots_changed().await;
     }
 
     async fn list_prompts(
@@ -658,11 +934,22 @@ impl ServerHandler for Session {
         request: CompleteRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
-        // An upstream prompt's argument: its server completes it.
-        if let rmcp::model::Reference::Prompt(prompt) = &request.r#ref
-            && let Some((upstream, name)) = self.prompt_of(&prompt.name)
-        {
-            return upstream.complete_prompt(request, &name).await;
+        let mut request = request;
+        match &mut request.r#ref {
+            // An upstream prompt's argument: its server completes it.
+            rmcp::model::Reference::Prompt(prompt) => {
+                if let Some((upstream, name)) = self.prompt_of(&prompt.name) {
+                    prompt.name = name;
+                    return upstream.complete(request).await;
+                }
+            }
+            // An upstream resource template's variable: so does its server.
+            rmcp::model::Reference::Resource(template) => {
+                if let Some(upstream) = self.template_owner(&template.uri) {
+                    return upstream.complete(request).await;
+                }
+            }
+            _ => {}
         }
         // A blob's hash is what lets a session read it (the result that
         // made it names it): blob hashes are never enumerated, so nothing

@@ -59,7 +59,6 @@ pub(crate) fn builtin() -> &'static [Tool] {
 pub(crate) fn relisted(tool: &Tool, name: String) -> Tool {
     let mut tool = tool.clone();
     tool.name = name.into();
-    tool.output_schema = None;
     tool
 }
 

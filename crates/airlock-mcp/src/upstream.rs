@@ -3,44 +3,40 @@
 //! a lost HTTP connection made again.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use airlock_broker::{ForwardError, Forwarder};
-use airlock_core::UpstreamCall;
 use airlock_core::config::UpstreamConfig;
+use airlock_core::{UpstreamCall, UpstreamRequest};
 use rmcp::model::{
-    CallToolRequestParams, ClientCapabilities, ClientConfig, GetPromptRequestParams,
-    GetPromptResponse, Implementation, Prompt, Tool,
+    CallToolRequestParams, ClientCapabilities, ClientConfig, ClientRequest, GetPromptRequestParams,
+    GetPromptResponse, Implementation, PaginatedRequestParams, Prompt, ReadResourceRequestParams,
+    Resource, ResourceTemplate, ServerResult, Tool,
 };
-use rmcp::service::{NotificationContext, RunningService, ServiceError};
+use rmcp::service::{
+    NotificationContext, Peer, PeerRequestOptions, RequestContext, RunningService, ServiceError,
+};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
-use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
 use serde_json::Value;
 use tokio::sync::RwLock as AsyncRwLock;
 
-/// How long a forwarded call may take before it is an `upstream_error`.
+use crate::caller::{Caller, InFlight};
+use crate::hub::{Change, Hub};
+use crate::resources::ResourceIndex;
+
+/// How long a forwarded call may take before it is `upstream_unavailable`,
+/// unless the upstream's `timeout` says otherwise.
 const CALL_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long connecting (and listing tools) may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
 type Client = RunningService<RoleClient, UpstreamClient>;
-
-/// Called when any upstream's tool or prompt list changed (or it went away
-/// or came back).
-pub(crate) type OnChange = Arc<dyn Fn() + Send + Sync>;
-
-/// Called with each log message an upstream sends
-/// (`notifications/message`), and the upstream's name.
-#[expect(
-    deprecated,
-    reason = "MCP logging is deprecated by SEP-2577 but still part of 2025-11-25"
-)]
-pub(crate) type OnLog =
-    Arc<dyn Fn(&str, rmcp::model::LoggingMessageNotificationParam) + Send + Sync>;
 
 /// The rmcp client handler of one upstream connection.
 #[derive(Clone)]
@@ -49,9 +45,22 @@ pub(crate) struct UpstreamClient {
 }
 
 impl ClientHandler for UpstreamClient {
+    /// airlock can ask its clients for sampling, elicitation and roots on
+    /// an upstream's behalf; a client that cannot gets the upstream the
+    /// error it would have got.
+    #[expect(
+        deprecated,
+        reason = "sampling and roots are deprecated by SEP-2577 but still part of 2025-11-25"
+    )]
     fn get_info(&self) -> ClientConfig {
+        let capabilities = ClientCapabilities::builder()
+            .enable_roots()
+            .enable_roots_list_changed()
+            .enable_sampling()
+            .enable_elicitation()
+            .build();
         let mut info = ClientConfig::new(
-            ClientCapabilities::default(),
+            capabilities,
             Implementation::new("airlock", env!("CARGO_PKG_VERSION")),
         );
         info.protocol_version = rmcp::model::ProtocolVersion::V_2025_11_25;
@@ -62,13 +71,49 @@ impl ClientHandler for UpstreamClient {
         match context.peer.list_all_tools().await {
             Ok(tools) => {
                 self.upstream.set_tools(tools);
-                (self.upstream.on_change)();
+                self.upstream.hub.changed(Change::Tools);
             }
             Err(error) => eprintln!(
                 "airlock: upstream {}: listing tools failed: {error}",
                 self.upstream.config.name
             ),
         }
+    }
+
+    async fn on_prompt_list_changed(&self, context: NotificationContext<RoleClient>) {
+        match context.peer.list_all_prompts().await {
+            Ok(prompts) => {
+                self.upstream.set_prompts(prompts);
+                self.upstream.hub.changed(Change::Prompts);
+            }
+            Err(error) => eprintln!(
+                "airlock: upstream {}: listing prompts failed: {error}",
+                self.upstream.config.name
+            ),
+        }
+    }
+
+    async fn on_resource_list_changed(&self, context: NotificationContext<RoleClient>) {
+        match list_resources(&context.peer).await {
+            Ok((resources, templates)) => {
+                self.upstream.set_resources(resources, templates);
+                self.upstream.hub.changed(Change::Resources);
+            }
+            Err(error) => eprintln!(
+                "airlock: upstream {}: listing resources failed: {error}",
+                self.upstream.config.name
+            ),
+        }
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: rmcp::model::ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.upstream
+            .hub
+            .resource_updated(&self.upstream.config.name, params);
     }
 
     #[expect(
@@ -80,21 +125,76 @@ impl ClientHandler for UpstreamClient {
         params: rmcp::model::LoggingMessageNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        (self.upstream.on_log)(&self.upstream.config.name, params);
+        self.upstream
+            .hub
+            .upstream_log(&self.upstream.config.name, params);
     }
 
-    async fn on_prompt_list_changed(&self, context: NotificationContext<RoleClient>) {
-        match context.peer.list_all_prompts().await {
-            Ok(prompts) => {
-                self.upstream.set_prompts(prompts);
-                (self.upstream.on_change)();
-            }
-            Err(error) => eprintln!(
-                "airlock: upstream {}: listing prompts failed: {error}",
-                self.upstream.config.name
-            ),
-        }
+    /// The upstream's progress on a request airlock made for a client
+    /// that asked for progress: to that client, under its own token.
+    async fn on_progress(
+        &self,
+        mut params: rmcp::model::ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let Some(caller) = self.upstream.in_flight.by_token(&params.progress_token) else {
+            return;
+        };
+        let Some(token) = caller.progress_token.clone() else {
+            return;
+        };
+        params.progress_token = token;
+        let _ = caller.client.peer.notify_progress(params).await;
     }
+
+    #[expect(
+        deprecated,
+        reason = "sampling and roots are deprecated by SEP-2577 but still part of 2025-11-25"
+    )]
+    async fn create_message(
+        &self,
+        params: rmcp::model::CreateMessageRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::CreateMessageResult, ErrorData> {
+        let caller = self.upstream.caller_of(&context)?;
+        crate::asks::sample(
+            &self.upstream.config.name,
+            &self.upstream.hub,
+            caller,
+            params,
+        )
+        .await
+    }
+
+    async fn create_elicitation(
+        &self,
+        params: rmcp::model::ElicitRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, ErrorData> {
+        let caller = self.upstream.caller_of(&context)?;
+        crate::asks::elicit(caller, params).await
+    }
+
+    #[expect(
+        deprecated,
+        reason = "sampling and roots are deprecated by SEP-2577 but still part of 2025-11-25"
+    )]
+    async fn list_roots(
+        &self,
+        context: RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ListRootsResult, ErrorData> {
+        let caller = self.upstream.caller_of(&context)?;
+        crate::asks::roots(caller).await
+    }
+}
+
+/// Every resource and resource template a server lists.
+async fn list_resources(
+    peer: &Peer<RoleClient>,
+) -> Result<(Vec<Resource>, Vec<ResourceTemplate>), ServiceError> {
+    let resources = peer.list_all_resources().await?;
+    let templates = peer.list_all_resource_templates().await?;
+    Ok((resources, templates))
 }
 
 /// One upstream server.
@@ -110,9 +210,17 @@ pub(crate) struct Upstream {
     tools: RwLock<Arc<Vec<Tool>>>,
     /// Its prompts, where it offers any.
     prompts: RwLock<Arc<Vec<Prompt>>>,
+    /// Its resource templates, where it offers resources.
+    templates: RwLock<Arc<Vec<ResourceTemplate>>>,
+    /// Which URIs are its (for routing a read when several upstreams offer
+    /// resources).
+    index: RwLock<Arc<ResourceIndex>>,
+    /// The requests airlock made of it for clients, and not yet answered.
+    pub(crate) in_flight: InFlight,
     stopped: AtomicBool,
-    on_change: OnChange,
-    on_log: OnLog,
+    pub(crate) hub: Arc<Hub>,
+    /// How long a request may take (`upstreams[].timeout`).
+    timeout: Duration,
 }
 
 impl Upstream {
@@ -142,40 +250,157 @@ impl Upstream {
         }
     }
 
-    /// A failure to reach the server, as a JSON-RPC error.
-    fn passed_error(&self, error: ForwardError) -> rmcp::ErrorData {
-        rmcp::ErrorData::internal_error(error.to_string(), None)
+    pub(crate) fn templates(&self) -> Arc<Vec<ResourceTemplate>> {
+        self.templates
+            .read()
+            .map(|templates| templates.clone())
+            .unwrap_or_default()
     }
 
-    /// `completion/complete` for an argument of its prompt `name`.
-    pub(crate) async fn complete_prompt(
-        &self,
-        mut params: rmcp::model::CompleteRequestParams,
-        name: &str,
-    ) -> Result<rmcp::model::CompleteResult, rmcp::ErrorData> {
+    fn index(&self) -> Arc<ResourceIndex> {
+        self.index
+            .read()
+            .map(|index| index.clone())
+            .unwrap_or_default()
+    }
+
+    fn set_resources(&self, resources: Vec<Resource>, templates: Vec<ResourceTemplate>) {
+        let index = ResourceIndex::new(
+            resources.into_iter().map(|resource| resource.uri),
+            templates
+                .iter()
+                .map(|template| template.uri_template.clone())
+                .collect(),
+        );
+        if let Ok(mut slot) = self.index.write() {
+            *slot = Arc::new(index);
+        }
+        if let Ok(mut slot) = self.templates.write() {
+            *slot = Arc::new(templates);
+        }
+    }
+
+    /// Remembers the URIs of a page of its resource list.
+    fn index_page(&self, resources: &[Resource]) {
+        if let Ok(mut slot) = self.index.write() {
+            Arc::make_mut(&mut slot).add(resources.iter().map(|resource| resource.uri.clone()));
+        }
+    }
+
+    /// Whether `uri` is one of its resources, as far as its lists say.
+    pub(crate) fn owns_resource(&self, uri: &str) -> bool {
+        self.index().owns(uri)
+    }
+
+    /// Whether `template` is one of its resource templates.
+    pub(crate) fn has_template(&self, template: &str) -> bool {
+        self.index().has_template(template)
+    }
+
+    /// What the server said it offers, once connected.
+    fn offers(&self, what: impl Fn(&rmcp::model::ServerCapabilities) -> bool) -> bool {
+        self.client.try_read().is_ok_and(|guard| {
+            guard
+                .as_ref()
+                .and_then(|client| {
+                    client
+                        .peer()
+                        .peer_info()
+                        .map(|info| what(&info.capabilities))
+                })
+                .unwrap_or(false)
+        })
+    }
+
+    pub(crate) fn offers_resources(&self) -> bool {
+        self.offers(|capabilities| capabilities.resources.is_some())
+    }
+
+    /// The connection's peer, if it is up.
+    async fn peer(&self) -> Result<(Peer<RoleClient>, u64), ForwardError> {
         let guard = self.client.read().await;
-        let Some(client) = guard
+        match guard
             .as_ref()
             .filter(|client| !client.is_closed() && !client.peer().is_transport_closed())
-        else {
-            return Err(self.passed_error(ForwardError::NotRunning(self.config.name.clone())));
-        };
-        if let rmcp::model::Reference::Prompt(prompt) = &mut params.r#ref {
-            name.clone_into(&mut prompt.name);
+        {
+            Some(client) => Ok((
+                client.peer().clone(),
+                self.generation.load(Ordering::Relaxed),
+            )),
+            None => Err(ForwardError::NotRunning(self.config.name.clone())),
         }
-        match tokio::time::timeout(CALL_TIMEOUT, client.peer().complete(params)).await {
-            Ok(Ok(result)) => Ok(result),
+    }
+
+    /// A failure of the connection `generation`: an HTTP one is dropped, and
+    /// `supervise` makes a new one, rather than later requests going to a
+    /// session that may never answer.
+    async fn lost(&self, generation: u64) {
+        if self.config.url.is_some() {
+            let mut slot = self.client.write().await;
+            if self.generation.load(Ordering::Relaxed) == generation {
+                drop(slot.take());
+            }
+        }
+    }
+
+    /// What a [`ServiceError`] is to a caller.
+    fn failure(&self, error: ServiceError) -> ForwardError {
+        let upstream = self.config.name.clone();
+        match error {
             // The server's own refusal reaches the client as it was.
-            Ok(Err(ServiceError::McpError(error))) => Err(error),
-            Ok(Err(error)) => Err(self.passed_error(ForwardError::Failed {
-                upstream: self.config.name.clone(),
+            ServiceError::McpError(error) => ForwardError::Refused {
+                upstream,
+                code: error.code.0,
+                message: error.message.to_string(),
+                data: error.data,
+            },
+            ServiceError::TransportSend(_) | ServiceError::TransportClosed => ForwardError::Lost {
+                upstream,
                 message: error.to_string(),
-            })),
-            Err(_) => Err(self.passed_error(ForwardError::TimedOut {
-                upstream: self.config.name.clone(),
-                seconds: CALL_TIMEOUT.as_secs(),
-            })),
+            },
+            ServiceError::Timeout { .. } => ForwardError::TimedOut {
+                upstream,
+                seconds: self.timeout.as_secs(),
+            },
+            error => ForwardError::Failed {
+                upstream,
+                message: error.to_string(),
+            },
         }
+    }
+
+    /// Runs `request` on the connection within the upstream's timeout.
+    async fn request<T, F, Fut>(&self, request: F) -> Result<T, ForwardError>
+    where
+        F: FnOnce(Peer<RoleClient>) -> Fut,
+        Fut: Future<Output = Result<T, ServiceError>>,
+    {
+        let (peer, generation) = self.peer().await?;
+        match tokio::time::timeout(self.timeout, request(peer)).await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(error)) => {
+                let failure = self.failure(error);
+                if matches!(failure, ForwardError::Lost { .. }) {
+                    self.lost(generation).await;
+                }
+                Err(failure)
+            }
+            Err(_) => Err(ForwardError::TimedOut {
+                upstream: self.config.name.clone(),
+                seconds: self.timeout.as_secs(),
+            }),
+        }
+    }
+
+    /// `completion/complete` for an argument of its prompt or resource
+    /// template (`params` already names it as the server does).
+    pub(crate) async fn complete(
+        &self,
+        params: rmcp::model::CompleteRequestParams,
+    ) -> Result<rmcp::model::CompleteResult, ErrorData> {
+        self.request(|peer| async move { peer.complete(params).await })
+            .await
+            .map_err(passed_error)
     }
 
     /// `prompts/get` of prompt `name`, forwarded as it came (arguments, and
@@ -185,28 +410,58 @@ impl Upstream {
         &self,
         mut params: GetPromptRequestParams,
         name: &str,
-    ) -> Result<GetPromptResponse, rmcp::ErrorData> {
-        let guard = self.client.read().await;
-        let Some(client) = guard
-            .as_ref()
-            .filter(|client| !client.is_closed() && !client.peer().is_transport_closed())
-        else {
-            return Err(self.passed_error(ForwardError::NotRunning(self.config.name.clone())));
-        };
+    ) -> Result<GetPromptResponse, ErrorData> {
         name.clone_into(&mut params.name);
-        match tokio::time::timeout(CALL_TIMEOUT, client.peer().get_prompt_once(params)).await {
-            Ok(Ok(response)) => Ok(response),
-            // The server's own refusal reaches the client as it was.
-            Ok(Err(ServiceError::McpError(error))) => Err(error),
-            Ok(Err(error)) => Err(self.passed_error(ForwardError::Failed {
-                upstream: self.config.name.clone(),
-                message: error.to_string(),
-            })),
-            Err(_) => Err(self.passed_error(ForwardError::TimedOut {
-                upstream: self.config.name.clone(),
-                seconds: CALL_TIMEOUT.as_secs(),
-            })),
-        }
+        self.request(|peer| async move { peer.get_prompt_once(params).await })
+            .await
+            .map_err(passed_error)
+    }
+
+    /// One page of its `resources/list`, its URIs remembered.
+    pub(crate) async fn list_resources_page(
+        &self,
+        cursor: Option<String>,
+    ) -> Result<rmcp::model::ListResourcesResult, ErrorData> {
+        let params =
+            cursor.map(|cursor| PaginatedRequestParams::default().with_cursor(Some(cursor)));
+        let page = self
+            .request(|peer| async move { peer.list_resources(params).await })
+            .await
+            .map_err(passed_error)?;
+        self.index_page(&page.resources);
+        Ok(page)
+    }
+
+    /// One page of its `resources/templates/list`.
+    pub(crate) async fn list_templates_page(
+        &self,
+        cursor: Option<String>,
+    ) -> Result<rmcp::model::ListResourceTemplatesResult, ErrorData> {
+        let params =
+            cursor.map(|cursor| PaginatedRequestParams::default().with_cursor(Some(cursor)));
+        self.request(|peer| async move { peer.list_resource_templates(params).await })
+            .await
+            .map_err(passed_error)
+    }
+
+    /// `resources/subscribe` or `resources/unsubscribe` of `uri`.
+    #[expect(
+        deprecated,
+        reason = "resources/subscribe is legacy in 2026-07-28 but the way in 2025-11-25"
+    )]
+    pub(crate) async fn subscription(&self, uri: &str, subscribe: bool) -> Result<(), ErrorData> {
+        let uri = uri.to_owned();
+        self.request(|peer| async move {
+            if subscribe {
+                peer.subscribe(rmcp::model::SubscribeRequestParams::new(uri))
+                    .await
+            } else {
+                peer.unsubscribe(rmcp::model::UnsubscribeRequestParams::new(uri))
+                    .await
+            }
+        })
+        .await
+        .map_err(passed_error)
     }
 
     async fn connect(self: &Arc<Self>) -> Result<(), String> {
@@ -231,6 +486,8 @@ impl Upstream {
             let mut transport_config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
             let mut headers = HashMap::new();
             for (name, value) in &config.headers {
+                let value = airlock_core::config::expand_env(value, |var| std::env::var(var).ok())
+                    .map_err(|error| format!("header {name}: {error}"))?;
                 let name = http::HeaderName::try_from(name.as_str())
                     .map_err(|error| format!("header {name}: {error}"))?;
                 let value = http::HeaderValue::try_from(value.as_str())
@@ -258,12 +515,13 @@ impl Upstream {
             .map_err(|_| "no answer to tools/list".to_owned())?
             .map_err(|error| format!("tools/list: {error}"))?;
         self.set_tools(tools);
-        // Prompts, where the server offers them.
-        let offers_prompts = client
+        let capabilities = client
             .peer()
             .peer_info()
-            .is_some_and(|info| info.capabilities.prompts.is_some());
-        let prompts = if offers_prompts {
+            .map(|info| info.capabilities.clone())
+            .unwrap_or_default();
+        // Prompts and resources, where the server offers them.
+        let prompts = if capabilities.prompts.is_some() {
             tokio::time::timeout(CONNECT_TIMEOUT, client.peer().list_all_prompts())
                 .await
                 .map_err(|_| "no answer to prompts/list".to_owned())?
@@ -272,12 +530,20 @@ impl Upstream {
             Vec::new()
         };
         self.set_prompts(prompts);
+        let (resources, templates) = if capabilities.resources.is_some() {
+            tokio::time::timeout(CONNECT_TIMEOUT, list_resources(client.peer()))
+                .await
+                .map_err(|_| "no answer to resources/list".to_owned())?
+                .map_err(|error| format!("resources/list: {error}"))?
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        self.set_resources(resources, templates);
         let mut slot = self.client.write().await;
         *slot = Some(client);
         self.generation.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
-
     /// Keeps a stdio upstream running: when it exits it is started again (with
     /// a growing pause), and the tool list follows. An HTTP upstream whose
     /// connection was lost (or never made) is connected again the same way;
@@ -316,7 +582,7 @@ impl Upstream {
                 match self.connect().await {
                     Ok(()) => {
                         eprintln!("airlock: upstream {} connected", self.config.name);
-                        (self.on_change)();
+                        self.hub.changed(Change::Everything);
                     }
                     // Said once, not at every attempt.
                     Err(error) if first => {
@@ -330,14 +596,14 @@ impl Upstream {
                 let _ = client.cancel().await;
             }
             self.set_tools(Vec::new());
-            (self.on_change)();
+            self.hub.changed(Change::Everything);
             eprintln!("airlock: upstream {} exited; restarting", self.config.name);
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_secs(10));
             match self.connect().await {
                 Ok(()) => {
                     eprintln!("airlock: upstream {} restarted", self.config.name);
-                    (self.on_change)();
+                    self.hub.changed(Change::Everything);
                 }
                 Err(error) => {
                     eprintln!("airlock: upstream {}: {error}", self.config.name);
@@ -346,60 +612,160 @@ impl Upstream {
         }
     }
 
-    pub(crate) async fn call(&self, tool: &str, args: &Value) -> Result<Value, ForwardError> {
+    /// The client a request from the server is for: the one whose
+    /// request it came with (streamable HTTP says which), else the one
+    /// session with requests in flight, else the one session connected.
+    /// Anything else would guess, and a wrong guess shows one client's
+    /// request to another: refused.
+    fn caller_of(&self, context: &RequestContext<RoleClient>) -> Result<Caller, ErrorData> {
+        if let Some(rmcp::service::InboundStreamOrigin::OutboundRequest(id)) =
+            context
+                .extensions
+                .get::<rmcp::service::InboundStreamOrigin>()
+            && let Some(caller) = self.in_flight.by_request(id)
+        {
+            return Ok(caller);
+        }
+        if let Some(caller) = self.in_flight.only_session() {
+            return Ok(caller);
+        }
+        if let Some(client) = self.hub.only_client() {
+            return Ok(Caller {
+                client,
+                request: None,
+                progress_token: None,
+                cancelled: tokio_util::sync::CancellationToken::new(),
+            });
+        }
+        Err(ErrorData::invalid_request(
+            "airlock cannot tell which of its clients this request is for",
+            None,
+        ))
+    }
+
+    /// Forwards a `tools/call` or `resources/read` for `caller` (if a
+    /// session made it): the server's progress goes to that client, and the
+    /// client's cancellation cancels the request at the server.
+    pub(crate) async fn forward(
+        &self,
+        call: &UpstreamCall,
+        caller: Option<Caller>,
+    ) -> Result<Value, ForwardError> {
         let name = &self.config.name;
-        let guard = self.client.read().await;
-        let Some(client) = guard
-            .as_ref()
-            .filter(|client| !client.is_closed() && !client.peer().is_transport_closed())
-        else {
-            return Err(ForwardError::NotRunning(name.clone()));
+        let (peer, generation) = self.peer().await?;
+        let request = match call.request {
+            UpstreamRequest::ToolCall => {
+                let mut params = CallToolRequestParams::new(call.tool.clone());
+                params.arguments = match &call.args {
+                    Value::Object(map) => Some(map.clone()),
+                    Value::Null => None,
+                    _ => {
+                        return Err(ForwardError::Failed {
+                            upstream: name.clone(),
+                            message: "arguments must be an object".to_owned(),
+                        });
+                    }
+                };
+                ClientRequest::CallToolRequest(rmcp::model::CallToolRequest::new(params))
+            }
+            UpstreamRequest::ReadResource => {
+                ClientRequest::ReadResourceRequest(rmcp::model::ReadResourceRequest::new(
+                    ReadResourceRequestParams::new(call.tool.clone()),
+                ))
+            }
+            // Put to the client, not the server (`asks::put_sampling`).
+            UpstreamRequest::Sample => return Err(ForwardError::NotConnected),
         };
-        let generation = self.generation.load(Ordering::Relaxed);
-        let mut params = CallToolRequestParams::new(tool.to_owned());
-        params.arguments = match args {
-            Value::Object(map) => Some(map.clone()),
-            Value::Null => None,
-            _ => {
+        let handle = match peer
+            .send_cancellable_request(request, PeerRequestOptions::no_options())
+            .await
+        {
+            Ok(handle) => handle,
+            Err(error) => {
+                let failure = self.failure(error);
+                if matches!(failure, ForwardError::Lost { .. }) {
+                    self.lost(generation).await;
+                }
+                return Err(failure);
+            }
+        };
+        let id = handle.id.clone();
+        let mut flying = caller
+            .as_ref()
+            .map(|caller| self.in_flight.start(handle.progress_token.clone(), caller));
+        if let (Some(flying), Some(caller)) = (flying.as_mut(), caller.as_ref()) {
+            self.in_flight.sent(flying, id.clone(), caller);
+        }
+        let cancelled = caller
+            .as_ref()
+            .map(|caller| caller.cancelled.clone())
+            .unwrap_or_default();
+        let answer = tokio::select! {
+            answer = tokio::time::timeout(self.timeout, handle.rx) => answer,
+            () = cancelled.cancelled() => {
+                // The client gave up: so does the server.
+                let _ = peer
+                    .notify_cancelled(rmcp::model::CancelledNotificationParam::new(
+                        Some(id.clone()),
+                        Some("the client cancelled its request".to_owned()),
+                    ))
+                    .await;
                 return Err(ForwardError::Failed {
                     upstream: name.clone(),
-                    message: "arguments must be an object".to_owned(),
+                    message: "the client cancelled the request".to_owned(),
                 });
             }
         };
-        let outcome = tokio::time::timeout(CALL_TIMEOUT, client.peer().call_tool(params)).await;
-        match outcome {
-            Ok(Ok(result)) => serde_json::to_value(result).map_err(|error| ForwardError::Failed {
-                upstream: name.clone(),
-                message: error.to_string(),
-            }),
-            Ok(Err(error)) => {
-                if self.config.url.is_some()
-                    && matches!(
-                        error,
-                        ServiceError::TransportSend(_) | ServiceError::TransportClosed
-                    )
-                {
-                    // The server may be gone, or back without our session:
-                    // this connection is dropped and `supervise` makes a new
-                    // one, rather than later calls going to a session that
-                    // may never answer.
-                    drop(guard);
-                    let mut slot = self.client.write().await;
-                    if self.generation.load(Ordering::Relaxed) == generation {
-                        drop(slot.take());
-                    }
-                }
-                Err(ForwardError::Failed {
-                    upstream: name.clone(),
-                    message: error.to_string(),
-                })
-            }
-            Err(_) => Err(ForwardError::TimedOut {
-                upstream: name.clone(),
-                seconds: CALL_TIMEOUT.as_secs(),
-            }),
+        // A progress notification the server sent just before its answer
+        // is being passed on by another task: it goes first.
+        for _ in 0..16 {
+            tokio::task::yield_now().await;
         }
+        drop(flying);
+        let result = match answer {
+            Ok(Ok(Ok(result))) => result,
+            Ok(Ok(Err(error))) => {
+                let failure = self.failure(error);
+                if matches!(failure, ForwardError::Lost { .. }) {
+                    self.lost(generation).await;
+                }
+                return Err(failure);
+            }
+            // The connection ended before the answer came.
+            Ok(Err(_)) => {
+                self.lost(generation).await;
+                return Err(ForwardError::Lost {
+                    upstream: name.clone(),
+                    message: "the connection closed before the answer came".to_owned(),
+                });
+            }
+            Err(_) => {
+                let _ = peer
+                    .notify_cancelled(rmcp::model::CancelledNotificationParam::new(
+                        Some(id),
+                        Some("no answer within the upstream's timeout".to_owned()),
+                    ))
+                    .await;
+                return Err(ForwardError::TimedOut {
+                    upstream: name.clone(),
+                    seconds: self.timeout.as_secs(),
+                });
+            }
+        };
+        let value = match result {
+            ServerResult::CallToolResult(result) => serde_json::to_value(result),
+            ServerResult::ReadResourceResult(result) => serde_json::to_value(result),
+            other => {
+                return Err(ForwardError::Failed {
+                    upstream: name.clone(),
+                    message: format!("unexpected answer: {}", short(&other)),
+                });
+            }
+        };
+        value.map_err(|error| ForwardError::Failed {
+            upstream: name.clone(),
+            message: error.to_string(),
+        })
     }
 
     async fn stop(&self) {
@@ -413,18 +779,26 @@ impl Upstream {
 /// All upstreams of a workspace.
 pub(crate) struct Upstreams {
     list: RwLock<Vec<Arc<Upstream>>>,
-    on_change: OnChange,
-    on_log: OnLog,
+    hub: Arc<Hub>,
     root: PathBuf,
 }
 
 impl Upstreams {
-    pub(crate) fn new(root: PathBuf, on_change: OnChange, on_log: OnLog) -> Upstreams {
+    pub(crate) fn new(root: PathBuf, hub: Arc<Hub>) -> Upstreams {
         Upstreams {
             list: RwLock::new(Vec::new()),
-            on_change,
-            on_log,
+            hub,
             root,
+        }
+    }
+
+    /// Tells every upstream that a client's roots changed
+    /// (`notifications/roots/list_changed`): each asks again.
+    pub(crate) async fn roots_changed(&self) {
+        for upstream in self.all() {
+            if let Ok((peer, _)) = upstream.peer().await {
+                let _ = peer.notify_roots_list_changed().await;
+            }
         }
     }
 
@@ -503,9 +877,14 @@ impl Upstreams {
                 generation: AtomicU64::new(0),
                 tools: RwLock::new(Arc::new(Vec::new())),
                 prompts: RwLock::new(Arc::new(Vec::new())),
+                templates: RwLock::new(Arc::new(Vec::new())),
+                index: RwLock::new(Arc::new(ResourceIndex::default())),
+                in_flight: InFlight::default(),
                 stopped: AtomicBool::new(false),
-                on_change: self.on_change.clone(),
-                on_log: self.on_log.clone(),
+                hub: self.hub.clone(),
+                timeout: config
+                    .timeout_seconds()
+                    .map_or(CALL_TIMEOUT, Duration::from_secs),
             });
             if let Err(error) = upstream.connect().await {
                 eprintln!("airlock: upstream {}: {error}", config.name);
@@ -541,8 +920,18 @@ impl Forwarder for UpstreamPool {
         let Some(upstream) = self.upstreams.get(&call.upstream) else {
             return Err(ForwardError::NoSuchUpstream(call.upstream.clone()));
         };
+        // The session that made the call, when it is forwarded on that
+        // session's thread.
+        let caller = crate::caller::current();
+        if call.request == UpstreamRequest::Sample {
+            return self.runtime.block_on(crate::asks::put_sampling(
+                &upstream.config.name,
+                call,
+                caller,
+            ));
+        }
         self.runtime
-            .block_on(async { upstream.call(&call.tool, &call.args).await })
+            .block_on(async { upstream.forward(call, caller).await })
     }
 }
 
@@ -580,4 +969,25 @@ impl airlock_broker::Upstreams for UpstreamPool {
     fn stop_all(&self) {
         self.runtime.block_on(self.upstreams.stop_all());
     }
+}
+
+/// A JSON-RPC error for the client from a failure to reach the server: the
+/// server's own refusal as it was, anything else an internal error naming
+/// the upstream.
+pub(crate) fn passed_error(error: ForwardError) -> ErrorData {
+    match error {
+        ForwardError::Refused {
+            code,
+            message,
+            data,
+            ..
+        } => ErrorData::new(rmcp::model::ErrorCode(code), message, data),
+        error => ErrorData::internal_error(error.to_string(), None),
+    }
+}
+
+/// A few words naming an unexpected answer.
+fn short(result: &ServerResult) -> String {
+    let text = serde_json::to_string(result).unwrap_or_default();
+    text.chars().take(120).collect()
 }

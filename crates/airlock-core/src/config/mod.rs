@@ -405,6 +405,20 @@ fn validate(config: &Config) -> Vec<ConfigIssue> {
                 &format!("only one upstream may be offered unprefixed (upstreams[{first}] is)"),
             );
         }
+        if upstream.timeout.is_some() {
+            check(
+                upstream.timeout_seconds().is_some(),
+                &format!("{base}.timeout"),
+                "must be a duration such as 30s, 2m or 1h",
+            );
+        }
+        for (name, value) in &upstream.headers {
+            // The syntax is checked now; the variables are read when
+            // connecting (a secret may be set later).
+            if let Err(error) = expand_env(value, |_| Some(String::new())) {
+                check(false, &format!("{base}.headers.{name}"), &error);
+            }
+        }
         match (&upstream.command, &upstream.url) {
             (Some(command), None) => {
                 check(

@@ -300,9 +300,14 @@ pub struct UpstreamConfig {
     /// URL of a streamable-HTTP server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
-    /// Extra HTTP headers for the streamable-HTTP server.
+    /// Extra HTTP headers for the streamable-HTTP server; `${VAR}` in a
+    /// value is the environment variable's value when connecting.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
+    /// How long a request to it may take (`30s`, `2m`; default 120 s), after
+    /// which the call fails with `upstream_unavailable`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
     /// Whether the server's tool annotations may lower a tool's default risk.
     #[serde(default)]
     pub trusted_annotations: bool,
@@ -322,6 +327,12 @@ fn is_prefixed(prefix: &bool) -> bool {
 }
 
 impl UpstreamConfig {
+    /// `timeout` in seconds (`None` when unset or when it does not parse,
+    /// which the configuration check refuses).
+    pub fn timeout_seconds(&self) -> Option<u64> {
+        self.timeout.as_deref().and_then(parse_duration_seconds)
+    }
+
     /// The upstream of `upstreams` offered without a prefix, if any.
     pub fn unprefixed(upstreams: &[UpstreamConfig]) -> Option<&UpstreamConfig> {
         upstreams.iter().find(|upstream| !upstream.prefix)
@@ -754,5 +765,73 @@ impl Default for AuditConfig {
             path: ".airlock/audit.jsonl".to_owned(),
             hmac_key_env: Some("AIRLOCK_AUDIT_KEY".to_owned()),
         }
+    }
+}
+
+/// `text` with each `${NAME}` replaced by `lookup(NAME)`. `NAME` is
+/// `[A-Za-z_][A-Za-z0-9_]*`; `$$` is a lone `$`. An unset variable, an
+/// unclosed `${` or a bad name is an error naming it (never the values).
+pub fn expand_env(text: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<String, String> {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        if let Some(tail) = after.strip_prefix('$') {
+            out.push('$');
+            rest = tail;
+            continue;
+        }
+        let Some(inner) = after.strip_prefix('{') else {
+            out.push('$');
+            rest = after;
+            continue;
+        };
+        let Some(close) = inner.find('}') else {
+            return Err("`${` without its closing `}`".to_owned());
+        };
+        let name = &inner[..close];
+        let valid = name
+            .chars()
+            .next()
+            .is_some_and(|first| first.is_ascii_alphabetic() || first == '_')
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !valid {
+            return Err(format!("`${{{name}}}` is not an environment variable name"));
+        }
+        match lookup(name) {
+            Some(value) => out.push_str(&value),
+            None => return Err(format!("environment variable {name} is not set")),
+        }
+        rest = &inner[close + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod expand_tests {
+    use super::expand_env;
+
+    #[test]
+    fn variables_expand_and_bad_references_are_named() {
+        let lookup = |name: &str| (name == "TOKEN").then(|| "s3cret".to_owned());
+        assert_eq!(
+            expand_env("Bearer ${TOKEN}", lookup).as_deref(),
+            Ok("Bearer s3cret")
+        );
+        assert_eq!(expand_env("a $$ b $x", lookup).as_deref(), Ok("a $ b $x"));
+        assert_eq!(
+            expand_env("${MISSING}", lookup),
+            Err("environment variable MISSING is not set".to_owned())
+        );
+        assert_eq!(
+            expand_env("${TOKEN", lookup),
+            Err("`${` without its closing `}`".to_owned())
+        );
+        assert_eq!(
+            expand_env("${1X}", lookup),
+            Err("`${1X}` is not an environment variable name".to_owned())
+        );
     }
 }

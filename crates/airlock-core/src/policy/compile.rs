@@ -179,11 +179,28 @@ impl Policy {
     }
 
     /// Where the tool `name` comes from: a built-in, a configured upstream
-    /// (`<upstream>__<tool>`), or unknown. `annotations` are the upstream's, if
+    /// (`<upstream>__<tool>`, or `resource:<upstream>:<uri>` for the reading
+    /// of one of its resources), or unknown. `annotations` are the upstream's, if
     /// the caller has them.
     pub fn origin_of(&self, name: &str, annotations: Option<ToolAnnotations>) -> ToolOrigin {
         if let Some(tool) = BuiltinTool::from_name(name) {
             return ToolOrigin::Builtin(tool);
+        }
+        if let Some(upstream) = name.strip_prefix("sampling:") {
+            return match self.upstreams.iter().find(|(n, _)| **n == *upstream) {
+                Some((upstream, _)) => ToolOrigin::Sampling {
+                    upstream: upstream.clone(),
+                },
+                None => ToolOrigin::Unknown,
+            };
+        }
+        if let Some((upstream, _uri)) = crate::call::resource_name(name) {
+            return match self.upstreams.iter().find(|(n, _)| **n == *upstream) {
+                Some((upstream, _)) => ToolOrigin::Resource {
+                    upstream: upstream.clone(),
+                },
+                None => ToolOrigin::Unknown,
+            };
         }
         if let Some((prefix, rest)) = name.split_once("__")
             && !rest.is_empty()

@@ -282,6 +282,10 @@ pub enum ToolClass {
     TrustedUpstream,
     /// An upstream tool whose annotations are not trusted (or absent).
     UntrustedUpstream,
+    /// The reading of an upstream's resource.
+    UpstreamResource,
+    /// An upstream's request to sample the client's model.
+    UpstreamSampling,
     /// Not a built-in and not from a configured upstream.
     Unknown,
 }
@@ -457,6 +461,8 @@ impl fmt::Display for Justification {
                     ToolClass::BuiltinDestructive => "built-in delete/move tool",
                     ToolClass::TrustedUpstream => "upstream tool with trusted annotations",
                     ToolClass::UntrustedUpstream => "upstream tool, annotations not trusted",
+                    ToolClass::UpstreamResource => "upstream resource read",
+                    ToolClass::UpstreamSampling => "upstream sampling request (spends)",
                     ToolClass::Unknown => "unknown tool",
                 };
                 write!(f, "{what}: risk {risk}")

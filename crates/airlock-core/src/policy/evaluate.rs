@@ -131,7 +131,10 @@ impl Policy {
         let risk = rule.and_then(|(_, rule)| rule.risk).unwrap_or(default_risk);
         let write_class = match &call.origin {
             ToolOrigin::Builtin(tool) => tool.is_write(),
-            ToolOrigin::Upstream { .. } | ToolOrigin::Unknown => risk != Risk::Low,
+            ToolOrigin::Upstream { .. }
+            | ToolOrigin::Resource { .. }
+            | ToolOrigin::Sampling { .. }
+            | ToolOrigin::Unknown => risk != Risk::Low,
         };
 
         // Layer 1: the sandbox. With `file_broker.enabled: false` the file
@@ -361,6 +364,8 @@ impl Policy {
                 };
                 (ToolClass::TrustedUpstream, risk)
             }
+            ToolOrigin::Resource { .. } => (ToolClass::UpstreamResource, Risk::Low),
+            ToolOrigin::Sampling { .. } => (ToolClass::UpstreamSampling, Risk::Medium),
             ToolOrigin::Unknown => (ToolClass::Unknown, Risk::High),
         }
     }
@@ -370,7 +375,11 @@ impl Policy {
 fn is_path_param(origin: &ToolOrigin, param: &str) -> bool {
     match origin {
         ToolOrigin::Builtin(tool) => tool.path_params().contains(&param),
-        ToolOrigin::Upstream { .. } | ToolOrigin::Unknown => FOREIGN_PATH_PARAMS.contains(&param),
+        ToolOrigin::Upstream { .. } | ToolOrigin::Resource { .. } | ToolOrigin::Unknown => {
+            FOREIGN_PATH_PARAMS.contains(&param)
+        }
+        // A model's messages name no file the call touches.
+        ToolOrigin::Sampling { .. } => false,
     }
 }
 
@@ -406,8 +415,10 @@ fn for_each_path(
             }
         }
         // Every string anywhere in the arguments that names a file, under any
-        // name, as a `file:` URI too (`path_args`).
-        ToolOrigin::Upstream { .. } | ToolOrigin::Unknown => {
+        // A model's messages name no file the call touches.
+        ToolOrigin::Sampling { .. } => {}
+        // name, as a `file:` URI too (`path_args`); a resource's URI too.
+        ToolOrigin::Upstream { .. } | ToolOrigin::Resource { .. } | ToolOrigin::Unknown => {
             for argument in super::path_args::path_arguments(call) {
                 if !visit(&argument.param, &argument.path, Scope::Foreign) {
                     return;

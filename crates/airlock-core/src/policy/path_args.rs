@@ -48,7 +48,8 @@ pub fn path_arguments(call: &ToolCall) -> Vec<PathArgument> {
                 }
             }
         }
-        ToolOrigin::Upstream { .. } | ToolOrigin::Unknown => {
+        ToolOrigin::Sampling { .. } => {}
+        ToolOrigin::Upstream { .. } | ToolOrigin::Resource { .. } | ToolOrigin::Unknown => {
             collect(&call.args, "", "", false, 0, &mut found);
         }
     }
