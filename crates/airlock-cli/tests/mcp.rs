@@ -261,17 +261,27 @@ fn elicitation_approves_declines_and_the_profile_hides_what_it_denies() {
     assert_eq!(status(&denied), "denied");
     assert_eq!(ws.read("hello.txt").as_deref(), Some("hello\nworld\n"));
 
-    let decisions: Vec<(String, String)> = ws
-        .audit()
-        .iter()
-        .filter(|e| e["event"] == "hitl_decision")
-        .map(|e| {
-            (
-                e["decision"].as_str().unwrap().to_owned(),
-                e["channel"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect();
+    // The client's answer is recorded by the task that asked, which may
+    // finish just after the call it decided.
+    let decisions = || -> Vec<(String, String)> {
+        ws.audit()
+            .iter()
+            .filter(|e| e["event"] == "hitl_decision")
+            .map(|e| {
+                (
+                    e["decision"].as_str().unwrap().to_owned(),
+                    e["channel"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    };
+    for _ in 0..100 {
+        if decisions().len() >= 3 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let decisions = decisions();
     assert_eq!(
         decisions,
         [
@@ -2557,4 +2567,234 @@ fn everything_an_upstream_offers_reaches_the_client_through_wrap_and_serve() {
             assert_eq!(got, want, "serve, probe {i}");
         }
     }
+}
+
+#[test]
+fn a_call_in_flight_ends_at_once_when_the_upstream_dies_and_a_client_cancel_reaches_the_upstream_and_the_approval()
+ {
+    if !require(
+        "a_call_in_flight_ends_at_once_when_the_upstream_dies_and_a_client_cancel_reaches_the_upstream_and_the_approval",
+        &[Peer::PythonMcp, Peer::NodeTools],
+    ) {
+        return;
+    }
+    let everything = everything_server();
+    // The long operation runs without a human; echo waits for one (no
+    // client can be asked, and the fallback waits).
+    let ws = Ws::new(
+        "security:\n  hitl:\n    elicitation_fallback: wait\n    rules:\n      - {tools: [\"every__trigger-long-running-operation\"], risk: low}\n",
+    );
+    let mut client = ws.stdio_client(
+        &["--elicitation", "none"],
+        &[
+            "wrap",
+            "--name",
+            "every",
+            "--",
+            "node",
+            &everything,
+            "stdio",
+        ],
+    );
+    let long = json!({"duration": 30, "steps": 30});
+
+    // The server dies while it works: the call ends at once (not after its
+    // 30 s), upstream_unavailable.
+    client.send(json!({"op": "call_async", "id": "dies", "progress": true,
+        "tool": "trigger-long-running-operation", "args": long}));
+    let progress = |client: &mut Driver| {
+        let now = client.send(json!({"op": "wait_progress", "count": 0, "timeout": 1}))["progress"]
+            .as_u64()
+            .unwrap();
+        let waited =
+            client.send_any(json!({"op": "wait_progress", "count": now + 1, "timeout": 20}));
+        if waited["ok"] != json!(true) {
+            let all = client.send_any(json!({"op": "notifications"}));
+            panic!("no progress: {waited} {all}");
+        }
+    };
+    progress(&mut client);
+    let started = std::time::Instant::now();
+    // This client's airlock's server only (other tests run servers too).
+    let children = |pid: &str| -> Vec<String> {
+        let output = Command::new("pgrep").args(["-P", pid]).output().unwrap();
+        String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    };
+    let pids: Vec<String> = children(&client.pid().to_string())
+        .iter()
+        .flat_map(|airlock| children(airlock))
+        .collect();
+    assert!(!pids.is_empty(), "no upstream process found");
+    for pid in &pids {
+        Command::new("kill").args(["-9", pid]).status().unwrap();
+    }
+    let died = client.send_any(json!({"op": "await", "id": "dies", "timeout": 25}));
+    assert_eq!(code(&died), "upstream_unavailable", "{died}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(15),
+        "the call waited for the dead server: {:?}",
+        started.elapsed()
+    );
+
+    // Restarted, the server gets a client's cancellation of a call it is
+    // working on: the call ends cancelled and the audit says so.
+    let changed = client.send(json!({"op": "wait_tools_changed", "timeout": 30}));
+    assert_eq!(changed["changed"], json!(true), "{changed}");
+    for _ in 0..20 {
+        if client
+            .tool_names()
+            .iter()
+            .any(|name| name == "trigger-long-running-operation")
+        {
+            break;
+        }
+        client.send(json!({"op": "wait_tools_changed", "timeout": 5}));
+    }
+    client.send(
+        json!({"op": "call_async", "id": "cancelled", "progress": true,
+        "tool": "trigger-long-running-operation", "args": long}),
+    );
+    progress(&mut client);
+    client.send(json!({"op": "cancel", "id": "cancelled"}));
+    let cancelled = client.send_any(json!({"op": "await", "id": "cancelled", "timeout": 25}));
+    assert!(cancelled.to_string().contains("ancel"), "{cancelled}");
+    let wait_audit = |what: &dyn Fn(&Value) -> bool| {
+        for _ in 0..100 {
+            if ws.audit().iter().any(what) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        panic!("not audited: {:?}", ws.audit());
+    };
+    wait_audit(&|record| {
+        let text = record.to_string();
+        text.contains("every__trigger-long-running-operation") && text.contains("upstream_error")
+    });
+
+    // A call waiting for a human: the client's cancellation cancels the
+    // approval, audited.
+    client.send(
+        json!({"op": "call_async", "id": "waiting", "progress": true,
+        "tool": "echo", "args": {"message": "never"}}),
+    );
+    progress(&mut client);
+    client.send(json!({"op": "cancel", "id": "waiting"}));
+    client.send_any(json!({"op": "await", "id": "waiting", "timeout": 25}));
+    wait_audit(&|record| record["event"] == json!("hitl_cancelled"));
+}
+
+#[test]
+fn an_upstream_past_its_timeout_is_unavailable_and_header_variables_come_from_the_environment() {
+    if !require(
+        "an_upstream_past_its_timeout_is_unavailable_and_header_variables_come_from_the_environment",
+        &[Peer::PythonMcp, Peer::NodeTools],
+    ) {
+        return;
+    }
+    let everything = everything_server();
+    let ws = Ws::new(&format!(
+        "security:\n  hitl:\n    rules:\n      - {{tools: [\"every__*\"], risk: low}}\nupstreams:\n  - name: every\n    command: node\n    args: [{everything:?}, stdio]\n    timeout: 2s\n"
+    ));
+    let mut client = ws.stdio_client(&[], &["serve", "--stdio"]);
+    let started = std::time::Instant::now();
+    let slow = client.call(
+        "every__trigger-long-running-operation",
+        json!({"duration": 20, "steps": 4}),
+    );
+    let took = started.elapsed();
+    assert_eq!(code(&slow), "upstream_unavailable", "{slow}");
+    assert!(
+        envelope(&slow)["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("did not answer within 2 s"),
+        "{slow}"
+    );
+    assert!(
+        took >= std::time::Duration::from_secs(2) && took < std::time::Duration::from_secs(10),
+        "{took:?}"
+    );
+    // The server is still there for the next call.
+    let echoed = client.call("every__echo", json!({"message": "still here"}));
+    assert_eq!(status(&echoed), "allowed", "{echoed}");
+
+    // A header naming an unset variable: the upstream is not connected, and
+    // the reason names the variable, never a value.
+    let http = EverythingHttp::start();
+    let ws = Ws::new(&format!(
+        "upstreams:\n  - name: every\n    url: {}\n    headers: {{X-Token: \"Bearer ${{AIRLOCK_TEST_UNSET_TOKEN}}\"}}\n",
+        http.url
+    ));
+    let mut client = ws.stdio_client(&[], &["serve", "--stdio"]);
+    let names = client.tool_names();
+    assert!(
+        !names.iter().any(|name| name.starts_with("every__")),
+        "{names:?}"
+    );
+    let failed = client.call("every__echo", json!({"message": "x"}));
+    assert_eq!(status(&failed), "error", "{failed}");
+
+    // Set, it is sent and the server is reached.
+    let ws = Ws::new(&format!(
+        "security:\n  hitl:\n    rules:\n      - {{tools: [\"every__*\"], risk: low}}\nupstreams:\n  - name: every\n    url: {}\n    headers: {{X-Token: \"Bearer ${{AIRLOCK_TEST_SET_TOKEN}}\"}}\n",
+        http.url
+    ));
+    let bin = airlock_testkit::bin().display().to_string();
+    let mut client = Driver::start_with_env(
+        ws.root(),
+        &["--stdio", "--", &bin, "serve", "--stdio"].map(str::to_owned),
+        "tester",
+        &[("AIRLOCK_TEST_SET_TOKEN", "s3cret")],
+    );
+    let echoed = client.call("every__echo", json!({"message": "with a header"}));
+    assert_eq!(
+        echoed["content"][0]["text"],
+        json!("Echo: with a header"),
+        "{echoed}"
+    );
+    // A header whose syntax is wrong is refused at load, with its key.
+    let bad = Ws::new(
+        "upstreams:\n  - name: every\n    url: http://127.0.0.1:1/mcp\n    headers: {X-Token: \"${NOT CLOSED\"}\n",
+    );
+    let run = bad.run(&["config", "check"]);
+    assert_ne!(run.code, 0, "{}", run.stdout);
+    assert!(
+        format!("{}{}", run.stdout, run.stderr).contains("upstreams[0].headers.X-Token"),
+        "{}{}",
+        run.stdout,
+        run.stderr
+    );
+}
+
+#[test]
+fn every_conformance_scenario_the_server_passes_alone_passes_through_wrap_http() {
+    if !require(
+        "every_conformance_scenario_the_server_passes_alone_passes_through_wrap_http",
+        &[Peer::PythonMcp, Peer::NodeTools],
+    ) {
+        return;
+    }
+    let out = tempfile::tempdir().unwrap();
+    let output = Command::new("bash")
+        .arg(repo().join("scripts/mcp-gateway-conformance.sh"))
+        .arg(airlock_testkit::bin())
+        .arg(out.path())
+        .env("AIRLOCK_TOOLS", tools_dir())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    // The two figures, for the record (`cargo test -- --nocapture`).
+    println!("{stdout}");
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("server alone:   passed "), "{stdout}");
 }

@@ -130,22 +130,8 @@ impl ClientHandler for UpstreamClient {
             .upstream_log(&self.upstream.config.name, params);
     }
 
-    /// The upstream's progress on a request airlock made for a client
-    /// that asked for progress: to that client, under its own token.
-    async fn on_progress(
-        &self,
-        mut params: rmcp::model::ProgressNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        let Some(caller) = self.upstream.in_flight.by_token(&params.progress_token) else {
-            return;
-        };
-        let Some(token) = caller.progress_token.clone() else {
-            return;
-        };
-        params.progress_token = token;
-        let _ = caller.client.peer.notify_progress(params).await;
-    }
+    // Progress is passed on as it arrives, by [`Ordered`], so that it
+    // reaches the client before the answer that follows it.
 
     #[expect(
         deprecated,
@@ -188,6 +174,46 @@ impl ClientHandler for UpstreamClient {
     }
 }
 
+/// An upstream connection's transport, which passes the server's progress
+/// on to the client as each notification arrives, before the next message
+/// is read: the server's last progress then reaches the client before the
+/// answer that follows it (rmcp hands notifications to tasks of their own,
+/// which could run after the answer went out).
+struct Ordered<T> {
+    inner: T,
+    upstream: std::sync::Weak<Upstream>,
+}
+
+impl<T> rmcp::transport::Transport<RoleClient> for Ordered<T>
+where
+    T: rmcp::transport::Transport<RoleClient>,
+{
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: rmcp::service::TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<rmcp::service::RxJsonRpcMessage<RoleClient>> {
+        let message = self.inner.receive().await?;
+        if let rmcp::model::JsonRpcMessage::Notification(notification) = &message
+            && let rmcp::model::ServerNotification::ProgressNotification(progress) =
+                &notification.notification
+            && let Some(upstream) = self.upstream.upgrade()
+        {
+            upstream.pass_progress(progress.params.clone()).await;
+        }
+        Some(message)
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
+    }
+}
+
 /// Every resource and resource template a server lists.
 async fn list_resources(
     peer: &Peer<RoleClient>,
@@ -215,6 +241,8 @@ pub(crate) struct Upstream {
     /// Which URIs are its (for routing a read when several upstreams offer
     /// resources).
     index: RwLock<Arc<ResourceIndex>>,
+    /// What the server said it offers, at the last connection.
+    capabilities: RwLock<Option<Arc<rmcp::model::ServerCapabilities>>>,
     /// The requests airlock made of it for clients, and not yet answered.
     pub(crate) in_flight: InFlight,
     stopped: AtomicBool,
@@ -297,19 +325,26 @@ impl Upstream {
         self.index().has_template(template)
     }
 
+    /// The server's progress on a request airlock made for a client that
+    /// asked for progress: to that client, under the client's own token.
+    async fn pass_progress(&self, mut params: rmcp::model::ProgressNotificationParam) {
+        let Some(caller) = self.in_flight.by_token(&params.progress_token) else {
+            return;
+        };
+        let Some(token) = caller.progress_token.clone() else {
+            return;
+        };
+        params.progress_token = token;
+        let _ = caller.client.peer.notify_progress(params).await;
+    }
+
     /// What the server said it offers, once connected.
     fn offers(&self, what: impl Fn(&rmcp::model::ServerCapabilities) -> bool) -> bool {
-        self.client.try_read().is_ok_and(|guard| {
-            guard
-                .as_ref()
-                .and_then(|client| {
-                    client
-                        .peer()
-                        .peer_info()
-                        .map(|info| what(&info.capabilities))
-                })
-                .unwrap_or(false)
-        })
+        self.capabilities
+            .read()
+            .ok()
+            .and_then(|capabilities| capabilities.as_deref().map(&what))
+            .unwrap_or(false)
     }
 
     pub(crate) fn offers_resources(&self) -> bool {
@@ -478,6 +513,12 @@ impl Upstream {
                 .stderr(std::process::Stdio::inherit())
                 .spawn()
                 .map_err(|error| format!("cannot start {command}: {error}"))?;
+            let transport = Ordered {
+                inner: rmcp::transport::IntoTransport::<RoleClient, _, _>::into_transport(
+                    transport,
+                ),
+                upstream: Arc::downgrade(self),
+            };
             tokio::time::timeout(CONNECT_TIMEOUT, handler.serve(transport))
                 .await
                 .map_err(|_| "no answer to initialize".to_owned())?
@@ -502,7 +543,10 @@ impl Upstream {
                 .pool_max_idle_per_host(0)
                 .build()
                 .map_err(|error| format!("cannot make an HTTP client: {error}"))?;
-            let transport = StreamableHttpClientTransport::with_client(http, transport_config);
+            let transport = Ordered {
+                inner: StreamableHttpClientTransport::with_client(http, transport_config),
+                upstream: Arc::downgrade(self),
+            };
             tokio::time::timeout(CONNECT_TIMEOUT, handler.serve(transport))
                 .await
                 .map_err(|_| "no answer to initialize".to_owned())?
@@ -514,7 +558,6 @@ impl Upstream {
             .await
             .map_err(|_| "no answer to tools/list".to_owned())?
             .map_err(|error| format!("tools/list: {error}"))?;
-        self.set_tools(tools);
         let capabilities = client
             .peer()
             .peer_info()
@@ -529,7 +572,6 @@ impl Upstream {
         } else {
             Vec::new()
         };
-        self.set_prompts(prompts);
         let (resources, templates) = if capabilities.resources.is_some() {
             tokio::time::timeout(CONNECT_TIMEOUT, list_resources(client.peer()))
                 .await
@@ -538,10 +580,18 @@ impl Upstream {
         } else {
             (Vec::new(), Vec::new())
         };
-        self.set_resources(resources, templates);
+        // The connection is in place before its lists are shown: a client
+        // that sees a tool can call it.
         let mut slot = self.client.write().await;
         *slot = Some(client);
         self.generation.fetch_add(1, Ordering::Relaxed);
+        self.set_tools(tools);
+        self.set_prompts(prompts);
+        self.set_resources(resources, templates);
+        if let Ok(mut offered) = self.capabilities.write() {
+            *offered = Some(Arc::new(capabilities));
+        }
+        drop(slot);
         Ok(())
     }
     /// Keeps a stdio upstream running: when it exits it is started again (with
@@ -716,11 +766,6 @@ impl Upstream {
                 });
             }
         };
-        // A progress notification the server sent just before its answer
-        // is being passed on by another task: it goes first.
-        for _ in 0..16 {
-            tokio::task::yield_now().await;
-        }
         drop(flying);
         let result = match answer {
             Ok(Ok(Ok(result))) => result,
@@ -878,6 +923,7 @@ impl Upstreams {
                 tools: RwLock::new(Arc::new(Vec::new())),
                 prompts: RwLock::new(Arc::new(Vec::new())),
                 templates: RwLock::new(Arc::new(Vec::new())),
+                capabilities: RwLock::new(None),
                 index: RwLock::new(Arc::new(ResourceIndex::default())),
                 in_flight: InFlight::default(),
                 stopped: AtomicBool::new(false),

@@ -23,10 +23,17 @@ impl Driver {
     /// The client with `args`, in `cwd`, as `user` (`AIRLOCK_USER`, which a
     /// stdio server it starts inherits).
     pub fn start(cwd: &Path, args: &[String], user: &str) -> Driver {
+        Driver::start_with_env(cwd, args, user, &[])
+    }
+
+    /// [`Driver::start`] with extra environment variables (which a stdio
+    /// server it starts inherits).
+    pub fn start_with_env(cwd: &Path, args: &[String], user: &str, env: &[(&str, &str)]) -> Driver {
         let tools = tools_dir();
         let mut child = Command::new(tools.join("venv/bin/python"))
             .arg(crate::repo().join("tests/mcp/client.py"))
             .args(args)
+            .envs(env.iter().copied())
             .current_dir(cwd)
             .env("AIRLOCK_USER", user)
             .env("AIRLOCK_TOOLS", &tools)
@@ -53,6 +60,12 @@ impl Driver {
         args.push(crate::bin().display().to_string());
         args.extend(serve_args.iter().map(|s| s.to_string()));
         Driver::start(ws.root(), &args, "tester")
+    }
+
+    /// The client's process id (the server it started over stdio is its
+    /// child).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// Sends `command`; the answer must be `ok`.
