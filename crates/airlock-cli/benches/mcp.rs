@@ -1,7 +1,10 @@
 //! The MCP face, end to end over stdio, with figures (DESIGN §12):
 //! - an allowed `read_file` through `airlock serve --stdio` (target p50 <= 300 us);
 //! - a proxied upstream call against the same upstream called directly, side by
-//!   side in one run (target: added p50 <= 0.5 ms);
+//!   side in one run, over stdio (`serve --stdio` with the server as an
+//!   upstream) and over streamable HTTP (`wrap --http` in front of the server
+//!   served over HTTP, one keep-alive connection each), the same client code
+//!   for both (target: added p50 <= 100 us);
 //! - `serve --stdio` ready to answer `initialize` (<= 50 ms) and its idle RSS
 //!   (<= 30 MB).
 //!
@@ -11,7 +14,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -97,6 +101,200 @@ impl Drop for Peer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A streamable-HTTP MCP client on one keep-alive HTTP/1.1 connection: a
+/// POST per message, the answer read from a JSON body or an SSE stream
+/// (chunked or not).
+struct HttpPeer {
+    reader: BufReader<TcpStream>,
+    writer: TcpStream,
+    authority: String,
+    path: String,
+    session: Option<String>,
+    next: u64,
+}
+
+impl HttpPeer {
+    fn connect(url: &str) -> HttpPeer {
+        let rest = url.strip_prefix("http://").unwrap();
+        let (authority, path) = rest.split_at(rest.find('/').unwrap());
+        let stream = TcpStream::connect(authority).unwrap();
+        stream.set_nodelay(true).unwrap();
+        HttpPeer {
+            reader: BufReader::new(stream.try_clone().unwrap()),
+            writer: stream,
+            authority: authority.to_owned(),
+            path: path.to_owned(),
+            session: None,
+            next: 1,
+        }
+    }
+
+    /// POSTs `message`; the JSON-RPC messages of the answer.
+    fn post(&mut self, message: &Value) -> Vec<Value> {
+        let body = message.to_string();
+        let mut head = format!(
+            "POST {} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+             Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-11-25\r\n\
+             Content-Length: {}\r\n",
+            self.path,
+            self.authority,
+            body.len()
+        );
+        if let Some(session) = &self.session {
+            head.push_str(&format!("Mcp-Session-Id: {session}\r\n"));
+        }
+        head.push_str("\r\n");
+        self.writer.write_all(head.as_bytes()).unwrap();
+        self.writer.write_all(body.as_bytes()).unwrap();
+        self.writer.flush().unwrap();
+        let mut line = String::new();
+        self.reader.read_line(&mut line).unwrap();
+        assert!(line.starts_with("HTTP/1.1 2"), "{line}");
+        let (mut length, mut chunked, mut sse) = (None, false, false);
+        loop {
+            line.clear();
+            self.reader.read_line(&mut line).unwrap();
+            let header = line.trim_end();
+            if header.is_empty() {
+                break;
+            }
+            let (name, value) = header.split_once(':').unwrap();
+            let (name, value) = (name.to_ascii_lowercase(), value.trim());
+            match name.as_str() {
+                "content-length" => length = Some(value.parse::<usize>().unwrap()),
+                "transfer-encoding" => chunked = value.eq_ignore_ascii_case("chunked"),
+                "content-type" => sse = value.starts_with("text/event-stream"),
+                "mcp-session-id" => self.session = Some(value.to_owned()),
+                _ => {}
+            }
+        }
+        let mut body = Vec::new();
+        if chunked {
+            loop {
+                line.clear();
+                self.reader.read_line(&mut line).unwrap();
+                let size = usize::from_str_radix(line.trim(), 16).unwrap();
+                let mut chunk = vec![0; size + 2];
+                self.reader.read_exact(&mut chunk).unwrap();
+                if size == 0 {
+                    break;
+                }
+                body.extend_from_slice(&chunk[..size]);
+            }
+        } else if let Some(length) = length {
+            body.resize(length, 0);
+            self.reader.read_exact(&mut body).unwrap();
+        }
+        let text = String::from_utf8(body).unwrap();
+        if sse {
+            text.lines()
+                .filter_map(|line| line.strip_prefix("data:"))
+                .filter_map(|data| serde_json::from_str(data.trim()).ok())
+                .collect()
+        } else if text.trim().is_empty() {
+            Vec::new()
+        } else {
+            vec![serde_json::from_str(&text).unwrap()]
+        }
+    }
+
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.next;
+        self.next += 1;
+        let answers =
+            self.post(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        answers
+            .into_iter()
+            .find(|answer| answer["id"] == json!(id))
+            .expect("an answer")
+    }
+
+    fn initialize(&mut self) {
+        self.request(
+            "initialize",
+            json!({"protocolVersion": "2025-11-25", "capabilities": {},
+                   "clientInfo": {"name": "bench", "version": "1"}}),
+        );
+        self.post(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    }
+
+    fn call(&mut self, tool: &str, args: Value) -> Value {
+        let answer = self.request("tools/call", json!({"name": tool, "arguments": args}));
+        assert_ne!(answer["result"]["isError"], json!(true), "{answer}");
+        assert!(answer["result"].is_object(), "{answer}");
+        answer
+    }
+}
+
+/// A process killed when dropped.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// server-everything over streamable HTTP on a free port; its URL.
+fn everything_http(everything: &Path) -> (Killed, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new("node")
+        .arg(everything)
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "server-everything did not listen"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (Killed(child), format!("http://127.0.0.1:{port}/mcp"))
+}
+
+/// `airlock wrap --http` in front of `url`; its MCP URL.
+fn wrap_http(workspace: &Path, url: &str) -> (Killed, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_airlock"))
+        .args([
+            "wrap",
+            "--http",
+            "127.0.0.1:0",
+            "--name",
+            "every",
+            "--url",
+            url,
+        ])
+        .current_dir(workspace)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    let served = loop {
+        line.clear();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "wrap exited");
+        if let Some(rest) = line.trim().strip_prefix("airlock: serving MCP at ") {
+            break rest.to_owned();
+        }
+    };
+    std::thread::spawn(move || {
+        let mut sink = String::new();
+        let _ = stderr.read_to_string(&mut sink);
+    });
+    (Killed(child), served)
 }
 
 fn percentile(samples: &mut [Duration], p: f64) -> Duration {
@@ -186,6 +384,32 @@ fn main() {
         proxied_times.push(started.elapsed());
     }
 
+    // Over streamable HTTP: the server served over HTTP, directly and
+    // behind `wrap --http`, the same client code, alternating.
+    let (_http_server, http_url) = everything_http(&everything);
+    let wrap_workspace = tempfile::tempdir().unwrap();
+    std::fs::write(
+        wrap_workspace.path().join("airlock.yaml"),
+        "security:\n  hitl:\n    rules:\n      - tools: [every__echo]\n        risk: low\n        require_approval: false\n",
+    )
+    .unwrap();
+    let (_wrap, wrap_url) = wrap_http(wrap_workspace.path(), &http_url);
+    let mut direct_http = HttpPeer::connect(&http_url);
+    direct_http.initialize();
+    let mut wrapped_http = HttpPeer::connect(&wrap_url);
+    wrapped_http.initialize();
+    let mut direct_http_times = Vec::with_capacity(iterations);
+    let mut wrapped_http_times = Vec::with_capacity(iterations);
+    for i in 0..iterations {
+        let args = json!({"message": format!("ping {i}")});
+        let started = Instant::now();
+        direct_http.call("echo", args.clone());
+        direct_http_times.push(started.elapsed());
+        let started = Instant::now();
+        wrapped_http.call("echo", args);
+        wrapped_http_times.push(started.elapsed());
+    }
+
     let ready_p50 = percentile(&mut ready, 0.5);
     let read_p50 = percentile(&mut reads, 0.5);
     let read_p99 = percentile(&mut reads, 0.99);
@@ -215,8 +439,30 @@ fn main() {
         micros(proxied_p99)
     );
     println!(
-        "  added by airlock: p50 {:.0} us (ratio {:.2}x)",
+        "  added by airlock: p50 {:.0} us, p99 {:.0} us (ratio {:.2}x)",
         micros(proxied_p50) - micros(direct_p50),
+        micros(proxied_p99) - micros(direct_p99),
         proxied_p50.as_secs_f64() / direct_p50.as_secs_f64()
+    );
+    let http_direct_p50 = percentile(&mut direct_http_times, 0.5);
+    let http_direct_p99 = percentile(&mut direct_http_times, 0.99);
+    let http_wrapped_p50 = percentile(&mut wrapped_http_times, 0.5);
+    let http_wrapped_p99 = percentile(&mut wrapped_http_times, 0.99);
+    println!(
+        "mcp streamable HTTP ({iterations} calls each{})",
+        if full { "" } else { ", test mode" }
+    );
+    println!(
+        "  upstream echo direct: p50 {:.0} us, p99 {:.0} us; through wrap --http: p50 {:.0} us, p99 {:.0} us",
+        micros(http_direct_p50),
+        micros(http_direct_p99),
+        micros(http_wrapped_p50),
+        micros(http_wrapped_p99)
+    );
+    println!(
+        "  added by airlock: p50 {:.0} us, p99 {:.0} us (ratio {:.2}x)",
+        micros(http_wrapped_p50) - micros(http_direct_p50),
+        micros(http_wrapped_p99) - micros(http_direct_p99),
+        http_wrapped_p50.as_secs_f64() / http_direct_p50.as_secs_f64()
     );
 }

@@ -2602,7 +2602,7 @@ fn a_call_in_flight_ends_at_once_when_the_upstream_dies_and_a_client_cancel_reac
     // 30 s), upstream_unavailable.
     client.send(json!({"op": "call_async", "id": "dies", "progress": true,
         "tool": "trigger-long-running-operation", "args": long}));
-    let progress = |client: &mut Driver| {
+    let progress = |client: &mut Driver, id: &str| {
         let now = client.send(json!({"op": "wait_progress", "count": 0, "timeout": 1}))["progress"]
             .as_u64()
             .unwrap();
@@ -2610,10 +2610,11 @@ fn a_call_in_flight_ends_at_once_when_the_upstream_dies_and_a_client_cancel_reac
             client.send_any(json!({"op": "wait_progress", "count": now + 1, "timeout": 20}));
         if waited["ok"] != json!(true) {
             let all = client.send_any(json!({"op": "notifications"}));
-            panic!("no progress: {waited} {all}");
+            let ended = client.send_any(json!({"op": "await", "id": id, "timeout": 1}));
+            panic!("no progress: {waited} {ended} {all}");
         }
     };
-    progress(&mut client);
+    progress(&mut client, "dies");
     let started = std::time::Instant::now();
     // This client's airlock's server only (other tests run servers too).
     let children = |pid: &str| -> Vec<String> {
@@ -2641,23 +2642,23 @@ fn a_call_in_flight_ends_at_once_when_the_upstream_dies_and_a_client_cancel_reac
 
     // Restarted, the server gets a client's cancellation of a call it is
     // working on: the call ends cancelled and the audit says so.
-    let changed = client.send(json!({"op": "wait_tools_changed", "timeout": 30}));
-    assert_eq!(changed["changed"], json!(true), "{changed}");
-    for _ in 0..20 {
-        if client
-            .tool_names()
-            .iter()
-            .any(|name| name == "trigger-long-running-operation")
-        {
+    // Back once a short run of the same tool goes through.
+    for attempt in 0.. {
+        assert!(attempt < 30, "the server did not come back");
+        let short = client.call(
+            "trigger-long-running-operation",
+            json!({"duration": 0, "steps": 1}),
+        );
+        if status(&short) == "allowed" {
             break;
         }
-        client.send(json!({"op": "wait_tools_changed", "timeout": 5}));
+        client.send(json!({"op": "wait_tools_changed", "timeout": 2}));
     }
     client.send(
         json!({"op": "call_async", "id": "cancelled", "progress": true,
         "tool": "trigger-long-running-operation", "args": long}),
     );
-    progress(&mut client);
+    progress(&mut client, "cancelled");
     client.send(json!({"op": "cancel", "id": "cancelled"}));
     let cancelled = client.send_any(json!({"op": "await", "id": "cancelled", "timeout": 25}));
     assert!(cancelled.to_string().contains("ancel"), "{cancelled}");
@@ -2681,7 +2682,7 @@ fn a_call_in_flight_ends_at_once_when_the_upstream_dies_and_a_client_cancel_reac
         json!({"op": "call_async", "id": "waiting", "progress": true,
         "tool": "echo", "args": {"message": "never"}}),
     );
-    progress(&mut client);
+    progress(&mut client, "waiting");
     client.send(json!({"op": "cancel", "id": "waiting"}));
     client.send_any(json!({"op": "await", "id": "waiting", "timeout": 25}));
     wait_audit(&|record| record["event"] == json!("hitl_cancelled"));
@@ -2797,4 +2798,126 @@ fn every_conformance_scenario_the_server_passes_alone_passes_through_wrap_http()
         String::from_utf8_lossy(&output.stderr)
     );
     assert!(stdout.contains("server alone:   passed "), "{stdout}");
+}
+
+#[test]
+fn roots_changes_resource_updates_and_unapproved_sampling_through_wrap() {
+    if !require(
+        "roots_changes_resource_updates_and_unapproved_sampling_through_wrap",
+        &[Peer::PythonMcp, Peer::NodeTools],
+    ) {
+        return;
+    }
+    let everything = everything_server();
+    // The server's tools run without a human; its sampling is not ruled,
+    // so it asks, and with nobody to ask it is refused.
+    let ws =
+        Ws::new("security:\n  hitl:\n    rules:\n      - {tools: [\"every__*\"], risk: low}\n");
+    let mut client = ws.stdio_client(
+        &["--sampling", "never sent", "--root", "file:///srv/first"],
+        &[
+            "wrap",
+            "--name",
+            "every",
+            "--",
+            "node",
+            &everything,
+            "stdio",
+        ],
+    );
+    let text = |result: &Value| {
+        result["content"][0]["text"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned()
+    };
+
+    // The client's roots, then its new roots once it says they changed.
+    let roots = client.call("get-roots-list", json!({}));
+    assert!(text(&roots).contains("file:///srv/first"), "{roots}");
+    client.send(json!({"op": "set_roots", "roots": ["file:///srv/second"]}));
+    let mut seen = String::new();
+    for _ in 0..50 {
+        seen = text(&client.call("get-roots-list", json!({})));
+        if seen.contains("file:///srv/second") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(seen.contains("file:///srv/second"), "{seen}");
+    assert!(!seen.contains("file:///srv/first"), "{seen}");
+
+    // A subscribed resource's updates reach the client.
+    let uri = "demo://resource/dynamic/text/1";
+    client.send(json!({"op": "subscribe", "uri": uri}));
+    client.call("toggle-subscriber-updates", json!({}));
+    client.send(json!({"op": "wait_notification",
+        "method": "notifications/resources/updated", "timeout": 15}));
+    let all = client.send(json!({"op": "notifications"}));
+    assert!(
+        all["notifications"].as_array().unwrap().iter().any(|n| {
+            n["method"] == json!("notifications/resources/updated")
+                && n["params"]["uri"] == json!(uri)
+        }),
+        "{all}"
+    );
+    client.send(json!({"op": "unsubscribe", "uri": uri}));
+
+    // Sampling spends the client's model: unruled, it asks; nobody can be
+    // asked, so the server is refused and the client never sees it.
+    let refused = client.send_any(json!({"op": "call", "tool": "trigger-sampling-request",
+        "args": {"prompt": "spend", "maxTokens": 5}}));
+    assert!(refused.to_string().contains("sampling:every"), "{refused}");
+    let sampled = client.send(json!({"op": "sampled"}));
+    assert_eq!(sampled["sampled"], json!([]), "{sampled}");
+    assert!(
+        ws.audit()
+            .iter()
+            .any(|record| record["tool"] == json!("sampling:every")
+                && record["status"] == json!("denied")),
+        "{:?}",
+        ws.audit()
+    );
+}
+
+#[test]
+fn check_explains_resource_reads_and_sampling_and_protects_airlocks_state_through_resources() {
+    let ws = Ws::new(
+        "upstreams:\n  - name: docs\n    command: node\n    args: [server.js]\nsecurity:\n  hitl:\n    rules:\n      - {tools: [\"resource:docs:secret://*\"], decision: deny}\n",
+    );
+    let root = ws.root().display().to_string();
+    let check = |tool: &str, args: Value| {
+        let run = ws.run(&["check", tool, "--args", &args.to_string()]);
+        format!("{}{}", run.stdout, run.stderr)
+    };
+    // A read of the server's resource: low risk, allowed.
+    let plain = check(
+        "resource:docs:notes://today",
+        json!({"uri": "notes://today"}),
+    );
+    assert!(
+        plain.contains("upstream resource read: risk low"),
+        "{plain}"
+    );
+    assert!(plain.contains(": allow"), "{plain}");
+    // A rule names resources by URI glob.
+    let ruled = check(
+        "resource:docs:secret://keys",
+        json!({"uri": "secret://keys"}),
+    );
+    assert!(ruled.contains(": deny"), "{ruled}");
+    // A file: URI into airlock's state is refused whatever serves it.
+    let state = format!("file://{root}/.airlock/audit.jsonl");
+    let refused = check(&format!("resource:docs:{state}"), json!({"uri": state}));
+    assert!(refused.contains(": deny"), "{refused}");
+    // Sampling spends: it asks.
+    let sampling = check("sampling:docs", json!({"messages": []}));
+    assert!(
+        sampling.contains("upstream sampling request (spends): risk medium"),
+        "{sampling}"
+    );
+    assert!(sampling.contains(": ask"), "{sampling}");
+    // An upstream that is not configured is nobody's.
+    let unknown = check("resource:nobody:notes://x", json!({"uri": "notes://x"}));
+    assert!(unknown.contains("unknown tool"), "{unknown}");
 }

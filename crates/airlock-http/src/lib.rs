@@ -341,5 +341,11 @@ pub async fn serve(
     let listening = Listening { bound, public_url };
     let app = router(runtime, mcp, auth, listening)?;
     ready(bound, login);
+    // Answers go out as they are written: without TCP_NODELAY a response
+    // written in two parts waits for the client's delayed ACK (~40 ms).
+    use axum::serve::ListenerExt as _;
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, app).await.map_err(HttpError::Serve)
 }
