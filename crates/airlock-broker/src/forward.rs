@@ -93,7 +93,118 @@ impl ForwardError {
     }
 }
 
+/// An upstream call the policy lets through at once, decided and not yet
+/// forwarded: a face that can await the server forwards `call` itself and
+/// hands the outcome to [`Broker::forwarded_now`], which records it as
+/// `submit` would have.
+pub struct ForwardNow {
+    /// What to send.
+    pub call: UpstreamCall,
+    method: &'static str,
+    tool: String,
+    path: Option<String>,
+    decision: DecisionInfo,
+    by: &'static str,
+    reason: Option<String>,
+    record: Record,
+}
+
+impl ForwardNow {
+    fn new(
+        call: &ToolCall,
+        decision: &Decision,
+        forward: UpstreamCall,
+        method: &'static str,
+        by_fallback: bool,
+        base: Record,
+    ) -> ForwardNow {
+        let by = if by_fallback {
+            "policy"
+        } else {
+            decided_by_policy_or_grant(decision)
+        };
+        let reason = by_fallback.then(|| FALLBACK_ALLOW.to_owned());
+        ForwardNow {
+            call: forward,
+            method,
+            tool: call.tool.clone(),
+            path: call
+                .args
+                .get("path")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            decision: DecisionInfo {
+                by: if by == "grant" {
+                    DecidedBy::Grant
+                } else {
+                    DecidedBy::Policy
+                },
+                user: None,
+                channel: None,
+                reason: reason.clone(),
+            },
+            by,
+            reason,
+            record: base.event("tool_call"),
+        }
+    }
+}
+
 impl Broker {
+    /// The upstream tool call `call` as something to forward at once, where
+    /// the policy lets it through without a human (as `submit` would
+    /// decide it); `None` for anything else, which `submit` then handles.
+    pub fn forward_now(&self, call: &ToolCall, mode: &Mode) -> Option<ForwardNow> {
+        let ToolOrigin::Upstream { upstream, .. } = &call.origin else {
+            return None;
+        };
+        let decision = self.decide_only(call);
+        let asks = match decision.disposition {
+            Disposition::Deny => return None,
+            Disposition::Ask => true,
+            Disposition::Allow => false,
+        };
+        let by_fallback = asks && self.handling(mode, &decision) == Handling::Allow;
+        if asks && !by_fallback {
+            return None;
+        }
+        let tool = call
+            .tool
+            .strip_prefix(&**upstream)
+            .and_then(|rest| rest.strip_prefix("__"))
+            .unwrap_or(&call.tool);
+        let forward = UpstreamCall::tool(upstream, tool, call.args.clone());
+        let base = Record::for_call(call, &decision);
+        Some(ForwardNow::new(
+            call,
+            &decision,
+            forward,
+            METHOD,
+            by_fallback,
+            base,
+        ))
+    }
+
+    /// Records what came of a [`ForwardNow`]: the envelope `submit` would
+    /// have returned, audited.
+    pub fn forwarded_now(&self, now: ForwardNow, result: Result<Value, ForwardError>) -> Envelope {
+        let (mut envelope, record) = forwarded(
+            now.method,
+            &now.tool,
+            now.path.as_deref(),
+            result,
+            now.record,
+        );
+        envelope.decision = Some(now.decision);
+        self.observed(
+            envelope,
+            record
+                .text("decision", "allow")
+                .text("decided_by", now.by)
+                .value("reason", now.reason.map(Value::String)),
+        )
+    }
+
     /// Whether this process may carry out `approval` once approved: any process
     /// can apply file changes; an upstream call only its holder can.
     pub(crate) fn can_apply(&self, approval: &Approval) -> bool {
@@ -173,34 +284,9 @@ impl Broker {
         }
         let by_fallback = asks && handling == Handling::Allow;
         if !asks || by_fallback {
-            let by = if by_fallback {
-                "policy"
-            } else {
-                decided_by_policy_or_grant(decision)
-            };
-            let reason = by_fallback.then(|| FALLBACK_ALLOW.to_owned());
-            let decision_info = DecisionInfo {
-                by: if by == "grant" {
-                    DecidedBy::Grant
-                } else {
-                    DecidedBy::Policy
-                },
-                user: None,
-                channel: None,
-                reason: reason.clone(),
-            };
-            let result = self.run_forward(&forward);
-            let (envelope, record) =
-                forwarded(method, &call.tool, path, result, base.event("tool_call"));
-            let mut envelope = envelope;
-            envelope.decision = Some(decision_info);
-            return self.observed(
-                envelope,
-                record
-                    .text("decision", "allow")
-                    .text("decided_by", by)
-                    .value("reason", reason.map(Value::String)),
-            );
+            let now = ForwardNow::new(call, decision, forward, method, by_fallback, base);
+            let result = self.run_forward(&now.call);
+            return self.forwarded_now(now, result);
         }
 
         let redacted = airlock_core::redact::redact_params(&call.args);

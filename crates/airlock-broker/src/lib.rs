@@ -45,7 +45,7 @@ pub use clock::{Clock, ManualClock, SystemClock, clock_from_env};
 pub use decide::{AlwaysAllow, AskForm, Authority, DecideRequest};
 pub use error::BrokerError;
 pub use feed::{Cursor, FEED_POLL};
-pub use forward::{ForwardError, Forwarder};
+pub use forward::{ForwardError, ForwardNow, Forwarder};
 pub use grants::{GrantTerms, duration_words};
 pub use presence::{LiveChannel, Presence};
 pub use record::Record;

@@ -326,6 +326,39 @@ impl Session {
         envelope
     }
 
+    /// An upstream tool call the policy lets through at once, forwarded
+    /// here and awaited, without handing this thread to the broker and
+    /// blocking it on the server (the decision and the audit record are
+    /// the broker's, as for any call). `None` when the call is not one.
+    async fn forward_now(
+        &self,
+        call: &ToolCall,
+        ask: ClientAsk,
+        context: &RequestContext<RoleServer>,
+    ) -> Option<airlock_core::envelope::Envelope> {
+        if !matches!(call.origin, airlock_core::ToolOrigin::Upstream { .. }) {
+            return None;
+        }
+        let broker = self.face.broker();
+        let now = broker.forward_now(call, &Mode::Client(ask))?;
+        let caller = crate::caller::Caller {
+            client: crate::hub::Client {
+                session: self.id.clone(),
+                peer: context.peer.clone(),
+            },
+            request: Some(context.id.clone()),
+            progress_token: context.meta.get_progress_token(),
+            cancelled: context.ct.clone(),
+        };
+        let result = match self.face.upstreams.get(&now.call.upstream) {
+            Some(upstream) => upstream.forward(&now.call, Some(caller)).await,
+            None => Err(airlock_broker::ForwardError::NoSuchUpstream(
+                now.call.upstream.clone(),
+            )),
+        };
+        Some(broker.forwarded_now(now, result))
+    }
+
     /// The upstream a resource URI belongs to: under `wrap` the one server;
     /// else the upstream that listed it or offers a template it matches,
     /// else the only upstream with resources. `None` when none (or more
@@ -416,7 +449,10 @@ impl Session {
         if rounds && request.request_state.is_some() {
             return crate::rounds::resume(&self.face, &call, &request).await;
         }
-        let envelope = self.submit(&call, ask, &context);
+        let envelope = match self.forward_now(&call, ask, &context).await {
+            Some(envelope) => envelope,
+            None => self.submit(&call, ask, &context),
+        };
         if rounds && envelope.status == Status::HitlRequired {
             return crate::rounds::input_required(&self.face, &call, &envelope).await;
         }
