@@ -299,22 +299,14 @@ impl Session {
         let companion = Companion {
             broker: broker.clone(),
             peer: context.peer.clone(),
-            progress_token: progress_token.clone(),
+            progress_token,
             cancelled: context.ct.clone(),
             elicit: ask == ClientAsk::Elicit,
             user: call.principal.user.clone(),
             runtime: tokio::runtime::Handle::current(),
             running: Mutex::new(None),
         };
-        let caller = crate::caller::Caller {
-            client: crate::hub::Client {
-                session: self.id.clone(),
-                peer: context.peer.clone(),
-            },
-            request: Some(context.id.clone()),
-            progress_token,
-            cancelled: context.ct.clone(),
-        };
+        let caller = self.caller(context);
         let envelope = tokio::task::block_in_place(|| {
             crate::caller::with_caller(caller, || {
                 broker.submit(call, &Mode::Client(ask), &|approval| {
@@ -324,6 +316,19 @@ impl Session {
         });
         companion.stop();
         envelope
+    }
+
+    /// This session as the client behind the request of `context`.
+    fn caller(&self, context: &RequestContext<RoleServer>) -> crate::caller::Caller {
+        crate::caller::Caller {
+            client: crate::hub::Client {
+                session: self.id.clone(),
+                peer: context.peer.clone(),
+            },
+            request: Some(context.id.clone()),
+            progress_token: context.meta.get_progress_token(),
+            cancelled: context.ct.clone(),
+        }
     }
 
     /// An upstream tool call the policy lets through at once, forwarded
@@ -341,15 +346,7 @@ impl Session {
         }
         let broker = self.face.broker();
         let now = broker.forward_now(call, &Mode::Client(ask))?;
-        let caller = crate::caller::Caller {
-            client: crate::hub::Client {
-                session: self.id.clone(),
-                peer: context.peer.clone(),
-            },
-            request: Some(context.id.clone()),
-            progress_token: context.meta.get_progress_token(),
-            cancelled: context.ct.clone(),
-        };
+        let caller = self.caller(context);
         let result = match self.face.upstreams.get(&now.call.upstream) {
             Some(upstream) => upstream.forward(&now.call, Some(caller)).await,
             None => Err(airlock_broker::ForwardError::NoSuchUpstream(
@@ -381,6 +378,13 @@ impl Session {
             [only] => Some(only.clone()),
             _ => None,
         }
+    }
+
+    /// [`Self::resource_owner`], or the error a server gives for a
+    /// resource it does not have.
+    fn owner_of(&self, uri: &str) -> Result<Arc<crate::upstream::Upstream>, ErrorData> {
+        self.resource_owner(uri)
+            .ok_or_else(|| ErrorData::resource_not_found(format!("no resource {uri}"), None))
     }
 
     /// The upstream offering the resource template `template`.
@@ -827,12 +831,7 @@ impl ServerHandler for Session {
         {
             return self.read_blob(&uri, hex, &context).await;
         }
-        let Some(upstream) = self.resource_owner(&uri) else {
-            return Err(ErrorData::resource_not_found(
-                format!("no resource {uri}"),
-                None,
-            ));
-        };
+        let upstream = self.owner_of(&uri)?;
         // A read-class call under the policy, as `resource:<upstream>:<uri>`.
         let tool = airlock_core::call::resource_tool(&upstream.config.name, &uri);
         let origin = self.face.broker().policy().origin_of(&tool, None);
@@ -872,12 +871,7 @@ impl ServerHandler for Session {
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         let uri = request.uri;
-        let Some(upstream) = self.resource_owner(&uri) else {
-            return Err(ErrorData::resource_not_found(
-                format!("no resource {uri}"),
-                None,
-            ));
-        };
+        let upstream = self.owner_of(&uri)?;
         let tool = airlock_core::call::resource_tool(&upstream.config.name, &uri);
         let broker = self.face.broker();
         let origin = broker.policy().origin_of(&tool, None);
@@ -905,12 +899,7 @@ impl ServerHandler for Session {
         _context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         let uri = request.uri;
-        let Some(upstream) = self.resource_owner(&uri) else {
-            return Err(ErrorData::resource_not_found(
-                format!("no resource {uri}"),
-                None,
-            ));
-        };
+        let upstream = self.owner_of(&uri)?;
         if self
             .face
             .hub

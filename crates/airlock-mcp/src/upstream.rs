@@ -404,6 +404,16 @@ impl Upstream {
         }
     }
 
+    /// What a [`ServiceError`] on the connection `generation` is to a
+    /// caller; a lost connection is dropped on the way (see [`Self::lost`]).
+    async fn failed(&self, error: ServiceError, generation: u64) -> ForwardError {
+        let failure = self.failure(error);
+        if matches!(failure, ForwardError::Lost { .. }) {
+            self.lost(generation).await;
+        }
+        failure
+    }
+
     /// Runs `request` on the connection within the upstream's timeout.
     async fn request<T, F, Fut>(&self, request: F) -> Result<T, ForwardError>
     where
@@ -413,13 +423,7 @@ impl Upstream {
         let (peer, generation) = self.peer().await?;
         match tokio::time::timeout(self.timeout, request(peer)).await {
             Ok(Ok(answer)) => Ok(answer),
-            Ok(Err(error)) => {
-                let failure = self.failure(error);
-                if matches!(failure, ForwardError::Lost { .. }) {
-                    self.lost(generation).await;
-                }
-                Err(failure)
-            }
+            Ok(Err(error)) => Err(self.failed(error, generation).await),
             Err(_) => Err(ForwardError::TimedOut {
                 upstream: self.config.name.clone(),
                 seconds: self.timeout.as_secs(),
@@ -734,11 +738,7 @@ impl Upstream {
         {
             Ok(handle) => handle,
             Err(error) => {
-                let failure = self.failure(error);
-                if matches!(failure, ForwardError::Lost { .. }) {
-                    self.lost(generation).await;
-                }
-                return Err(failure);
+                return Err(self.failed(error, generation).await);
             }
         };
         let id = handle.id.clone();
@@ -772,11 +772,7 @@ impl Upstream {
         let result = match answer {
             Ok(Ok(Ok(result))) => result,
             Ok(Ok(Err(error))) => {
-                let failure = self.failure(error);
-                if matches!(failure, ForwardError::Lost { .. }) {
-                    self.lost(generation).await;
-                }
-                return Err(failure);
+                return Err(self.failed(error, generation).await);
             }
             // The connection ended before the answer came.
             Ok(Err(_)) => {
