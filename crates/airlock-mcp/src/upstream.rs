@@ -73,9 +73,9 @@ impl ClientHandler for UpstreamClient {
                 self.upstream.set_tools(tools);
                 self.upstream.hub.changed(Change::Tools);
             }
-            Err(error) => eprintln!(
-                "airlock: upstream {}: listing tools failed: {error}",
-                self.upstream.config.name
+            Err(error) => say(
+                &self.upstream.config.name,
+                format_args!("listing tools failed: {error}"),
             ),
         }
     }
@@ -86,9 +86,9 @@ impl ClientHandler for UpstreamClient {
                 self.upstream.set_prompts(prompts);
                 self.upstream.hub.changed(Change::Prompts);
             }
-            Err(error) => eprintln!(
-                "airlock: upstream {}: listing prompts failed: {error}",
-                self.upstream.config.name
+            Err(error) => say(
+                &self.upstream.config.name,
+                format_args!("listing prompts failed: {error}"),
             ),
         }
     }
@@ -99,9 +99,9 @@ impl ClientHandler for UpstreamClient {
                 self.upstream.set_resources(resources, templates);
                 self.upstream.hub.changed(Change::Resources);
             }
-            Err(error) => eprintln!(
-                "airlock: upstream {}: listing resources failed: {error}",
-                self.upstream.config.name
+            Err(error) => say(
+                &self.upstream.config.name,
+                format_args!("listing resources failed: {error}"),
             ),
         }
     }
@@ -642,7 +642,7 @@ impl Upstream {
                     }
                     // Said once, not at every attempt.
                     Err(error) if first => {
-                        eprintln!("airlock: upstream {}: {error}", self.config.name);
+                        say(&self.config.name, &error);
                     }
                     Err(_) => {}
                 }
@@ -662,7 +662,7 @@ impl Upstream {
                     self.hub.changed(Change::Everything);
                 }
                 Err(error) => {
-                    eprintln!("airlock: upstream {}: {error}", self.config.name);
+                    say(&self.config.name, &error);
                 }
             }
         }
@@ -865,9 +865,9 @@ impl Upstreams {
             if logs {
                 let params = rmcp::model::SetLevelRequestParams::new(level);
                 if let Err(error) = client.peer().set_level(params).await {
-                    eprintln!(
-                        "airlock: upstream {}: logging/setLevel: {error}",
-                        upstream.config.name
+                    say(
+                        &upstream.config.name,
+                        format_args!("logging/setLevel: {error}"),
                     );
                 }
             }
@@ -931,7 +931,7 @@ impl Upstreams {
                     .map_or(CALL_TIMEOUT, Duration::from_secs),
             });
             if let Err(error) = upstream.connect().await {
-                eprintln!("airlock: upstream {}: {error}", config.name);
+                say(&config.name, &error);
                 failures.push((config.name.clone(), error));
             }
             tokio::spawn(upstream.clone().supervise());
@@ -1013,6 +1013,16 @@ impl airlock_broker::Upstreams for UpstreamPool {
     fn stop_all(&self) {
         self.runtime.block_on(self.upstreams.stop_all());
     }
+}
+
+/// Says on stderr what went wrong with `upstream`: the server's own words
+/// (an error it sent, what its process printed on failing) as visible
+/// escapes, so they cannot drive the terminal `serve` runs in.
+fn say(upstream: &str, what: impl std::fmt::Display) {
+    eprintln!(
+        "airlock: upstream {upstream}: {}",
+        airlock_core::display::safe_line(&what.to_string())
+    );
 }
 
 /// A JSON-RPC error for the client from a failure to reach the server: the
