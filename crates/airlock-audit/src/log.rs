@@ -442,9 +442,13 @@ impl Flusher {
         head_store: Option<Arc<dyn HeadStore>>,
     ) {
         let mut state = self.lock();
-        let since = match &state.pending {
-            Some(pending) if Arc::ptr_eq(&pending.file, file) => pending.since,
-            _ => std::time::Instant::now(),
+        // The thread waits for the first unsynced record's deadline: it
+        // needs waking only when there was none (each wake-up is a context
+        // switch on the appender's path).
+        let (since, wake) = match &state.pending {
+            Some(pending) if Arc::ptr_eq(&pending.file, file) => (pending.since, false),
+            Some(_) => (std::time::Instant::now(), false),
+            None => (std::time::Instant::now(), true),
         };
         state.pending = Some(Pending {
             file: file.clone(),
@@ -463,7 +467,9 @@ impl Flusher {
                 Err(_) => state.failed = true,
             }
         }
-        self.wake.notify_all();
+        if wake {
+            self.wake.notify_all();
+        }
     }
 
     fn run(&self) {
