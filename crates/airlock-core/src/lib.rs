@@ -30,6 +30,7 @@ pub mod display;
 pub mod edit;
 pub mod envelope;
 pub mod error_code;
+pub mod exec;
 pub mod jsonrpc;
 pub mod origin;
 pub mod patch;

@@ -68,7 +68,18 @@ fn design_defaults() -> Value {
         "mcp": {"max_message_bytes": 16777216},
         "approvals": {"grant_ttl": "8h", "same_user": false},
         "tls": {"ca_file": null},
-        "channels": {}
+        "channels": {},
+        "exec": {
+            "enabled": true,
+            "default": "ask",
+            "preview": "overlay",
+            "sandbox": "auto",
+            "network": false,
+            "env_allow": ["PATH", "HOME", "LANG", "LC_ALL", "TERM", "USER"],
+            "timeout": "120s",
+            "max_output_bytes": 1048576,
+            "rules": []
+        }
     })
 }
 

@@ -535,6 +535,72 @@ fn validate(config: &Config) -> Vec<ConfigIssue> {
         );
     }
     issues.extend(validate_channels(&config.channels));
+    issues.extend(validate_exec(&config.exec));
+    issues
+}
+
+/// The shell tool's keys (DESIGN §3, §5.1); a rule's `match` and
+/// `not_match` examples must do what they say.
+fn validate_exec(exec: &ExecConfig) -> Vec<ConfigIssue> {
+    let mut issues = Vec::new();
+    require(
+        &mut issues,
+        exec.timeout_seconds().is_some(),
+        "exec.timeout".to_owned(),
+        "must be a duration such as 30s, 2m or 1h",
+    );
+    require(
+        &mut issues,
+        exec.max_output_bytes >= 1024,
+        "exec.max_output_bytes".to_owned(),
+        "must be at least 1024",
+    );
+    for (index, name) in exec.env_allow.iter().enumerate() {
+        require(
+            &mut issues,
+            is_env_name(name),
+            format!("exec.env_allow[{index}]"),
+            "must be an environment variable name",
+        );
+    }
+    for (index, rule) in exec.rules.iter().enumerate() {
+        require(
+            &mut issues,
+            !rule.prefix.is_empty(),
+            format!("exec.rules[{index}].prefix"),
+            "must name at least one word",
+        );
+        for (position, token) in rule.prefix.iter().enumerate() {
+            let fine = match token {
+                ExecToken::Word(word) => !word.is_empty(),
+                ExecToken::Alternatives(words) => {
+                    !words.is_empty() && words.iter().all(|word| !word.is_empty() && word != "*")
+                }
+            };
+            require(
+                &mut issues,
+                fine,
+                format!("exec.rules[{index}].prefix[{position}]"),
+                "must be a word, `*`, or a non-empty list of words",
+            );
+        }
+    }
+    if issues.is_empty() {
+        for mismatch in crate::exec::ExecPolicy::check_examples(exec) {
+            let (key, says) = if mismatch.should_match {
+                ("match", "does not match")
+            } else {
+                ("not_match", "matches")
+            };
+            issues.push(ConfigIssue::new(
+                format!("exec.rules[{}].{key}", mismatch.index),
+                format!(
+                    "the rule {says} its example {:?}",
+                    crate::display::safe_line(&mismatch.example)
+                ),
+            ));
+        }
+    }
     issues
 }
 
@@ -743,5 +809,56 @@ mod tests {
     fn defaults_compile() {
         assert!(Policy::compile(&Config::default()).is_ok());
         assert!(validate(&Config::default()).is_empty());
+    }
+}
+
+#[cfg(test)]
+mod exec_tests {
+    use super::load;
+
+    fn issues(text: &str) -> Vec<String> {
+        match load(text, "airlock.yaml") {
+            Ok(_) => Vec::new(),
+            Err(error) => error.to_string().lines().map(str::to_owned).collect(),
+        }
+    }
+
+    #[test]
+    fn exec_rules_whose_examples_hold_load() {
+        let text = "exec:\n  rules:\n    - {prefix: [git, status], decision: allow, match: [\"git status -s\"], not_match: [\"git push\"]}\n    - {prefix: [cargo, [build, test]], decision: allow, match: [\"cargo test --all\", \"cargo build\"]}\n";
+        assert_eq!(issues(text), Vec::<String>::new());
+    }
+
+    #[test]
+    fn an_exec_rule_whose_example_fails_is_a_config_error() {
+        let text = "exec:\n  rules:\n    - {prefix: [git, status], decision: allow, match: [\"git stat\"], not_match: [\"git status --short\"]}\n";
+        let found = issues(text).join("\n");
+        assert!(
+            found.contains("exec.rules[0].match: the rule does not match its example \"git stat\""),
+            "{found}"
+        );
+        assert!(
+            found.contains(
+                "exec.rules[0].not_match: the rule matches its example \"git status --short\""
+            ),
+            "{found}"
+        );
+    }
+
+    #[test]
+    fn bad_exec_keys_are_config_errors() {
+        let text = "exec:\n  timeout: soon\n  max_output_bytes: 10\n  env_allow: [\"A B\"]\n  rules:\n    - {prefix: [], decision: allow}\n    - {prefix: [git, []], decision: ask}\n";
+        let found = issues(text).join("\n");
+        for key in [
+            "exec.timeout",
+            "exec.max_output_bytes",
+            "exec.env_allow[0]",
+            "exec.rules[0].prefix",
+            "exec.rules[1].prefix[1]",
+        ] {
+            assert!(found.contains(key), "{key} not in {found}");
+        }
+        let unknown = issues("exec:\n  rules:\n    - {prefix: [ls], decision: maybe}\n").join("\n");
+        assert!(unknown.contains("exec.rules"), "{unknown}");
     }
 }

@@ -37,6 +37,8 @@ pub struct Config {
     pub tls: TlsConfig,
     /// Chat approvers (DESIGN §7.1); each connects outbound only.
     pub channels: ChannelsConfig,
+    /// The shell tool (DESIGN §5.1).
+    pub exec: ExecConfig,
 }
 
 /// Where the sandbox is and where airlock keeps its own state.
@@ -834,4 +836,122 @@ mod expand_tests {
             Err("`${1X}` is not an environment variable name".to_owned())
         );
     }
+}
+
+/// The shell tool `exec` (DESIGN §5.1).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ExecConfig {
+    /// `false`: no `exec` tool.
+    pub enabled: bool,
+    /// What a command no rule matches gets.
+    pub default: ExecDecision,
+    /// How an asking command is shown before approval: `overlay` runs it in
+    /// a copy-on-write overlay and shows its file changes as a diff;
+    /// `rerun` shows it without a diff and runs it after approval; `none`
+    /// shows only the command.
+    pub preview: ExecPreview,
+    /// `auto`: Landlock and/or namespaces, refusing to run without either;
+    /// `none`: no sandbox, and every command asks.
+    pub sandbox: ExecSandbox,
+    /// Whether commands may use the network (a rule may allow it for its
+    /// commands).
+    pub network: bool,
+    /// The environment variables a command sees (all others are removed).
+    pub env_allow: Vec<String>,
+    /// How long a command may run (`30s`, `2m`).
+    pub timeout: String,
+    /// Output kept per stream; more is cut and marked truncated.
+    pub max_output_bytes: u64,
+    /// Rules for the simple commands a command line is made of; among the
+    /// rules that match a command the strictest wins, and across a command
+    /// line's commands the strictest wins (deny > ask > allow). They come
+    /// before a curated list that allows common read-only commands.
+    pub rules: Vec<ExecRuleConfig>,
+}
+
+impl Default for ExecConfig {
+    fn default() -> Self {
+        ExecConfig {
+            enabled: true,
+            default: ExecDecision::Ask,
+            preview: ExecPreview::Overlay,
+            sandbox: ExecSandbox::Auto,
+            network: false,
+            env_allow: ["PATH", "HOME", "LANG", "LC_ALL", "TERM", "USER"]
+                .map(str::to_owned)
+                .to_vec(),
+            timeout: "120s".to_owned(),
+            max_output_bytes: 1_048_576,
+            rules: Vec::new(),
+        }
+    }
+}
+
+impl ExecConfig {
+    /// `timeout` in seconds (`None` when it does not parse, which the
+    /// configuration check refuses).
+    pub fn timeout_seconds(&self) -> Option<u64> {
+        parse_duration_seconds(&self.timeout)
+    }
+}
+
+/// What a command gets.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecDecision {
+    Allow,
+    Ask,
+    Deny,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecPreview {
+    Overlay,
+    Rerun,
+    None,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecSandbox {
+    Auto,
+    None,
+}
+
+/// A rule for simple commands.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExecRuleConfig {
+    /// The first words of the command: each a word, `*` for any one word,
+    /// or a list of alternatives (`[cargo, [build, test]]`).
+    pub prefix: Vec<ExecToken>,
+    pub decision: ExecDecision,
+    /// The risk of a command this rule decides (default: low for allow,
+    /// medium for ask, high for deny).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub risk: Option<Risk>,
+    /// Whether its commands may use the network.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub network: bool,
+    /// Commands this rule must match; checked when the configuration loads.
+    #[serde(default, rename = "match", skip_serializing_if = "Vec::is_empty")]
+    pub matches: Vec<String>,
+    /// Commands this rule must not match; checked when the configuration
+    /// loads.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_match: Vec<String>,
+}
+
+/// One word of a rule's prefix.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum ExecToken {
+    /// A word, or `*` for any one word.
+    Word(String),
+    /// Any of these words.
+    Alternatives(Vec<String>),
 }

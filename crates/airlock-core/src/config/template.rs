@@ -134,4 +134,22 @@ channels: {}                 # chat approvers; each connects outbound only (no p
 #     gateway_url: null                # default: asked from the API
 #     channels: ["112233445566778899"]
 #     users: {"998877665544332211": user-1}
+
+exec:                        # the shell tool (DESIGN 5.1)
+  enabled: true
+  default: ask               # allow | ask | deny for commands no rule matches
+  preview: overlay           # overlay | rerun | none
+  sandbox: auto              # auto (landlock and/or namespaces) | none (then every exec asks)
+  network: false
+  env_allow: [PATH, HOME, LANG, LC_ALL, TERM, USER]
+  timeout: 120s
+  max_output_bytes: 1048576
+  rules: []                  # the strictest decision across a command line's commands wins;
+                             # common read-only commands (ls, cat, rg, git status|diff|log|show,
+                             # cargo check|test|build …) are allowed unless a rule says otherwise
+# rules:
+#   - {prefix: [git, status], decision: allow, match: ["git status -s"], not_match: ["git push"]}
+#   - {prefix: [git, push], decision: ask, risk: high}
+#   - {prefix: [rm, -rf, /], decision: deny}
+#   - {prefix: [cargo, [build, test, check]], decision: allow}
 "#;
