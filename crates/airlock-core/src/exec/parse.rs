@@ -733,7 +733,7 @@ impl Walker {
             "xargs" => self.xargs(words, text, via, depth),
             "find" => self.find(words, text, via, depth),
             "fd" | "fdfind" => self.fd(words, text, via, depth),
-            _ if is_shell(&name) => self.shell(words, text, via, depth, stdin),
+            _ if is_shell(&name) => self.shell(words, text, via, depth),
             _ => {
                 if let Some(flags) = interpreter_code_flags(&name) {
                     let gives_code = rest.iter().any(|word| {
@@ -780,7 +780,7 @@ impl Walker {
     }
 
     /// `sh`, `bash` …: `-c CODE` is parsed as bash; no script reads stdin.
-    fn shell(&mut self, words: Vec<Word>, text: &str, via: &[String], depth: usize, stdin: Stdin) {
+    fn shell(&mut self, words: Vec<Word>, text: &str, via: &[String], depth: usize) {
         let name = words[0].literal().unwrap_or_default().to_owned();
         let mut index = 1;
         let mut code_flag = false;
@@ -825,7 +825,6 @@ impl Walker {
         }
         if reads_stdin || words.get(index).is_none() {
             // No script: the code comes from standard input.
-            let _ = stdin;
             self.hazard(text, via, Hazard::InterpreterInput(name));
         }
         self.push(Unit {

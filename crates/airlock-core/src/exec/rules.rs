@@ -2,7 +2,7 @@
 
 use serde::Serialize;
 
-use super::parse::{self, Hazard, Script, UnitKind, Word};
+use super::parse::{self, Script, UnitKind, Word};
 use crate::config::{ExecConfig, ExecDecision, ExecRuleConfig, ExecSandbox, ExecToken};
 use crate::risk::Risk;
 
@@ -364,7 +364,7 @@ impl ExecPolicy {
                     decision: ExecDecision::Ask,
                     risk: Risk::High,
                     because: Because::Hazard {
-                        hazard: hazard_text(&hazard),
+                        hazard: hazard.to_string(),
                     },
                 },
                 UnitKind::Command(words) => {
@@ -524,8 +524,4 @@ fn compile_rule(index: usize, rule: &ExecRuleConfig) -> Rule {
         reject: &[],
         source: RuleSource::Config { index },
     }
-}
-
-fn hazard_text(hazard: &Hazard) -> String {
-    hazard.to_string()
 }
