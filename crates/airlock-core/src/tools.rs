@@ -21,6 +21,8 @@ pub enum BuiltinTool {
     Exists,
     ListDir,
     ProposalStatus,
+    /// The shell tool (DESIGN §5.1).
+    Exec,
 }
 
 /// How much a built-in tool can change, which fixes its default risk.
@@ -33,11 +35,14 @@ pub enum BuiltinClass {
     Write,
     /// Deletes or moves files: high risk.
     Destructive,
+    /// Runs a command: decided part by part by `exec.rules`; medium risk
+    /// until they say otherwise.
+    Exec,
 }
 
 impl BuiltinTool {
     /// Every built-in tool, in the order `tools/list` shows them.
-    pub const ALL: [BuiltinTool; 12] = [
+    pub const ALL: [BuiltinTool; 13] = [
         BuiltinTool::ReadFile,
         BuiltinTool::WriteFile,
         BuiltinTool::EditFile,
@@ -50,6 +55,7 @@ impl BuiltinTool {
         BuiltinTool::Exists,
         BuiltinTool::ListDir,
         BuiltinTool::ProposalStatus,
+        BuiltinTool::Exec,
     ];
 
     /// The tool's name as agents call it.
@@ -67,6 +73,7 @@ impl BuiltinTool {
             BuiltinTool::Exists => "exists",
             BuiltinTool::ListDir => "list_dir",
             BuiltinTool::ProposalStatus => "proposal_status",
+            BuiltinTool::Exec => "exec",
         }
     }
 
@@ -85,6 +92,7 @@ impl BuiltinTool {
             | BuiltinTool::ApplyPatch
             | BuiltinTool::DeleteFile
             | BuiltinTool::MoveFile => "fs.propose_patch",
+            BuiltinTool::Exec => "exec.run",
         }
     }
 
@@ -109,6 +117,7 @@ impl BuiltinTool {
                 BuiltinClass::Write
             }
             BuiltinTool::DeleteFile | BuiltinTool::MoveFile => BuiltinClass::Destructive,
+            BuiltinTool::Exec => BuiltinClass::Exec,
         }
     }
 
@@ -132,6 +141,9 @@ impl BuiltinTool {
             BuiltinTool::MoveFile => &["from", "to"],
             // apply_patch names its paths inside the patch text; see `patch_paths`.
             BuiltinTool::ApplyPatch | BuiltinTool::ProposalStatus => &[],
+            // Its working directory; the paths a command names are its
+            // redirections' (see `exec::parse`) and the sandbox's.
+            BuiltinTool::Exec => &["cwd"],
         }
     }
 }
@@ -143,6 +155,7 @@ impl BuiltinClass {
             BuiltinClass::ReadOnly => Risk::Low,
             BuiltinClass::Write => Risk::Medium,
             BuiltinClass::Destructive => Risk::High,
+            BuiltinClass::Exec => Risk::Medium,
         }
     }
 }

@@ -39,6 +39,9 @@ pub struct Policy {
     pub(crate) elicitation_fallback: ElicitationFallback,
     /// Configured upstreams and whether their annotations are trusted.
     pub(crate) upstreams: Vec<(Arc<str>, bool)>,
+    /// `exec.rules` and the curated list; `None` when `exec.enabled` is
+    /// false.
+    pub(crate) exec: Option<Arc<crate::exec::ExecPolicy>>,
 }
 
 #[derive(Debug, Clone)]
@@ -166,6 +169,10 @@ impl Policy {
                         )
                     })
                     .collect(),
+                exec: config
+                    .exec
+                    .enabled
+                    .then(|| Arc::new(crate::exec::ExecPolicy::compile(&config.exec))),
             }),
             _ => Err(issues),
         }
@@ -530,8 +537,12 @@ fn resolve_risk_policy(
 }
 
 /// Whether `tool` is one of the built-in file tools that `file_broker.enabled`
-/// switches (every built-in but `proposal_status`).
+/// switches (every built-in but `proposal_status` and `exec`).
 pub(crate) fn is_file_tool(tool: &str) -> bool {
-    crate::tools::BuiltinTool::from_name(tool)
-        .is_some_and(|tool| tool != crate::tools::BuiltinTool::ProposalStatus)
+    crate::tools::BuiltinTool::from_name(tool).is_some_and(|tool| {
+        !matches!(
+            tool,
+            crate::tools::BuiltinTool::ProposalStatus | crate::tools::BuiltinTool::Exec
+        )
+    })
 }

@@ -112,6 +112,16 @@ impl Decision {
             Reason::HitlDisabled => "security.hitl.enabled".to_owned(),
             Reason::ConfirmationDisabled => "security.write_tool_confirmation".to_owned(),
             Reason::ResolvedPaths => "resolved_paths".to_owned(),
+            Reason::ExecDisabled => "exec.enabled".to_owned(),
+            Reason::ExecNoCommand => "exec".to_owned(),
+            Reason::ExecPart(part) => match &part.because {
+                crate::exec::Because::Rule { rule } | crate::exec::Because::MayMatch { rule } => {
+                    rule.to_string()
+                }
+                crate::exec::Because::Default => "exec.default".to_owned(),
+                crate::exec::Because::Hazard { .. } => "exec".to_owned(),
+                crate::exec::Because::Unsandboxed => "exec.sandbox".to_owned(),
+            },
         };
         Some(crate::envelope::ErrorReason {
             layer: denial.layer().as_str().to_owned(),
@@ -134,6 +144,7 @@ pub enum Layer {
     RiskPolicy,
     Grant,
     Hitl,
+    Exec,
 }
 
 impl Layer {
@@ -147,6 +158,7 @@ impl Layer {
             Layer::RiskPolicy => "risk_policy",
             Layer::Grant => "grant",
             Layer::Hitl => "hitl",
+            Layer::Exec => "exec",
         }
     }
 }
@@ -266,6 +278,12 @@ pub enum Reason {
     /// The decision below was made on the paths as the file system resolves
     /// them, which was stricter than on the paths as written.
     ResolvedPaths,
+    /// `exec.enabled: false`.
+    ExecDisabled,
+    /// An `exec` call that names no command (`command` or `argv`).
+    ExecNoCommand,
+    /// One part of an `exec` command and its decision.
+    ExecPart(Box<crate::exec::Segment>),
 }
 
 /// The class behind a default risk.
@@ -286,6 +304,8 @@ pub enum ToolClass {
     UpstreamResource,
     /// An upstream's request to sample the client's model.
     UpstreamSampling,
+    /// The shell tool.
+    BuiltinExec,
     /// Not a built-in and not from a configured upstream.
     Unknown,
 }
@@ -306,6 +326,7 @@ impl ToolClass {
             BuiltinClass::ReadOnly => ToolClass::BuiltinReadOnly,
             BuiltinClass::Write => ToolClass::BuiltinWrite,
             BuiltinClass::Destructive => ToolClass::BuiltinDestructive,
+            BuiltinClass::Exec => ToolClass::BuiltinExec,
         }
     }
 }
@@ -333,6 +354,7 @@ impl Justification {
             Reason::Grant { .. } => Layer::Grant,
             Reason::HitlDisabled | Reason::ConfirmationDisabled => Layer::Hitl,
             Reason::ResolvedPaths => Layer::Sandbox,
+            Reason::ExecDisabled | Reason::ExecNoCommand | Reason::ExecPart(_) => Layer::Exec,
         }
     }
 
@@ -359,7 +381,10 @@ impl Justification {
             | Reason::Grant { .. }
             | Reason::HitlDisabled
             | Reason::ConfirmationDisabled
-            | Reason::ResolvedPaths => None,
+            | Reason::ResolvedPaths
+            | Reason::ExecDisabled
+            | Reason::ExecNoCommand
+            | Reason::ExecPart(_) => None,
         }
     }
 }
@@ -463,6 +488,7 @@ impl fmt::Display for Justification {
                     ToolClass::UntrustedUpstream => "upstream tool, annotations not trusted",
                     ToolClass::UpstreamResource => "upstream resource read",
                     ToolClass::UpstreamSampling => "upstream sampling request (spends)",
+                    ToolClass::BuiltinExec => "shell command",
                     ToolClass::Unknown => "unknown tool",
                 };
                 write!(f, "{what}: risk {risk}")
@@ -483,6 +509,19 @@ impl fmt::Display for Justification {
             Reason::ResolvedPaths => f.write_str(
                 "decided on the paths as the file system resolves them (symlinks followed), which is stricter than as written",
             ),
+            Reason::ExecDisabled => f.write_str("the shell tool is off (exec.enabled is false)"),
+            Reason::ExecNoCommand => {
+                f.write_str("names no command: pass `command` (a string) or `argv` (a list)")
+            }
+            Reason::ExecPart(part) => {
+                // A command is an agent's text: one line, made visible.
+                let shown = part.command.as_deref().unwrap_or(&part.text);
+                write!(f, "`{}`", crate::display::safe_line(shown))?;
+                if !part.via.is_empty() {
+                    write!(f, " (in {})", crate::display::safe_line(&part.via.join(" > ")))?;
+                }
+                write!(f, ": {}", crate::display::safe_line(&part.because.to_string()))
+            }
         }
     }
 }
@@ -562,6 +601,9 @@ impl Serialize for Justification {
                 map.serialize_entry("setting", "security.write_tool_confirmation")?;
             }
             Reason::ResolvedPaths => map.serialize_entry("paths", "resolved")?,
+            Reason::ExecDisabled => map.serialize_entry("setting", "exec.enabled")?,
+            Reason::ExecNoCommand => {}
+            Reason::ExecPart(part) => map.serialize_entry("part", part)?,
         }
         map.serialize_entry("message", &self.to_string())?;
         map.end()

@@ -128,6 +128,19 @@ impl Policy {
             }
             _ => self.default_risk(&call.origin),
         };
+        // A command is read once: its parts decide it, and its risk is
+        // theirs.
+        let is_exec = matches!(call.origin, ToolOrigin::Builtin(BuiltinTool::Exec));
+        let exec = is_exec
+            .then(|| {
+                let policy = self.exec.as_ref()?;
+                exec_command(&call.args).map(|command| match command {
+                    ExecCommand::Line(line) => policy.decide_command(line),
+                    ExecCommand::Argv(argv) => policy.decide_argv(&argv),
+                })
+            })
+            .flatten();
+        let default_risk = exec.as_ref().map_or(default_risk, |verdict| verdict.risk);
         let risk = rule.and_then(|(_, rule)| rule.risk).unwrap_or(default_risk);
         let write_class = match &call.origin {
             ToolOrigin::Builtin(tool) => tool.is_write(),
@@ -155,6 +168,28 @@ impl Policy {
                 None => true,
             },
         );
+
+        // A command's redirections write (or read) files: the path rules
+        // decide them as they decide write_file's path.
+        if let Some(verdict) = &exec {
+            let cwd = call.args.get("cwd").and_then(Value::as_str).unwrap_or("");
+            for redirect in &verdict.redirects {
+                if crate::exec::parse::is_device(&redirect.target) {
+                    continue;
+                }
+                let path = if redirect.target.starts_with('/') || cwd.is_empty() {
+                    redirect.target.clone()
+                } else {
+                    format!("{}/{}", cwd.trim_end_matches('/'), redirect.target)
+                };
+                if let Some((reason, code)) =
+                    self.paths
+                        .check("redirect", &path, Scope::Workspace, redirect.write)
+                {
+                    tally.deny(reason, code);
+                }
+            }
+        }
 
         // Layer 2: the write-tool user allowlist (spec 001).
         if write_class && let Some(users) = &self.write_allowlist {
@@ -222,6 +257,30 @@ impl Policy {
             }
         }
 
+        // The shell tool: each part of the command by `exec.rules`.
+        if is_exec {
+            match (&self.exec, &exec) {
+                (None, _) => tally.deny(Reason::ExecDisabled, ErrorCode::PolicyDenied),
+                (Some(_), None) => tally.deny(Reason::ExecNoCommand, ErrorCode::InvalidInput),
+                (Some(_), Some(verdict)) => {
+                    for part in &verdict.segments {
+                        let reason = Reason::ExecPart(Box::new(part.clone()));
+                        match part.decision {
+                            crate::config::ExecDecision::Deny => {
+                                tally.deny(reason, ErrorCode::PolicyDenied);
+                            }
+                            crate::config::ExecDecision::Ask => {
+                                tally.say(Some(Disposition::Ask), reason);
+                            }
+                            crate::config::ExecDecision::Allow => {
+                                tally.say(Some(Disposition::Allow), reason);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+
         // Layer 4: the first matching rule (spec 002).
         let risk_policy = self.risk_policy(risk);
         let mut require_approval = risk_policy.require_approval;
@@ -265,8 +324,9 @@ impl Policy {
             tally.say(None, Reason::DefaultRisk { class, risk });
         }
 
-        // Layer 6: the risk policy, unless the rule already said whether to ask.
-        if rule.is_none_or(|(_, rule)| rule.require_approval.is_none()) {
+        // Layer 6: the risk policy, unless the rule already said whether to
+        // ask (for a command, its parts said).
+        if !is_exec && rule.is_none_or(|(_, rule)| rule.require_approval.is_none()) {
             let effect = if require_approval {
                 Disposition::Ask
             } else {
@@ -284,7 +344,10 @@ impl Policy {
         // Layer 7: grants turn ask into allow, only where the policy allows skipping.
         // A patch that does not parse names no path a grant could vouch for.
         let patch_parses = patch.as_ref().is_none_or(|patch| patch.parses);
+        // A command is never covered by a grant: "always allow" on `exec`
+        // would allow every command.
         if tally.disposition == Disposition::Ask
+            && !is_exec
             && risk_policy.allow_skip
             && !grants.is_empty()
             && patch_parses
@@ -310,7 +373,7 @@ impl Policy {
         if tally.disposition == Disposition::Ask {
             let reason = if !self.hitl_enabled {
                 Some(Reason::HitlDisabled)
-            } else if write_class && !self.write_tool_confirmation {
+            } else if write_class && !is_exec && !self.write_tool_confirmation {
                 Some(Reason::ConfirmationDisabled)
             } else {
                 None
@@ -328,7 +391,7 @@ impl Policy {
             disposition: tally.disposition,
             risk,
             timeout_seconds,
-            allow_skip: risk_policy.allow_skip,
+            allow_skip: risk_policy.allow_skip && !is_exec,
             require_reason: risk_policy.require_reason,
             approvers: risk_policy.approvers.clone(),
             write_class,
@@ -425,5 +488,25 @@ fn for_each_path(
                 }
             }
         }
+    }
+}
+
+/// The command of an `exec` call.
+enum ExecCommand<'a> {
+    Line(&'a str),
+    Argv(Vec<String>),
+}
+
+/// `command` (a shell line) or `argv` (strings), whichever the call names;
+/// `None` for neither, both, or a malformed one (the tool refuses those).
+fn exec_command(args: &Value) -> Option<ExecCommand<'_>> {
+    match (args.get("command"), args.get("argv")) {
+        (Some(Value::String(line)), None) => Some(ExecCommand::Line(line)),
+        (None, Some(Value::Array(words))) if !words.is_empty() => words
+            .iter()
+            .map(|word| word.as_str().map(str::to_owned))
+            .collect::<Option<Vec<_>>>()
+            .map(ExecCommand::Argv),
+        _ => None,
     }
 }
