@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! airlock-core                               (pure)
-//! airlock-fs, airlock-audit, airlock-store   (IO, one kind of state each)
+//! airlock-fs, airlock-audit, airlock-store,  (IO, one kind of state each)
+//! airlock-exec
 //! airlock-broker                             (the application)
 //! airlock-mcp, airlock-http                  (faces; none knows another)
 //! airlock-testkit                            (what the integration tests share)
@@ -19,7 +20,12 @@ use std::path::Path;
 
 const LAYERS: &[&[&str]] = &[
     &["airlock-core"],
-    &["airlock-fs", "airlock-audit", "airlock-store"],
+    &[
+        "airlock-fs",
+        "airlock-audit",
+        "airlock-store",
+        "airlock-exec",
+    ],
     &["airlock-broker", "airlock-net"],
     &["airlock-mcp", "airlock-http", "airlock-chat"],
     &["airlock-testkit"],
@@ -230,6 +236,37 @@ fn airlock_core_does_no_io() {
         }
     }
     assert!(found.is_empty(), "{found:#?}");
+}
+
+/// No `unsafe` code anywhere but the sandbox's child setup
+/// (`airlock-exec/src/child.rs`), the one place that must make system calls
+/// between `fork` and `exec`; the workspace denies `unsafe_code` and only
+/// that module allows it.
+#[test]
+fn only_the_sandbox_child_setup_is_unsafe() {
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let allowed = crates.join("airlock-exec/src/child.rs");
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(&crates).expect("crates") {
+        let dir = entry.expect("entry").path().join("src");
+        for (path, text) in sources(&dir) {
+            if path == allowed {
+                continue;
+            }
+            for (n, line) in text.lines().enumerate() {
+                let code = line.split("//").next().unwrap_or("");
+                if code.contains("unsafe ")
+                    || code.contains("unsafe_code")
+                    || code.contains("unsafe{")
+                {
+                    found.push(format!("{}:{}", path.display(), n + 1));
+                }
+            }
+        }
+    }
+    assert!(found.is_empty(), "{found:#?}");
+    let child = std::fs::read_to_string(&allowed).expect("child.rs");
+    assert!(child.contains("#![allow(unsafe_code)]"));
 }
 
 /// An approval's stored JSON (plan, terms, result) is written and read by

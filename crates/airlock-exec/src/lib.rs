@@ -1,0 +1,487 @@
+//! airlock-exec: the shell tool's sandbox (DESIGN §5.1).
+//!
+//! Every command runs in its own process group, in new user, mount and pid
+//! namespaces (and a network namespace of its own, with no interface up,
+//! unless the run may use the network), under Landlock: it reads the file
+//! system, writes only the workspace and a temporary directory of its own,
+//! sees airlock's state dir as an empty read-only directory, cannot write
+//! the config file or `.git` directories, mounts nothing, and holds no
+//! capability. It is killed with every process it started when it passes
+//! its timeout. Its output is kept up to a limit per stream.
+//!
+//! [`preview`] runs a command the same way over a copy-on-write overlay of
+//! the workspace and returns the file changes it would make, leaving the
+//! workspace as it was.
+//!
+//! Which command may run is not decided here (that is the policy's, in
+//! airlock-core); this crate only runs what it is given, contained.
+
+mod child;
+mod overlay;
+
+use std::ffi::{CString, OsString};
+use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+pub use overlay::Change;
+
+/// Why a command could not be run.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    /// The kernel offers no Landlock or no user namespaces.
+    #[error("no sandbox is available here: {0}")]
+    SandboxUnavailable(String),
+    /// The command did not start (a missing program, a failed setup step).
+    #[error("the command did not start: {0}")]
+    Failed(String),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// What the sandbox protects, for one workspace.
+#[derive(Debug, Clone)]
+pub struct Sandbox {
+    root: PathBuf,
+    hidden: Vec<PathBuf>,
+    read_only: Vec<PathBuf>,
+    bash: PathBuf,
+}
+
+/// What to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Program {
+    /// A bash command line.
+    Shell(String),
+    /// A program and its arguments, no shell.
+    Argv(Vec<String>),
+}
+
+/// One run.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub program: Program,
+    /// The working directory: absolute, inside the workspace.
+    pub cwd: PathBuf,
+    /// The whole environment the command sees (`TMPDIR` is added).
+    pub env: Vec<(String, String)>,
+    pub stdin: Vec<u8>,
+    pub timeout: Duration,
+    /// Bytes kept per stream; the rest is read and dropped.
+    pub max_output_bytes: usize,
+    pub network: bool,
+    /// Processes the run may have at once.
+    pub max_processes: u64,
+}
+
+/// What came of a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Output {
+    /// The exit code, if it exited.
+    pub exit_code: Option<i32>,
+    /// The signal that ended it, if one did.
+    pub signal: Option<i32>,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+    pub truncated_stdout: bool,
+    pub truncated_stderr: bool,
+    pub duration: Duration,
+    /// It ran past its timeout and was killed.
+    pub timed_out: bool,
+}
+
+/// A previewed run: its output and the changes it would make.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Preview {
+    pub output: Output,
+    pub changes: Vec<Change>,
+}
+
+/// Whether this machine can sandbox: the Landlock ABI, or why not.
+pub fn support() -> Result<i64, ExecError> {
+    let abi = child::landlock_abi();
+    if abi < 1 {
+        return Err(ExecError::SandboxUnavailable(
+            "the kernel offers no Landlock".to_owned(),
+        ));
+    }
+    let max = std::fs::read_to_string("/proc/sys/user/max_user_namespaces")
+        .ok()
+        .and_then(|text| text.trim().parse::<u64>().ok());
+    if max == Some(0) {
+        return Err(ExecError::SandboxUnavailable(
+            "user namespaces are disabled (user.max_user_namespaces is 0)".to_owned(),
+        ));
+    }
+    Ok(abi)
+}
+
+impl Sandbox {
+    /// The sandbox of the workspace at `root` (canonical): `hidden` paths
+    /// (airlock's state dir) are neither readable nor writable, `read_only`
+    /// ones (the config file) not writable, nor is any `.git` directory
+    /// directly under the root.
+    pub fn new(
+        root: &Path,
+        hidden: &[PathBuf],
+        read_only: &[PathBuf],
+    ) -> Result<Sandbox, ExecError> {
+        support()?;
+        let root = root
+            .canonicalize()
+            .map_err(|error| ExecError::Invalid(format!("{}: {error}", root.display())))?;
+        let mut read_only: Vec<PathBuf> = read_only.to_vec();
+        read_only.push(root.join(".git"));
+        let bash = ["/bin/bash", "/usr/bin/bash"]
+            .into_iter()
+            .map(PathBuf::from)
+            .find(|path| path.is_file())
+            .ok_or_else(|| ExecError::SandboxUnavailable("bash is not installed".to_owned()))?;
+        Ok(Sandbox {
+            root,
+            hidden: hidden.to_vec(),
+            read_only,
+            bash,
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Runs `run` for real: its changes to the workspace stay.
+    pub fn run(&self, run: &Run) -> Result<Output, ExecError> {
+        let scratch = Scratch::new()?;
+        self.spawn(run, &scratch, None)
+    }
+
+    /// Runs `run` over a copy-on-write overlay of the workspace: the
+    /// workspace does not change; the changes it would make are returned.
+    pub fn preview(&self, run: &Run) -> Result<Preview, ExecError> {
+        let scratch = Scratch::new()?;
+        let upper = scratch.path.join("upper");
+        let work = scratch.path.join("work");
+        for dir in [&upper, &work] {
+            std::fs::create_dir(dir).map_err(|error| ExecError::Failed(error.to_string()))?;
+        }
+        let listed = [&self.root, &upper, &work];
+        if listed.iter().any(|path| {
+            path.as_os_str()
+                .as_bytes()
+                .iter()
+                .any(|byte| matches!(byte, b',' | b':' | b'\\'))
+        }) {
+            return Err(ExecError::SandboxUnavailable(
+                "the workspace path holds a `,`, `:` or `\\`, which an overlay cannot name"
+                    .to_owned(),
+            ));
+        }
+        let mut options = OsString::from("lowerdir=");
+        options.push(&self.root);
+        options.push(",upperdir=");
+        options.push(&upper);
+        options.push(",workdir=");
+        options.push(&work);
+        options.push(",userxattr");
+        let output = self.spawn(run, &scratch, Some(c_string(options.as_bytes())?))?;
+        let changes = overlay::changes(&self.root, &upper, &self.hidden)
+            .map_err(|error| ExecError::Failed(format!("reading the overlay: {error}")))?;
+        Ok(Preview { output, changes })
+    }
+
+    fn spawn(
+        &self,
+        run: &Run,
+        scratch: &Scratch,
+        overlay: Option<CString>,
+    ) -> Result<Output, ExecError> {
+        let cwd = if run.cwd.is_absolute() {
+            run.cwd.clone()
+        } else {
+            self.root.join(&run.cwd)
+        };
+        if !cwd.starts_with(&self.root) {
+            return Err(ExecError::Invalid(format!(
+                "the working directory {} is outside the workspace",
+                cwd.display()
+            )));
+        }
+        let tmp = scratch.path.join("tmp");
+        std::fs::create_dir(&tmp).map_err(|error| ExecError::Failed(error.to_string()))?;
+        let mut command = match &run.program {
+            Program::Shell(line) => {
+                let mut command = Command::new(&self.bash);
+                command.args(["--noprofile", "--norc", "-c", line]);
+                command
+            }
+            Program::Argv(argv) => {
+                let Some((program, args)) = argv.split_first() else {
+                    return Err(ExecError::Invalid("argv is empty".to_owned()));
+                };
+                let mut command = Command::new(program);
+                command.args(args);
+                command
+            }
+        };
+        command.env_clear();
+        for (name, value) in &run.env {
+            // Variables that make a shell run code before the command.
+            if !matches!(name.as_str(), "BASH_ENV" | "ENV" | "TMPDIR") {
+                command.env(name, value);
+            }
+        }
+        command.env("TMPDIR", &tmp);
+        command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+
+        let (uid, gid) = child::ids();
+        let existing = |paths: &[PathBuf]| -> Result<Vec<PathBuf>, ExecError> {
+            Ok(paths
+                .iter()
+                .filter(|path| path.symlink_metadata().is_ok())
+                .cloned()
+                .collect())
+        };
+        let read_only = existing(&self.read_only)?
+            .into_iter()
+            .map(|path| {
+                let path = c_string(path.as_os_str().as_bytes())?;
+                let keep = child::locked_flags(&path)
+                    .map_err(|error| ExecError::Failed(format!("statvfs: {error}")))?;
+                Ok((path, keep))
+            })
+            .collect::<Result<Vec<_>, ExecError>>()?;
+        let hidden = existing(&self.hidden)?
+            .into_iter()
+            .filter(|path| path.is_dir())
+            .map(|path| c_string(path.as_os_str().as_bytes()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let devices = [
+            "/dev/null",
+            "/dev/zero",
+            "/dev/full",
+            "/dev/random",
+            "/dev/urandom",
+            "/dev/tty",
+        ]
+        .iter()
+        .map(|path| c_string(path.as_bytes()))
+        .collect::<Result<Vec<_>, _>>()?;
+        let cgroup = PidsCgroup::new(run.max_processes);
+        let procs = cgroup.as_ref().and_then(PidsCgroup::procs);
+        let prepared = child::Prepared {
+            setgroups_path: c_string(b"/proc/self/setgroups")?,
+            uid_map_path: c_string(b"/proc/self/uid_map")?,
+            gid_map_path: c_string(b"/proc/self/gid_map")?,
+            uid_map: format!("{uid} {uid} 1\n").into_bytes(),
+            gid_map: format!("{gid} {gid} 1\n").into_bytes(),
+            network: run.network,
+            overlay: match overlay {
+                Some(options) => Some((c_string(self.root.as_os_str().as_bytes())?, options)),
+                None => None,
+            },
+            hidden,
+            read_only,
+            cwd: c_string(cwd.as_os_str().as_bytes())?,
+            writable: vec![
+                c_string(self.root.as_os_str().as_bytes())?,
+                c_string(tmp.as_os_str().as_bytes())?,
+            ],
+            devices,
+            abi: support()?,
+            cgroup_procs: procs.as_ref().map(std::os::fd::AsRawFd::as_raw_fd),
+            max_processes: run.max_processes,
+            cpu_seconds: run.timeout.as_secs().saturating_add(1),
+        };
+        child::install(&mut command, prepared);
+
+        let started = Instant::now();
+        let mut process = command.spawn().map_err(|error| {
+            ExecError::Failed(match &run.program {
+                Program::Argv(argv) if error.kind() == std::io::ErrorKind::NotFound => {
+                    format!(
+                        "{}: no such program",
+                        argv.first().map_or("", String::as_str)
+                    )
+                }
+                _ => error.to_string(),
+            })
+        })?;
+        drop(procs);
+        let pid = process.id();
+        let mut stdin = process.stdin.take();
+        let input = run.stdin.clone();
+        let writer = std::thread::spawn(move || {
+            if let Some(stdin) = stdin.as_mut() {
+                // A command that does not read its input: a broken pipe.
+                let _ = stdin.write_all(&input);
+            }
+        });
+        let limit = run.max_output_bytes;
+        let stdout = process.stdout.take().map(|stream| capture(stream, limit));
+        let stderr = process.stderr.take().map(|stream| capture(stream, limit));
+
+        let (done, finished) = std::sync::mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            let status = process.wait();
+            let _ = done.send(());
+            status
+        });
+        let timed_out = finished.recv_timeout(run.timeout).is_err();
+        if timed_out {
+            child::kill_group(pid);
+        }
+        let status = waiter
+            .join()
+            .map_err(|_| ExecError::Failed("the waiting thread panicked".to_owned()))?
+            .map_err(|error| ExecError::Failed(error.to_string()))?;
+        // Whatever the command left behind in its group goes too.
+        child::kill_group(pid);
+        let duration = started.elapsed();
+        let _ = writer.join();
+        let (stdout, truncated_stdout) = stdout
+            .and_then(|reader| reader.join().ok())
+            .unwrap_or_default();
+        let (stderr, truncated_stderr) = stderr
+            .and_then(|reader| reader.join().ok())
+            .unwrap_or_default();
+        use std::os::unix::process::ExitStatusExt;
+        Ok(Output {
+            exit_code: status.code(),
+            signal: status.signal(),
+            stdout,
+            stderr,
+            truncated_stdout,
+            truncated_stderr,
+            duration,
+            timed_out,
+        })
+    }
+}
+
+/// Reads a stream to its end, keeping the first `limit` bytes.
+fn capture(
+    mut stream: impl Read + Send + 'static,
+    limit: usize,
+) -> std::thread::JoinHandle<(Vec<u8>, bool)> {
+    std::thread::spawn(move || {
+        let mut kept = Vec::new();
+        let mut truncated = false;
+        let mut buffer = [0u8; 16 * 1024];
+        loop {
+            match stream.read(&mut buffer) {
+                Ok(0) => break,
+                Ok(read) => {
+                    let room = limit.saturating_sub(kept.len());
+                    if read > room {
+                        truncated = true;
+                    }
+                    kept.extend_from_slice(&buffer[..read.min(room)]);
+                }
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+        (kept, truncated)
+    })
+}
+
+fn c_string(bytes: &[u8]) -> Result<CString, ExecError> {
+    CString::new(bytes).map_err(|_| ExecError::Invalid("a path holds a NUL byte".to_owned()))
+}
+
+/// A directory of one run outside the workspace (its `TMPDIR`, and the
+/// overlay's upper and work dirs), removed when the run ends.
+struct Scratch {
+    path: PathBuf,
+}
+
+impl Scratch {
+    fn new() -> Result<Scratch, ExecError> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "airlock-exec-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir(&path)
+            .map_err(|error| ExecError::Failed(format!("{}: {error}", path.display())))?;
+        Ok(Scratch { path })
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        // The overlay's work dir holds a directory only its owner may
+        // enter: make everything removable first.
+        make_removable(&self.path);
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+fn make_removable(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(entries) = std::fs::read_dir(path) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+            let _ = std::fs::set_permissions(entry.path(), std::fs::Permissions::from_mode(0o700));
+            make_removable(&entry.path());
+        }
+    }
+}
+
+/// A pids cgroup for one run, where the machine lets airlock make one (the
+/// process count limit holds even for root, which `RLIMIT_NPROC` does not
+/// bind); removed when the run ends.
+struct PidsCgroup {
+    path: PathBuf,
+}
+
+impl PidsCgroup {
+    fn new(max: u64) -> Option<PidsCgroup> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+        // cgroup v2 (`0::/path`), else v1's pids hierarchy (`N:pids:/path`).
+        let base = own.lines().find_map(|line| {
+            let mut parts = line.splitn(3, ':');
+            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            if controllers == "pids" {
+                Some(Path::new("/sys/fs/cgroup/pids").join(path.trim_start_matches('/')))
+            } else {
+                None
+            }
+        })?;
+        let path = base.join(format!(
+            "airlock-exec-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir(&path).ok()?;
+        let cgroup = PidsCgroup { path };
+        std::fs::write(cgroup.path.join("pids.max"), max.to_string()).ok()?;
+        Some(cgroup)
+    }
+
+    /// Its `cgroup.procs`, open for the child to write itself into.
+    fn procs(&self) -> Option<std::os::fd::OwnedFd> {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(self.path.join("cgroup.procs"))
+            .ok()
+            .map(std::os::fd::OwnedFd::from)
+    }
+}
+
+impl Drop for PidsCgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.path);
+    }
+}
