@@ -34,6 +34,9 @@ pub enum Plan {
     Move(ChangePlan),
     /// A call to a tool of another MCP server, forwarded as it was approved.
     Upstream(UpstreamCall),
+    /// `exec`: the file changes its command made in a preview (its output
+    /// in the plan's report), applied without running it again.
+    Exec(ChangePlan),
 }
 
 impl Plan {
@@ -46,6 +49,7 @@ impl Plan {
             BuiltinTool::ApplyPatch => Plan::Patch(change),
             BuiltinTool::DeleteFile => Plan::Delete(change),
             BuiltinTool::MoveFile => Plan::Move(change),
+            BuiltinTool::Exec => Plan::Exec(change),
             _ => return None,
         })
     }
@@ -59,6 +63,7 @@ impl Plan {
             Plan::Delete(_) => "delete",
             Plan::Move(_) => "move",
             Plan::Upstream(_) => "upstream",
+            Plan::Exec(_) => "exec",
         }
     }
 
@@ -71,6 +76,7 @@ impl Plan {
             BuiltinTool::ApplyPatch => Some("patch"),
             BuiltinTool::DeleteFile => Some("delete"),
             BuiltinTool::MoveFile => Some("move"),
+            BuiltinTool::Exec => Some("exec"),
             _ => None,
         }
     }
@@ -82,7 +88,8 @@ impl Plan {
             | Plan::Edit(change)
             | Plan::Patch(change)
             | Plan::Delete(change)
-            | Plan::Move(change) => Some(change),
+            | Plan::Move(change)
+            | Plan::Exec(change) => Some(change),
             Plan::Upstream(_) => None,
         }
     }
@@ -96,6 +103,7 @@ impl Plan {
             Plan::Patch(_) => Plan::Patch(change),
             Plan::Delete(_) => Plan::Delete(change),
             Plan::Move(_) => Plan::Move(change),
+            Plan::Exec(_) => Plan::Exec(change),
             Plan::Upstream(_) => return None,
         })
     }

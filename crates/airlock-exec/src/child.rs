@@ -80,6 +80,11 @@ pub(crate) struct Prepared {
     /// The workspace root and the overlay's mount options.
     pub overlay: Option<(CString, CString)>,
     pub hidden: Vec<CString>,
+    /// Hidden files: an empty file (`null`) bound over each, read-only,
+    /// with the mount flags its mount has to keep.
+    pub hidden_files: Vec<CString>,
+    pub null: CString,
+    pub null_flags: libc::c_ulong,
     /// A read-only path and the mount flags its mount has to keep.
     pub read_only: Vec<(CString, libc::c_ulong)>,
     pub cwd: CString,
@@ -199,6 +204,22 @@ pub(crate) unsafe fn setup(prepared: &Prepared) -> io::Result<()> {
                 ptr(Fixed::TMPFS),
                 libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
                 ptr(Fixed::HIDDEN_OPTIONS).cast(),
+            ))?;
+        }
+        for path in &prepared.hidden_files {
+            check(libc::mount(
+                prepared.null.as_ptr(),
+                path.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND,
+                std::ptr::null(),
+            ))?;
+            check(libc::mount(
+                std::ptr::null(),
+                path.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | prepared.null_flags,
+                std::ptr::null(),
             ))?;
         }
         for (path, keep) in &prepared.read_only {

@@ -121,7 +121,8 @@ pub fn support() -> Result<i64, ExecError> {
 
 impl Sandbox {
     /// The sandbox of the workspace at `root` (canonical): `hidden` paths
-    /// (airlock's state dir) are neither readable nor writable, `read_only`
+    /// (airlock's state dir, an audit log outside it) are neither readable
+    /// nor writable, `read_only`
     /// ones (the config file) not writable, nor is any `.git` directory
     /// directly under the root.
     pub fn new(
@@ -256,11 +257,20 @@ impl Sandbox {
                 Ok((path, keep))
             })
             .collect::<Result<Vec<_>, ExecError>>()?;
-        let hidden = existing(&self.hidden)?
+        let (hidden_dirs, hidden_files): (Vec<PathBuf>, Vec<PathBuf>) = existing(&self.hidden)?
             .into_iter()
-            .filter(|path| path.is_dir())
-            .map(|path| c_string(path.as_os_str().as_bytes()))
-            .collect::<Result<Vec<_>, _>>()?;
+            .partition(|path| path.is_dir());
+        let as_c = |paths: Vec<PathBuf>| {
+            paths
+                .into_iter()
+                .map(|path| c_string(path.as_os_str().as_bytes()))
+                .collect::<Result<Vec<_>, _>>()
+        };
+        let empty = scratch.path.join("empty");
+        std::fs::write(&empty, b"").map_err(|error| ExecError::Failed(error.to_string()))?;
+        let null = c_string(empty.as_os_str().as_bytes())?;
+        let null_flags = child::locked_flags(&null)
+            .map_err(|error| ExecError::Failed(format!("statvfs: {error}")))?;
         let devices = [
             "/dev/null",
             "/dev/zero",
@@ -285,7 +295,10 @@ impl Sandbox {
                 Some(options) => Some((c_string(self.root.as_os_str().as_bytes())?, options)),
                 None => None,
             },
-            hidden,
+            hidden: as_c(hidden_dirs)?,
+            hidden_files: as_c(hidden_files)?,
+            null,
+            null_flags,
             read_only,
             cwd: c_string(cwd.as_os_str().as_bytes())?,
             writable: vec![

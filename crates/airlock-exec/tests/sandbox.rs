@@ -26,13 +26,14 @@ fn fixture() -> Fixture {
     std::fs::create_dir(root.join(".airlock")).unwrap();
     std::fs::write(root.join(".airlock/secret"), "state").unwrap();
     std::fs::write(root.join("airlock.yaml"), "exec: {}\n").unwrap();
+    std::fs::write(root.join("audit.jsonl"), "{\"seq\":1}\n").unwrap();
     std::fs::create_dir(root.join(".git")).unwrap();
     std::fs::write(root.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
     std::fs::write(root.join("a.txt"), "one\n").unwrap();
     std::fs::write(root.join("b.txt"), "bee\n").unwrap();
     let sandbox = Sandbox::new(
         &root,
-        &[root.join(".airlock")],
+        &[root.join(".airlock"), root.join("audit.jsonl")],
         &[root.join("airlock.yaml")],
     )
     .unwrap();
@@ -130,8 +131,12 @@ fn the_workspace_is_writable_and_nothing_else_is() {
 #[test]
 fn the_state_dir_is_hidden_and_the_config_and_git_are_read_only() {
     let fixture = fixture();
-    let output = run(&fixture, "ls -A .airlock; cat .airlock/secret");
-    assert_eq!(text(&output.stdout), "", "the state dir was readable");
+    let output = run(&fixture, "ls -A .airlock; cat .airlock/secret audit.jsonl");
+    assert_eq!(
+        text(&output.stdout),
+        "",
+        "the state dir or audit log was readable"
+    );
     assert_ne!(output.exit_code, Some(0));
     for line in [
         "echo x > .airlock/new",
@@ -142,6 +147,8 @@ fn the_state_dir_is_hidden_and_the_config_and_git_are_read_only() {
         "echo x > .git/HEAD",
         "echo x > .git/config",
         "mount -t tmpfs none d",
+        "echo x > audit.jsonl",
+        "rm audit.jsonl",
     ] {
         let output = run(&fixture, line);
         assert_ne!(output.exit_code, Some(0), "{line} succeeded");
@@ -151,6 +158,10 @@ fn the_state_dir_is_hidden_and_the_config_and_git_are_read_only() {
         "state"
     );
     assert!(!fixture.root.join(".airlock/new").exists());
+    assert_eq!(
+        std::fs::read_to_string(fixture.root.join("audit.jsonl")).unwrap(),
+        "{\"seq\":1}\n"
+    );
     assert_eq!(
         std::fs::read_to_string(fixture.root.join("airlock.yaml")).unwrap(),
         "exec: {}\n"

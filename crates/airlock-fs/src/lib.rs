@@ -66,8 +66,8 @@ pub use change::{
     new_plan, recover, snapshot, undo,
 };
 pub use plans::{
-    DeleteParams, EditParams, MoveParams, PatchParams, prepare_delete, prepare_edit, prepare_move,
-    prepare_patch,
+    CommandChange, DeleteParams, EditParams, MoveParams, PatchParams, prepare_command_changes,
+    prepare_delete, prepare_edit, prepare_move, prepare_patch,
 };
 pub use search::{
     ExistsData, ExistsParams, GREP_DEFAULT_MAX_RESULTS, GlobData, GlobParams, GrepData, GrepParams,

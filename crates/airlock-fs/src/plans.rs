@@ -437,3 +437,70 @@ fn read_text(target: &SandboxedPath) -> Result<(String, u32), FsError> {
     })?;
     Ok((text, mode))
 }
+
+/// One file a previewed command changed: what it holds afterwards, or
+/// `None` when the command deleted it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandChange {
+    /// Root-relative.
+    pub path: String,
+    pub after: Option<Vec<u8>>,
+    /// For a file the command created: whether it is executable.
+    pub executable: bool,
+}
+
+/// Plans the file changes a command made in its preview as one plan, applied
+/// like a patch's: every path through the sandbox as a write, the file's
+/// current content hashed (so a file changed since the preview is stale),
+/// the size and file-count limits. `summary` names the command.
+pub fn prepare_command_changes(
+    sandbox: &Sandbox,
+    summary: String,
+    changes: Vec<CommandChange>,
+    report: Map<String, Value>,
+) -> Result<ChangePlan, FsError> {
+    let config = sandbox.config();
+    if changes.len() as u64 > config.max_changed_files {
+        return Err(FsError::LimitExceeded {
+            limit: "max_changed_files",
+            message: format!(
+                "the command changes {} files, over file_broker.max_changed_files ({})",
+                changes.len(),
+                config.max_changed_files
+            ),
+        });
+    }
+    let mut planned = Vec::new();
+    let mut olds: Vec<Option<Vec<u8>>> = Vec::new();
+    for change in changes {
+        let target = sandbox.resolve("path", &change.path, Access::Write)?;
+        let old = match target.kind() {
+            None => None,
+            Some(FileKind::Directory) => {
+                return Err(FsError::IsDirectory {
+                    path: target.requested().to_owned(),
+                });
+            }
+            Some(FileKind::File | FileKind::Other) => {
+                read_current(&target)?.map(|(bytes, _)| bytes)
+            }
+        };
+        if old.is_none() && change.after.is_none() {
+            continue;
+        }
+        if let Some(after) = &change.after {
+            check_size(sandbox, after.len() as u64)?;
+        } else {
+            no_link(&target, "a command's delete")?;
+        }
+        let created = old.is_none();
+        planned.push(FileChange {
+            create_parents: true,
+            mode: (created && change.executable).then_some(0o755),
+            ..change_of(&target, old.as_deref(), change.after)
+        });
+        olds.push(old);
+    }
+    let olds: Vec<Option<&[u8]>> = olds.iter().map(Option::as_deref).collect();
+    Ok(new_plan("exec", summary, planned, &olds, report))
+}

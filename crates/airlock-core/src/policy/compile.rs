@@ -181,6 +181,13 @@ impl Policy {
     /// Binds the policy to the canonical, absolute workspace root and the
     /// configuration file's path (absolute, or relative to the root), so absolute
     /// path arguments can be placed and the config file is protected wherever it is.
+    /// What the tools never change, as configured (relative to the root
+    /// when inside it, else absolute): the state dir, the audit log, the
+    /// config file (and the default one).
+    pub fn protected_paths(&self) -> Vec<(String, super::Protected)> {
+        self.paths.protected_paths()
+    }
+
     pub fn bind_workspace(&mut self, root: &str, config_file: Option<&str>) {
         self.paths.bind(root, config_file);
     }

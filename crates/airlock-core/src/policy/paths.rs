@@ -182,6 +182,15 @@ impl PathGuard {
 
     /// Binds the guard to the canonical workspace root and the config file's path
     /// (absolute, or relative to the root).
+    pub(crate) fn protected_paths(&self) -> Vec<(String, Protected)> {
+        vec![
+            (self.state_dir.clone(), Protected::StateDir),
+            (self.audit_log.clone(), Protected::AuditLog),
+            (self.config_file.clone(), Protected::ConfigFile),
+            ("airlock.yaml".to_owned(), Protected::ConfigFile),
+        ]
+    }
+
     pub(crate) fn bind(&mut self, root: &str, config_file: Option<&str>) {
         self.root = Some(normalize_absolute(root));
         if let Some(config_file) = config_file {
