@@ -128,7 +128,7 @@ impl Broker {
             let reason = ErrorReason::of_tool_refusal(code, &message, Some(approval.risk));
             let mut envelope = Envelope::failure(
                 failure_status(code),
-                "fs.apply_patch",
+                crate::envelopes::apply_method(&approval.plan),
                 &approval.tool,
                 path,
                 code,
@@ -232,7 +232,8 @@ impl Broker {
         recovered: bool,
     ) -> Envelope {
         let path = plan.primary_path();
-        let mut envelope = Envelope::new(Status::Allowed, "fs.apply_patch", &approval.tool, path);
+        let method = crate::envelopes::apply_method(&approval.plan);
+        let mut envelope = Envelope::new(Status::Allowed, method, &approval.tool, path);
         let (before_hash, after_hash) = match files.as_slice() {
             [one] => (one.before_hash.clone(), one.after_hash.clone()),
             _ => (None, None),

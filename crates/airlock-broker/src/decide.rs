@@ -382,7 +382,7 @@ impl Broker {
         if !request.approve {
             let mut envelope = Envelope::failure(
                 Status::Denied,
-                "fs.propose_patch",
+                crate::envelopes::approval_method(&decided.plan),
                 &decided.tool,
                 decided.path.as_deref(),
                 ErrorCode::PolicyDenied,

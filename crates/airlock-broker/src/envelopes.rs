@@ -100,7 +100,7 @@ pub(crate) fn settled_from_row(approval: &Approval) -> Envelope {
     .map(|(layer, rule)| ErrorReason::new(layer, rule, Some(approval.risk)));
     let mut envelope = Envelope::failure(
         status,
-        "fs.apply_patch",
+        apply_method(&approval.plan),
         &approval.tool,
         approval.path.as_deref(),
         code,
@@ -171,6 +171,24 @@ pub(crate) fn first_denial(decision: &Decision) -> String {
 }
 
 /// spec 000's method names for the envelope's `op.method`.
+/// The envelope method of what an approval proposes: `exec.run` for a
+/// command's changes, `fs.propose_patch` for the rest.
+pub(crate) fn approval_method(plan: &airlock_core::plan::Plan) -> &'static str {
+    match plan {
+        airlock_core::plan::Plan::Exec(_) => "exec.run",
+        _ => "fs.propose_patch",
+    }
+}
+
+/// The envelope method of applying an approval: `exec.run` for a command's
+/// changes, `fs.apply_patch` for the rest.
+pub(crate) fn apply_method(plan: &airlock_core::plan::Plan) -> &'static str {
+    match plan {
+        airlock_core::plan::Plan::Exec(_) => "exec.run",
+        _ => "fs.apply_patch",
+    }
+}
+
 pub(crate) fn method_of(tool: &str) -> &'static str {
     airlock_core::tools::BuiltinTool::from_name(tool).map_or("tool.call", |tool| tool.method())
 }

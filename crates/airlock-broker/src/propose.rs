@@ -228,6 +228,7 @@ impl Broker {
         now: u64,
     ) -> Envelope {
         let path = call_path(call);
+        let method = method_of(&call.tool);
         let handling = self.handling(mode, decision);
         let asks = decision.disposition == Disposition::Ask;
         if asks && handling == Handling::Refuse {
@@ -235,7 +236,7 @@ impl Broker {
                 call,
                 decision,
                 path,
-                "fs.propose_patch",
+                method,
                 base.event("write_file_propose"),
             );
         }
@@ -325,7 +326,7 @@ impl Broker {
                     if !deduplicated {
                         self.cancel(&approval.id);
                     }
-                    return audit_unwritable("fs.propose_patch", &call.tool, path);
+                    return audit_unwritable(method, &call.tool, path);
                 };
                 (approval, (plan, audit))
             }
@@ -365,7 +366,7 @@ impl Broker {
                 );
                 if used.is_none() {
                     self.cancel(&approval.id);
-                    return audit_unwritable("fs.propose_patch", &call.tool, path);
+                    return audit_unwritable(method, &call.tool, path);
                 }
             }
             let verdict = Verdict {
@@ -390,7 +391,7 @@ impl Broker {
                 envelope
             }
             Handling::ApproveNow { user, reason } => {
-                self.approve_now(call, path, "fs.propose_patch", &approval, user, reason)
+                self.approve_now(call, path, method, &approval, user, reason)
             }
             Handling::Wait => {
                 on_pending(&approval);
@@ -456,7 +457,7 @@ impl Broker {
     ) -> Envelope {
         let envelope = Envelope::failure(
             failure_status(code),
-            "fs.propose_patch",
+            method_of(tool),
             tool,
             path,
             code,
@@ -508,7 +509,7 @@ impl Broker {
     ) -> Envelope {
         let mut envelope = Envelope::new(
             Status::HitlRequired,
-            "fs.propose_patch",
+            crate::envelopes::approval_method(&approval.plan),
             &approval.tool,
             approval.path.as_deref(),
         );

@@ -214,26 +214,8 @@ impl Broker {
             | ToolOrigin::Sampling { .. } => {
                 self.upstream_call(call, &decision, mode, on_pending, base, now)
             }
-            // Decided (`airlock check exec` explains how), but not run: the
-            // sandbox it must run in is not built yet, so it is not listed.
             ToolOrigin::Builtin(BuiltinTool::Exec) => {
-                let envelope = Envelope::failure(
-                    Status::Error,
-                    BuiltinTool::Exec.method(),
-                    BuiltinTool::Exec.name(),
-                    None,
-                    ErrorCode::UnknownTool,
-                    "exec cannot run commands in this build: its sandbox is not built yet \
-                     (`airlock check exec --args '{\"command\": ...}'` shows how a command \
-                     would be decided)"
-                        .to_owned(),
-                );
-                self.observed(
-                    envelope,
-                    base.event("tool_call")
-                        .text("status", "error")
-                        .text("code", ErrorCode::UnknownTool.as_str()),
-                )
+                self.exec(call, &decision, mode, on_pending, base, now)
             }
             ToolOrigin::Unknown => {
                 let other = call.tool.as_str();

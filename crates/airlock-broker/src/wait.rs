@@ -95,7 +95,7 @@ impl Broker {
             .flatten()?;
         let mut envelope = Envelope::failure(
             Status::Denied,
-            "fs.propose_patch",
+            crate::envelopes::approval_method(&approval.plan),
             &approval.tool,
             approval.path.as_deref(),
             ErrorCode::Expired,
@@ -138,7 +138,7 @@ impl Broker {
             .flatten()?;
         let mut envelope = Envelope::failure(
             Status::Denied,
-            "fs.propose_patch",
+            crate::envelopes::approval_method(&approval.plan),
             &approval.tool,
             approval.path.as_deref(),
             ErrorCode::PolicyDenied,

@@ -34,6 +34,56 @@ pub(crate) struct CallArgs {
     reason: Option<String>,
 }
 
+/// `airlock exec -- CMD…`: `airlock call exec` with `argv` from the words.
+#[derive(Debug, Args)]
+pub(crate) struct ExecArgs {
+    /// The working directory, workspace-relative.
+    #[arg(long, value_name = "DIR")]
+    cwd: Option<String>,
+    /// The session the call belongs to.
+    #[arg(long, value_name = "S")]
+    session: Option<String>,
+    /// The user the call is made for.
+    #[arg(long, value_name = "U")]
+    user: Option<String>,
+    /// Return hitl_required at once instead of waiting for a decision.
+    #[arg(long, conflicts_with = "yes")]
+    defer: bool,
+    /// The person at this terminal approves the call now.
+    #[arg(long)]
+    yes: bool,
+    /// The reason for --yes, where the risk requires one.
+    #[arg(long, value_name = "R", requires = "yes")]
+    reason: Option<String>,
+    /// The program and its arguments (no shell; `bash -c '…'` for one).
+    #[arg(required = true, last = true, value_name = "CMD")]
+    command: Vec<String>,
+}
+
+/// `airlock exec -- CMD…`.
+pub(crate) fn exec(broker: Broker, args: &ExecArgs) -> Result<u8, Failure> {
+    let mut call_args = serde_json::json!({"argv": args.command});
+    if let Some(cwd) = &args.cwd {
+        call_args["cwd"] = serde_json::Value::String(cwd.clone());
+    }
+    let call = CallArgs {
+        call: crate::check::CallSpec {
+            tool: "exec".to_owned(),
+            args: call_args.to_string(),
+            user: args.user.clone(),
+            agent: None,
+            session: args.session.clone(),
+            profile: None,
+            context_id: None,
+            requester: None,
+        },
+        defer: args.defer,
+        yes: args.yes,
+        reason: args.reason.clone(),
+    };
+    self::call(broker, &call)
+}
+
 #[derive(Debug, Args)]
 pub(crate) struct PendingArgs {
     /// Only this session's approvals.

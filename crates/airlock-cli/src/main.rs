@@ -66,6 +66,9 @@ enum Command {
     Check(check::CheckArgs),
     /// Run one call through the whole pipeline and print its envelope.
     Call(approvals::CallArgs),
+    /// Run a command through the exec tool (`airlock call exec` with argv):
+    /// `airlock exec -- cargo test`.
+    Exec(approvals::ExecArgs),
     /// List pending approvals, oldest first.
     Pending(approvals::PendingArgs),
     /// Show one approval with its diff.
@@ -187,6 +190,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         }
         Command::Check(args) => check::run(&workspace, &args).map(|()| 0),
         Command::Call(args) => approvals::call(workspace.broker()?, &args),
+        Command::Exec(args) => approvals::exec(workspace.broker()?, &args),
         Command::Pending(args) => approvals::pending(&workspace.broker()?, &args),
         Command::Show(args) => approvals::show(&workspace.broker()?, &args),
         Command::Approve(args) => approvals::approve(&workspace.broker()?, &args),

@@ -34,6 +34,12 @@ pub enum ErrorCode {
     /// The upstream server cannot be reached (not running, connection
     /// refused or lost, or no answer within its `timeout`).
     UpstreamUnavailable,
+    /// `exec`: the kernel offers no sandbox (and `exec.sandbox` is not `none`).
+    SandboxUnavailable,
+    /// `exec`: the command ran past its timeout and was killed.
+    ExecTimeout,
+    /// `exec`: the command could not be started.
+    ExecFailed,
     RateLimited,
     Expired,
     AlreadyDecided,
@@ -79,6 +85,9 @@ impl ErrorCode {
             ErrorCode::UnknownTool => "unknown_tool",
             ErrorCode::UpstreamError => "upstream_error",
             ErrorCode::UpstreamUnavailable => "upstream_unavailable",
+            ErrorCode::SandboxUnavailable => "sandbox_unavailable",
+            ErrorCode::ExecTimeout => "exec_timeout",
+            ErrorCode::ExecFailed => "exec_failed",
             ErrorCode::RateLimited => "rate_limited",
             ErrorCode::Expired => "expired",
             ErrorCode::AlreadyDecided => "already_decided",

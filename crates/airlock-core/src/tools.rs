@@ -54,8 +54,8 @@ impl BuiltinTool {
         BuiltinTool::Stat,
         BuiltinTool::Exists,
         BuiltinTool::ListDir,
-        BuiltinTool::ProposalStatus,
         BuiltinTool::Exec,
+        BuiltinTool::ProposalStatus,
     ];
 
     /// The tool's name as agents call it.

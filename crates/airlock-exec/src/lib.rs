@@ -49,6 +49,9 @@ pub struct Sandbox {
     hidden: Vec<PathBuf>,
     read_only: Vec<PathBuf>,
     bash: PathBuf,
+    /// `false`: `exec.sandbox: none`, only a process group, the timeout
+    /// and the output limit.
+    confined: bool,
 }
 
 /// What to run.
@@ -136,16 +139,29 @@ impl Sandbox {
             .map_err(|error| ExecError::Invalid(format!("{}: {error}", root.display())))?;
         let mut read_only: Vec<PathBuf> = read_only.to_vec();
         read_only.push(root.join(".git"));
-        let bash = ["/bin/bash", "/usr/bin/bash"]
-            .into_iter()
-            .map(PathBuf::from)
-            .find(|path| path.is_file())
-            .ok_or_else(|| ExecError::SandboxUnavailable("bash is not installed".to_owned()))?;
+        let bash = find_bash()?;
         Ok(Sandbox {
             root,
             hidden: hidden.to_vec(),
             read_only,
             bash,
+            confined: true,
+        })
+    }
+
+    /// No sandbox (`exec.sandbox: none`): a command runs in its own process
+    /// group with its timeout and output limit, and nothing else holds it.
+    pub fn unconfined(root: &Path) -> Result<Sandbox, ExecError> {
+        let root = root
+            .canonicalize()
+            .map_err(|error| ExecError::Invalid(format!("{}: {error}", root.display())))?;
+        let bash = find_bash()?;
+        Ok(Sandbox {
+            root,
+            hidden: Vec::new(),
+            read_only: Vec::new(),
+            bash,
+            confined: false,
         })
     }
 
@@ -162,6 +178,11 @@ impl Sandbox {
     /// Runs `run` over a copy-on-write overlay of the workspace: the
     /// workspace does not change; the changes it would make are returned.
     pub fn preview(&self, run: &Run) -> Result<Preview, ExecError> {
+        if !self.confined {
+            return Err(ExecError::SandboxUnavailable(
+                "exec.sandbox is none: there is no overlay to preview a command in".to_owned(),
+            ));
+        }
         let scratch = Scratch::new()?;
         let upper = scratch.path.join("upper");
         let work = scratch.path.join("work");
@@ -240,11 +261,25 @@ impl Sandbox {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
 
+        if !self.confined {
+            use std::os::unix::process::CommandExt;
+            command.process_group(0).current_dir(&cwd);
+            return self.wait(run, command);
+        }
         let (uid, gid) = child::ids();
+        // What exists, and is not under a hidden directory already (whose
+        // tmpfs leaves nothing to mount on).
+        let hidden_dirs_all: Vec<&PathBuf> =
+            self.hidden.iter().filter(|path| path.is_dir()).collect();
         let existing = |paths: &[PathBuf]| -> Result<Vec<PathBuf>, ExecError> {
             Ok(paths
                 .iter()
                 .filter(|path| path.symlink_metadata().is_ok())
+                .filter(|path| {
+                    !hidden_dirs_all
+                        .iter()
+                        .any(|dir| path.starts_with(dir) && path != dir)
+                })
                 .cloned()
                 .collect())
         };
@@ -312,7 +347,14 @@ impl Sandbox {
             cpu_seconds: run.timeout.as_secs().saturating_add(1),
         };
         child::install(&mut command, prepared);
+        let output = self.wait(run, command);
+        drop(procs);
+        drop(cgroup);
+        output
+    }
 
+    /// Starts `command` and collects what comes of it.
+    fn wait(&self, run: &Run, mut command: Command) -> Result<Output, ExecError> {
         let started = Instant::now();
         let mut process = command.spawn().map_err(|error| {
             ExecError::Failed(match &run.program {
@@ -325,7 +367,6 @@ impl Sandbox {
                 _ => error.to_string(),
             })
         })?;
-        drop(procs);
         let pid = process.id();
         let mut stdin = process.stdin.take();
         let input = run.stdin.clone();
@@ -497,4 +538,12 @@ impl Drop for PidsCgroup {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir(&self.path);
     }
+}
+
+fn find_bash() -> Result<PathBuf, ExecError> {
+    ["/bin/bash", "/usr/bin/bash"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|path| path.is_file())
+        .ok_or_else(|| ExecError::SandboxUnavailable("bash is not installed".to_owned()))
 }

@@ -137,6 +137,16 @@ pub(crate) fn shape_output(
     }
 }
 
+/// A tool's text output under `mode` and `max_inline_bytes`: the text
+/// itself, or the blob it was stored as.
+pub fn shape_text(
+    sandbox: &Sandbox,
+    text: String,
+    mode: OutputMode,
+) -> Result<(Option<String>, Option<BlobRef>), FsError> {
+    shape_output(sandbox, text, mode).map(Output::into_fields)
+}
+
 /// The first [`PREVIEW_BYTES`] of `text` at most: cut after the last line end
 /// in that window when it lies in its second half, else at the last character
 /// boundary that fits.

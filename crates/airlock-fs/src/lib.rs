@@ -60,7 +60,7 @@ mod search;
 mod write;
 
 pub use airlock_core::plan::{ChangePlan, FileChange, preview};
-pub use blob::{BlobRef, OutputMode, PREVIEW_BYTES, read_blob, store_blob};
+pub use blob::{BlobRef, OutputMode, PREVIEW_BYTES, read_blob, shape_text, store_blob};
 pub use change::{
     Before, CommitOptions, FileApplied, Recovered, UndoFile, already_applied, commit, edited,
     new_plan, recover, snapshot, undo,

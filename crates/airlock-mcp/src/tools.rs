@@ -94,6 +94,7 @@ mod tests {
                 "list_dir",
                 "stat",
                 "exists",
+                "exec",
                 "proposal_status"
             ]
         );
@@ -151,6 +152,7 @@ mod tests {
             ("list_dir", params::<ListDirParams>()),
             ("stat", params::<StatParams>()),
             ("exists", params::<StatParams>()),
+            ("exec", params::<airlock_broker::ExecParams>()),
         ];
         for (name, (properties, required)) in expected {
             let tool = builtin()

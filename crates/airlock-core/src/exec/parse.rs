@@ -746,7 +746,7 @@ impl Walker {
                     });
                     if gives_code {
                         self.hazard(text, via, Hazard::InterpreterCode(name.clone()));
-                    } else if stdin == Stdin::Fed && reads_program_from_stdin(rest) {
+                    } else if reads_program_from_stdin(rest) {
                         self.hazard(text, via, Hazard::InterpreterInput(name.clone()));
                     }
                 }

@@ -184,6 +184,12 @@ impl Policy {
     /// What the tools never change, as configured (relative to the root
     /// when inside it, else absolute): the state dir, the audit log, the
     /// config file (and the default one).
+    /// The exec verdict on a call's arguments (`command` or `argv`); `None`
+    /// when exec is off or the arguments name no command.
+    pub fn exec_verdict(&self, args: &serde_json::Value) -> Option<crate::exec::Verdict> {
+        super::evaluate::exec_verdict(self.exec.as_deref()?, args)
+    }
+
     pub fn protected_paths(&self) -> Vec<(String, super::Protected)> {
         self.paths.protected_paths()
     }
@@ -264,6 +270,9 @@ impl Policy {
     /// is denied by `evaluate` all the same; this only keeps the list honest.
     pub fn lists_tool(&self, profile: Option<&str>, tool: &str) -> bool {
         if !self.file_tools_enabled && is_file_tool(tool) {
+            return false;
+        }
+        if tool == "exec" && self.exec.is_none() {
             return false;
         }
         let Some(name) = profile.or(self.default_profile.as_deref()) else {

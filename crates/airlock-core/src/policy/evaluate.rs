@@ -132,13 +132,7 @@ impl Policy {
         // theirs.
         let is_exec = matches!(call.origin, ToolOrigin::Builtin(BuiltinTool::Exec));
         let exec = is_exec
-            .then(|| {
-                let policy = self.exec.as_ref()?;
-                exec_command(&call.args).map(|command| match command {
-                    ExecCommand::Line(line) => policy.decide_command(line),
-                    ExecCommand::Argv(argv) => policy.decide_argv(&argv),
-                })
-            })
+            .then(|| exec_verdict(self.exec.as_deref()?, &call.args))
             .flatten();
         let default_risk = exec.as_ref().map_or(default_risk, |verdict| verdict.risk);
         let risk = rule.and_then(|(_, rule)| rule.risk).unwrap_or(default_risk);
@@ -489,6 +483,37 @@ fn for_each_path(
             }
         }
     }
+}
+
+/// The verdict on an `exec` call's command, with each variable its `env`
+/// sets as a part that asks; `None` when the arguments name no command.
+pub(crate) fn exec_verdict(
+    policy: &crate::exec::ExecPolicy,
+    args: &Value,
+) -> Option<crate::exec::Verdict> {
+    let mut verdict = match exec_command(args)? {
+        ExecCommand::Line(line) => policy.decide_command(line),
+        ExecCommand::Argv(argv) => policy.decide_argv(&argv),
+    };
+    if let Some(Value::Object(env)) = args.get("env") {
+        for name in env.keys() {
+            verdict.segments.push(crate::exec::Segment {
+                text: format!("env {name}"),
+                command: None,
+                via: Vec::new(),
+                decision: crate::config::ExecDecision::Ask,
+                risk: Risk::High,
+                because: crate::exec::Because::Hazard {
+                    hazard: crate::exec::parse::Hazard::Assignment(name.clone()).to_string(),
+                },
+            });
+        }
+        if !env.is_empty() {
+            verdict.decision = verdict.decision.max(crate::config::ExecDecision::Ask);
+            verdict.risk = verdict.risk.max(Risk::High);
+        }
+    }
+    Some(verdict)
 }
 
 /// The command of an `exec` call.

@@ -1,0 +1,425 @@
+//! The shell tool (DESIGN §5.1): an allowed command runs for real in the
+//! sandbox; an asking one runs first in a copy-on-write overlay of the
+//! workspace, and its file changes become the plan a human approves, applied
+//! through the change engine without running it again.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use airlock_core::ToolCall;
+use airlock_core::config::{ExecPreview, ExecSandbox};
+use airlock_core::envelope::{Envelope, Status};
+use airlock_core::error_code::ErrorCode;
+use airlock_core::policy::{Decision, Disposition, Protected};
+use airlock_core::tools::BuiltinTool;
+use airlock_fs::{Access, CommandChange, FileKind, FsError, OutputMode};
+
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use crate::broker::Broker;
+use crate::propose::Planned;
+use crate::record::Record;
+use crate::{Approval, Mode};
+
+const METHOD: &str = "exec.run";
+
+/// `exec`'s arguments.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExecParams {
+    /// A bash command line.
+    #[serde(default)]
+    pub command: Option<String>,
+    /// A program and its arguments, run without a shell.
+    #[serde(default)]
+    pub argv: Option<Vec<String>>,
+    /// The working directory, relative to the workspace root.
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// Variables added to the environment (each one asks).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Text fed to the command's standard input.
+    #[serde(default)]
+    pub stdin: Option<String>,
+    /// At most `exec.timeout`.
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    #[serde(default)]
+    pub output_mode: OutputMode,
+}
+
+impl Broker {
+    /// An `exec` call the policy did not deny.
+    pub(crate) fn exec(
+        &self,
+        call: &ToolCall,
+        decision: &Decision,
+        mode: &Mode,
+        on_pending: &dyn Fn(&Approval),
+        base: Record,
+        now: u64,
+    ) -> Envelope {
+        let params: ExecParams = match serde_json::from_value(call.args.clone()) {
+            Ok(params) => params,
+            Err(error) => return self.invalid(call, None, &error.to_string(), base),
+        };
+        let network = self.config.exec.network
+            || self
+                .policy
+                .exec_verdict(&call.args)
+                .is_some_and(|verdict| verdict.network);
+        let run = match self.exec_run(&params, network) {
+            Ok(run) => run,
+            Err(message) => return self.invalid(call, None, &message, base),
+        };
+        let sandbox = match self.exec_sandbox() {
+            Ok(sandbox) => sandbox,
+            Err(error) => {
+                return self.exec_failure(
+                    call,
+                    decision,
+                    ErrorCode::SandboxUnavailable,
+                    &error.to_string(),
+                    None,
+                    base,
+                );
+            }
+        };
+        if decision.disposition == Disposition::Allow {
+            return match sandbox.run(&run) {
+                Ok(output) => self.exec_ran(call, decision, &output, params.output_mode, base),
+                Err(error) => self.exec_failure(
+                    call,
+                    decision,
+                    ErrorCode::ExecFailed,
+                    &error.to_string(),
+                    None,
+                    base,
+                ),
+            };
+        }
+
+        // It asks: previewed, and its changes proposed.
+        let exec = &self.config.exec;
+        if exec.preview != ExecPreview::Overlay || run.network || exec.sandbox == ExecSandbox::None
+        {
+            let why = if run.network {
+                "it may use the network"
+            } else if exec.sandbox == ExecSandbox::None {
+                "exec.sandbox is none"
+            } else {
+                "exec.preview is not overlay"
+            };
+            return self.exec_failure(
+                call,
+                decision,
+                ErrorCode::ExecFailed,
+                &format!(
+                    "this command needs approval and cannot be previewed ({why}); running it after approval without a preview is not supported yet"
+                ),
+                None,
+                base,
+            );
+        }
+        let preview = match sandbox.preview(&run) {
+            Ok(preview) => preview,
+            Err(error) => {
+                return self.exec_failure(
+                    call,
+                    decision,
+                    ErrorCode::ExecFailed,
+                    &error.to_string(),
+                    None,
+                    base,
+                );
+            }
+        };
+        if preview.output.timed_out {
+            let data = self.exec_data(&preview.output, params.output_mode).ok();
+            return self.exec_failure(
+                call,
+                decision,
+                ErrorCode::ExecTimeout,
+                &format!(
+                    "the command ran past its {} s timeout while it was previewed and was killed; nothing was proposed",
+                    run.timeout.as_secs()
+                ),
+                data,
+                base,
+            );
+        }
+        let mut report = match self.exec_data(&preview.output, params.output_mode) {
+            Ok(Value::Object(report)) => report,
+            Ok(_) => Map::new(),
+            Err(error) => {
+                return self.exec_failure(
+                    call,
+                    decision,
+                    error.code(),
+                    &error.to_string(),
+                    None,
+                    base,
+                );
+            }
+        };
+        let mut changes = Vec::new();
+        let mut not_applied = Vec::new();
+        for change in preview.changes {
+            let path = change.path().to_string_lossy().into_owned();
+            match change {
+                airlock_exec::Change::Write {
+                    content,
+                    executable,
+                    ..
+                } => changes.push(CommandChange {
+                    path,
+                    after: Some(content),
+                    executable,
+                }),
+                airlock_exec::Change::Delete { .. } => changes.push(CommandChange {
+                    path,
+                    after: None,
+                    executable: false,
+                }),
+                airlock_exec::Change::Unsupported { what, .. } => {
+                    not_applied.push(json!({"path": path, "what": what}));
+                }
+            }
+        }
+        if !not_applied.is_empty() {
+            report.insert("not_applied".to_owned(), Value::Array(not_applied));
+        }
+        report.insert("previewed".to_owned(), Value::Bool(true));
+        let shown = airlock_core::display::safe_line(&shown_command(&params)).into_owned();
+        let summary = format!(
+            "RUN {} (exit {}; {} file{} changed)",
+            shorten(&shown, 160),
+            preview
+                .output
+                .exit_code
+                .map_or_else(|| "by signal".to_owned(), |code| code.to_string()),
+            changes.len(),
+            if changes.len() == 1 { "" } else { "s" }
+        );
+        let planned = airlock_fs::prepare_command_changes(&self.sandbox, summary, changes, report)
+            .map(Planned::Plan);
+        self.write_planned(call, decision, planned, mode, on_pending, base, now)
+    }
+
+    /// The run `params` ask for, within `exec:`'s limits.
+    fn exec_run(&self, params: &ExecParams, network: bool) -> Result<airlock_exec::Run, String> {
+        let exec = &self.config.exec;
+        let program = match (&params.command, &params.argv) {
+            (Some(command), None) => airlock_exec::Program::Shell(command.clone()),
+            (None, Some(argv)) if !argv.is_empty() => airlock_exec::Program::Argv(argv.clone()),
+            (None, Some(_)) => return Err("argv is empty".to_owned()),
+            _ => return Err("give command (a string) or argv (a list), not both".to_owned()),
+        };
+        if [params.command.as_deref(), params.stdin.as_deref()]
+            .into_iter()
+            .flatten()
+            .chain(params.argv.iter().flatten().map(String::as_str))
+            .any(|text| text.contains('\0'))
+        {
+            return Err("the command holds a NUL byte".to_owned());
+        }
+        let cwd = match params.cwd.as_deref() {
+            None | Some("") | Some(".") => self.root.clone(),
+            Some(cwd) => {
+                let target = self
+                    .sandbox
+                    .resolve("cwd", cwd, Access::Read)
+                    .map_err(|error| error.to_string())?;
+                if target.kind() != Some(FileKind::Directory) {
+                    return Err(format!("cwd `{cwd}` is not a directory"));
+                }
+                self.root.join(target.resolved())
+            }
+        };
+        let mut env: Vec<(String, String)> = exec
+            .env_allow
+            .iter()
+            .filter_map(|name| std::env::var(name).ok().map(|value| (name.clone(), value)))
+            .collect();
+        for (name, value) in &params.env {
+            let valid = !name.is_empty()
+                && name.bytes().enumerate().all(|(i, b)| {
+                    b == b'_' || b.is_ascii_alphabetic() || (i > 0 && b.is_ascii_digit())
+                });
+            if !valid || value.contains('\0') {
+                return Err(format!("env `{name}` is not a variable name and value"));
+            }
+            env.retain(|(existing, _)| existing != name);
+            env.push((name.clone(), value.clone()));
+        }
+        let limit = exec.timeout_seconds().unwrap_or(120).saturating_mul(1000);
+        let timeout_ms = params.timeout_ms.unwrap_or(limit).clamp(1, limit);
+        Ok(airlock_exec::Run {
+            program,
+            cwd,
+            env,
+            stdin: params.stdin.clone().unwrap_or_default().into_bytes(),
+            timeout: Duration::from_millis(timeout_ms),
+            max_output_bytes: usize::try_from(exec.max_output_bytes).unwrap_or(usize::MAX),
+            network,
+            max_processes: 512,
+        })
+    }
+
+    /// The sandbox of this workspace (`exec.sandbox: none`: none).
+    fn exec_sandbox(&self) -> Result<airlock_exec::Sandbox, airlock_exec::ExecError> {
+        if self.config.exec.sandbox == ExecSandbox::None {
+            return airlock_exec::Sandbox::unconfined(&self.root);
+        }
+        let mut hidden = Vec::new();
+        let mut read_only = Vec::new();
+        for (path, what) in self.policy.protected_paths() {
+            let path = self.root.join(PathBuf::from(path));
+            match what {
+                Protected::StateDir | Protected::AuditLog => hidden.push(path),
+                Protected::ConfigFile | Protected::Git => read_only.push(path),
+            }
+        }
+        airlock_exec::Sandbox::new(&self.root, &hidden, &read_only)
+    }
+
+    /// The data of a finished run: exit code or signal, output (a blob
+    /// beyond `max_inline_bytes`), duration, truncation.
+    fn exec_data(&self, output: &airlock_exec::Output, mode: OutputMode) -> Result<Value, FsError> {
+        let mut data = Map::new();
+        data.insert("exit_code".to_owned(), json!(output.exit_code));
+        if let Some(signal) = output.signal {
+            data.insert("signal".to_owned(), json!(signal));
+        }
+        for (name, bytes) in [("stdout", &output.stdout), ("stderr", &output.stderr)] {
+            let text = String::from_utf8_lossy(bytes).into_owned();
+            match airlock_fs::shape_text(&self.sandbox, text, mode)? {
+                (Some(text), _) => {
+                    data.insert(name.to_owned(), Value::String(text));
+                }
+                (None, Some(blob)) => {
+                    data.insert(
+                        format!("{name}_blob"),
+                        serde_json::to_value(blob).unwrap_or(Value::Null),
+                    );
+                }
+                (None, None) => {}
+            }
+        }
+        data.insert(
+            "duration_ms".to_owned(),
+            json!(u64::try_from(output.duration.as_millis()).unwrap_or(u64::MAX)),
+        );
+        data.insert(
+            "truncated_stdout".to_owned(),
+            json!(output.truncated_stdout),
+        );
+        data.insert(
+            "truncated_stderr".to_owned(),
+            json!(output.truncated_stderr),
+        );
+        Ok(Value::Object(data))
+    }
+
+    /// An allowed command that ran: its output, audited.
+    fn exec_ran(
+        &self,
+        call: &ToolCall,
+        decision: &Decision,
+        output: &airlock_exec::Output,
+        mode: OutputMode,
+        base: Record,
+    ) -> Envelope {
+        let data = match self.exec_data(output, mode) {
+            Ok(data) => data,
+            Err(error) => {
+                return self.exec_failure(
+                    call,
+                    decision,
+                    error.code(),
+                    &error.to_string(),
+                    None,
+                    base,
+                );
+            }
+        };
+        if output.timed_out {
+            return self.exec_failure(
+                call,
+                decision,
+                ErrorCode::ExecTimeout,
+                &format!(
+                    "the command ran past its timeout ({} ms) and was killed with everything it started",
+                    output.duration.as_millis()
+                ),
+                Some(data),
+                base,
+            );
+        }
+        let record = base
+            .event("tool_call")
+            .text("decision", "allow")
+            .text(
+                "decided_by",
+                crate::envelopes::decided_by_policy_or_grant(decision),
+            )
+            .text("status", "allowed")
+            .value("exit_code", Some(json!(output.exit_code)))
+            .value("signal", output.signal.map(|signal| json!(signal)));
+        let mut envelope = Envelope::new(Status::Allowed, METHOD, BuiltinTool::Exec.name(), None);
+        envelope.data = Some(data);
+        self.audited(envelope, record)
+    }
+
+    /// A command that could not run, or did not finish: the error, with
+    /// what it printed when it ran at all, audited.
+    fn exec_failure(
+        &self,
+        call: &ToolCall,
+        decision: &Decision,
+        code: ErrorCode,
+        message: &str,
+        data: Option<Value>,
+        base: Record,
+    ) -> Envelope {
+        let mut envelope = Envelope::failure(
+            crate::envelopes::failure_status(code),
+            METHOD,
+            &call.tool,
+            None,
+            code,
+            message,
+        )
+        .with_reason(airlock_core::envelope::ErrorReason::of_tool_refusal(
+            code,
+            message,
+            Some(decision.risk),
+        ));
+        envelope.data = data;
+        self.audited(
+            envelope,
+            base.event("tool_call")
+                .text("status", "error")
+                .text("code", code.as_str()),
+        )
+    }
+}
+
+/// The command as a human reads it.
+fn shown_command(params: &ExecParams) -> String {
+    match (&params.command, &params.argv) {
+        (Some(command), _) => command.clone(),
+        (None, Some(argv)) => airlock_core::exec::parse::shown_argv(argv),
+        (None, None) => String::new(),
+    }
+}
+
+fn shorten(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_owned(),
+    }
+}
