@@ -102,7 +102,7 @@ fn code(result: &Value) -> &str {
     envelope(result)["error"]["code"].as_str().unwrap_or("")
 }
 
-const BUILTIN: [&str; 12] = [
+const BUILTIN: [&str; 13] = [
     "read_file",
     "write_file",
     "edit_file",
@@ -114,6 +114,7 @@ const BUILTIN: [&str; 12] = [
     "list_dir",
     "stat",
     "exists",
+    "exec",
     "proposal_status",
 ];
 
