@@ -121,8 +121,30 @@ impl Broker {
             Plan::Upstream(call) => {
                 return self.commit_forward(approval, call, decision, recovering);
             }
+            Plan::ExecRun(run) => {
+                return self.commit_exec_run(approval, run, decision, recovering);
+            }
             plan => plan.change(),
         };
+        let Some(plan) = plan else {
+            return self.apply_failed(
+                approval,
+                &decision,
+                ErrorCode::IoError,
+                "the stored plan is not a change to files".to_owned(),
+            );
+        };
+        self.commit_change(approval, plan, decision, recovering)
+    }
+
+    /// An apply that failed: the error envelope, audited and stored.
+    pub(crate) fn apply_failed(
+        &self,
+        approval: &Approval,
+        decision: &DecisionInfo,
+        code: ErrorCode,
+        message: String,
+    ) -> Envelope {
         let path = approval.path.as_deref();
         let fail = |code: ErrorCode, message: String| {
             let reason = ErrorReason::of_tool_refusal(code, &message, Some(approval.risk));
@@ -148,11 +170,20 @@ impl Broker {
             self.store_result(&approval.id, ApprovalStatus::Failed, &envelope);
             envelope
         };
-        let Some(plan) = plan else {
-            return fail(
-                ErrorCode::IoError,
-                "the stored plan is not a change to files".to_owned(),
-            );
+        fail(code, message)
+    }
+
+    /// Applies `plan` for a claimed approval: snapshot for undo, commit
+    /// (journaled), settle.
+    pub(crate) fn commit_change(
+        &self,
+        approval: &Approval,
+        plan: &ChangePlan,
+        decision: DecisionInfo,
+        recovering: bool,
+    ) -> Envelope {
+        let fail = |code: ErrorCode, message: String| {
+            self.apply_failed(approval, &decision, code, message)
         };
         // An earlier apply interrupted after its commit point is finished (and
         // audited) before this one compares hashes.

@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use airlock_core::ToolCall;
 use airlock_core::config::{ExecPreview, ExecSandbox};
-use airlock_core::envelope::{Envelope, Status};
+use airlock_core::envelope::{DecisionInfo, Envelope, HitlInfo, Status};
 use airlock_core::error_code::ErrorCode;
+use airlock_core::plan::{ExecRun, Plan};
 use airlock_core::policy::{Decision, Disposition, Protected};
 use airlock_core::tools::BuiltinTool;
 use airlock_fs::{Access, CommandChange, FileKind, FsError, OutputMode};
@@ -19,9 +20,11 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use crate::broker::Broker;
-use crate::propose::Planned;
+use crate::propose::{Planned, Shown};
 use crate::record::Record;
+use crate::submit::Handling;
 use crate::{Approval, Mode};
+use airlock_store::Created;
 
 const METHOD: &str = "exec.run";
 
@@ -102,7 +105,8 @@ impl Broker {
             };
         }
 
-        // It asks: previewed, and its changes proposed.
+        // It asks: previewed, and its changes proposed; or, where it cannot
+        // be previewed, proposed as the command, run once approved.
         let exec = &self.config.exec;
         if exec.preview != ExecPreview::Overlay || run.network || exec.sandbox == ExecSandbox::None
         {
@@ -113,15 +117,8 @@ impl Broker {
             } else {
                 "exec.preview is not overlay"
             };
-            return self.exec_failure(
-                call,
-                decision,
-                ErrorCode::ExecFailed,
-                &format!(
-                    "this command needs approval and cannot be previewed ({why}); running it after approval without a preview is not supported yet"
-                ),
-                None,
-                base,
+            return self.propose_exec_run(
+                call, decision, mode, on_pending, base, now, &params, network, why,
             );
         }
         let preview = match sandbox.preview(&run) {
@@ -151,9 +148,9 @@ impl Broker {
                 base,
             );
         }
-        let mut report = match self.exec_data(&preview.output, params.output_mode) {
-            Ok(Value::Object(report)) => report,
-            Ok(_) => Map::new(),
+        let exit_code = preview.output.exit_code;
+        let (changes, mut report) = match self.exec_changes(preview, params.output_mode) {
+            Ok(found) => found,
             Err(error) => {
                 return self.exec_failure(
                     call,
@@ -164,6 +161,235 @@ impl Broker {
                     base,
                 );
             }
+        };
+        report.insert("previewed".to_owned(), Value::Bool(true));
+        let shown = airlock_core::display::safe_line(&shown_command(&params)).into_owned();
+        let summary = format!(
+            "RUN {} (exit {}; {} file{} changed)",
+            shorten(&shown, 160),
+            exit_code.map_or_else(|| "by signal".to_owned(), |code| code.to_string()),
+            changes.len(),
+            if changes.len() == 1 { "" } else { "s" }
+        );
+        let planned = airlock_fs::prepare_command_changes(&self.sandbox, summary, changes, report)
+            .map(Planned::Plan);
+        self.write_planned(call, decision, planned, mode, on_pending, base, now)
+    }
+
+    /// Proposes running `call` once approved (it cannot be previewed):
+    /// the approval shows the command, marked as not previewed.
+    #[expect(clippy::too_many_arguments, reason = "the steps of one call")]
+    fn propose_exec_run(
+        &self,
+        call: &ToolCall,
+        decision: &Decision,
+        mode: &Mode,
+        on_pending: &dyn Fn(&Approval),
+        base: Record,
+        now: u64,
+        params: &ExecParams,
+        network: bool,
+        why: &str,
+    ) -> Envelope {
+        let handling = self.handling(mode, decision);
+        match handling {
+            Handling::Refuse => {
+                return self.refused_by_fallback(
+                    call,
+                    decision,
+                    None,
+                    METHOD,
+                    base.event("tool_call"),
+                );
+            }
+            // `elicitation_fallback: allow`: it runs as if allowed.
+            Handling::Allow => {
+                let run = match self.exec_run(params, network) {
+                    Ok(run) => run,
+                    Err(message) => return self.invalid(call, None, &message, base),
+                };
+                return match self
+                    .exec_sandbox()
+                    .map_err(|error| error.to_string())
+                    .and_then(|sandbox| sandbox.run(&run).map_err(|error| error.to_string()))
+                {
+                    Ok(output) => self.exec_ran(call, decision, &output, params.output_mode, base),
+                    Err(message) => self.exec_failure(
+                        call,
+                        decision,
+                        ErrorCode::ExecFailed,
+                        &message,
+                        None,
+                        base,
+                    ),
+                };
+            }
+            _ => {}
+        }
+        let shown = airlock_core::display::safe_line(&shown_command(params)).into_owned();
+        let plan = Plan::ExecRun(ExecRun {
+            args: call.args.clone(),
+            network,
+            unpreviewed: why.to_owned(),
+        });
+        let new = self.new_approval(
+            call,
+            decision,
+            Shown {
+                path: None,
+                summary: format!(
+                    "RUN {} (not previewed: {why}; it runs once approved)",
+                    shorten(&shown, 160)
+                ),
+                diff: shown,
+                plan,
+            },
+            now,
+            self.ttl_seconds(true, handling, decision),
+            None,
+        );
+        let (approval, deduplicated) = match self.store.create_approval(&new, self.pending_limits())
+        {
+            Ok(Created::New(approval)) => (approval, false),
+            Ok(Created::Existing(approval)) => (approval, true),
+            Err(error) => {
+                let error = crate::BrokerError::from(error);
+                return self.exec_failure(
+                    call,
+                    decision,
+                    error.code(),
+                    &error.to_string(),
+                    None,
+                    base,
+                );
+            }
+        };
+        let mut record = base
+            .event("tool_call_propose")
+            .text("hitl_id", &approval.id)
+            .text("status", "hitl_required")
+            .flag("previewed", false);
+        if deduplicated {
+            record = record.flag("deduplicated", true);
+        }
+        let Some(propose_audit) = self.log(record) else {
+            if !deduplicated {
+                self.cancel(&approval.id);
+            }
+            return crate::envelopes::audit_unwritable(METHOD, &call.tool, None);
+        };
+        match handling {
+            Handling::Wait => {
+                on_pending(&approval);
+                self.wait(&approval.id)
+            }
+            Handling::ApproveNow { user, reason } => {
+                self.approve_now(call, None, METHOD, &approval, user, reason)
+            }
+            Handling::Defer | Handling::Rounds | Handling::Refuse | Handling::Allow => {
+                let mut envelope = Envelope::new(Status::HitlRequired, METHOD, &call.tool, None);
+                let ttl = approval
+                    .expires_ms
+                    .saturating_sub(self.now_ms())
+                    .div_ceil(1000);
+                envelope.hitl = Some(HitlInfo {
+                    hitl_id: approval.id.clone(),
+                    ttl_seconds: Some(ttl),
+                    risk: Some(decision.risk),
+                    summary: Some(approval.summary.clone()),
+                    diff_preview: None,
+                });
+                envelope.data = Some(json!({"previewed": false, "why": why}));
+                envelope.audit = Some(propose_audit);
+                envelope
+            }
+        }
+    }
+
+    /// Runs an approved command that was not previewed: over an overlay
+    /// (with the network if it may use it), its file changes then applied
+    /// through the change engine (so they can be undone); without a sandbox,
+    /// for real.
+    pub(crate) fn commit_exec_run(
+        &self,
+        approval: &Approval,
+        plan: &ExecRun,
+        decision: DecisionInfo,
+        recovering: bool,
+    ) -> Envelope {
+        let fail = |code: ErrorCode, message: String| {
+            self.apply_failed(approval, &decision, code, message)
+        };
+        if recovering {
+            // A process died while running it: whether it ran is unknown,
+            // and it never runs twice.
+            return fail(
+                ErrorCode::ExecFailed,
+                "the process running this command went away; it is not run again".to_owned(),
+            );
+        }
+        let params: ExecParams = match serde_json::from_value(plan.args.clone()) {
+            Ok(params) => params,
+            Err(error) => return fail(ErrorCode::InvalidInput, error.to_string()),
+        };
+        let run = match self.exec_run(&params, plan.network) {
+            Ok(run) => run,
+            Err(message) => return fail(ErrorCode::InvalidInput, message),
+        };
+        let sandbox = match self.exec_sandbox() {
+            Ok(sandbox) => sandbox,
+            Err(error) => return fail(ErrorCode::SandboxUnavailable, error.to_string()),
+        };
+        if self.config.exec.sandbox == ExecSandbox::None {
+            let output = match sandbox.run(&run) {
+                Ok(output) => output,
+                Err(error) => return fail(ErrorCode::ExecFailed, error.to_string()),
+            };
+            let data = self
+                .exec_data(&output, params.output_mode)
+                .unwrap_or(Value::Null);
+            let change = airlock_fs::new_plan(
+                "exec",
+                approval.summary.clone(),
+                Vec::new(),
+                &[],
+                match data {
+                    Value::Object(map) => map,
+                    _ => Map::new(),
+                },
+            );
+            return self.applied(approval, &change, Vec::new(), decision, false);
+        }
+        let preview = match sandbox.preview(&run) {
+            Ok(preview) => preview,
+            Err(error) => return fail(ErrorCode::ExecFailed, error.to_string()),
+        };
+        let (changes, mut report) = match self.exec_changes(preview, params.output_mode) {
+            Ok(found) => found,
+            Err(error) => return fail(error.code(), error.to_string()),
+        };
+        report.insert("previewed".to_owned(), Value::Bool(false));
+        match airlock_fs::prepare_command_changes(
+            &self.sandbox,
+            approval.summary.clone(),
+            changes,
+            report,
+        ) {
+            Ok(change) => self.commit_change(approval, &change, decision, false),
+            Err(error) => fail(error.code(), error.to_string()),
+        }
+    }
+
+    /// A finished overlay run as the changes to apply and the report (its
+    /// output, what is not applied).
+    fn exec_changes(
+        &self,
+        preview: airlock_exec::Preview,
+        mode: OutputMode,
+    ) -> Result<(Vec<CommandChange>, Map<String, Value>), FsError> {
+        let mut report = match self.exec_data(&preview.output, mode)? {
+            Value::Object(report) => report,
+            _ => Map::new(),
         };
         let mut changes = Vec::new();
         let mut not_applied = Vec::new();
@@ -192,21 +418,7 @@ impl Broker {
         if !not_applied.is_empty() {
             report.insert("not_applied".to_owned(), Value::Array(not_applied));
         }
-        report.insert("previewed".to_owned(), Value::Bool(true));
-        let shown = airlock_core::display::safe_line(&shown_command(&params)).into_owned();
-        let summary = format!(
-            "RUN {} (exit {}; {} file{} changed)",
-            shorten(&shown, 160),
-            preview
-                .output
-                .exit_code
-                .map_or_else(|| "by signal".to_owned(), |code| code.to_string()),
-            changes.len(),
-            if changes.len() == 1 { "" } else { "s" }
-        );
-        let planned = airlock_fs::prepare_command_changes(&self.sandbox, summary, changes, report)
-            .map(Planned::Plan);
-        self.write_planned(call, decision, planned, mode, on_pending, base, now)
+        Ok((changes, report))
     }
 
     /// The run `params` ask for, within `exec:`'s limits.

@@ -236,3 +236,53 @@ fn a_file_changed_since_the_preview_makes_the_approval_stale_and_undo_reverts_an
     assert_eq!(undo.code, 0, "{}{}", undo.stdout, undo.stderr);
     assert_eq!(files(ws.root()), before);
 }
+
+#[test]
+fn a_command_that_cannot_be_previewed_is_proposed_as_is_and_runs_once_approved() {
+    // `preview: rerun`, and a rule giving a command the network: neither is
+    // previewed; each runs once approved, its file changes applied then.
+    for config in [
+        "exec:\n  preview: rerun\n",
+        "exec:\n  rules:\n    - {prefix: [touch], decision: ask, network: true}\n",
+    ] {
+        let ws = Workspace::new(config);
+        seed(&ws);
+        let run = ws.run(&["exec", "--defer", "--", "touch", "made.txt"]);
+        assert_eq!(
+            run.json["status"], "hitl_required",
+            "{config}: {}",
+            run.stdout
+        );
+        assert_eq!(run.json["data"]["previewed"], false);
+        let summary = run.json["hitl"]["summary"].as_str().unwrap();
+        assert!(summary.contains("not previewed"), "{summary}");
+        assert!(!ws.path("made.txt").exists(), "it ran before approval");
+        let id = run.json["hitl"]["hitl_id"].as_str().unwrap().to_owned();
+
+        let approve = ws.run(&["approve", &id]);
+        assert_eq!(
+            approve.code, 0,
+            "{config}: {}{}",
+            approve.stdout, approve.stderr
+        );
+        assert!(
+            ws.path("made.txt").exists(),
+            "{config}: not run after approval"
+        );
+        let status = ws.run(&[
+            "call",
+            "proposal_status",
+            "--args",
+            &json!({"hitl_id": id}).to_string(),
+        ]);
+        let result = &status.json["data"]["result"];
+        assert_eq!(result["status"], "allowed", "{result}");
+        assert_eq!(result["data"]["previewed"], false);
+        assert_eq!(result["data"]["exit_code"], 0);
+
+        // Its changes are recorded, so it can be undone.
+        let undo = ws.run(&["undo", &id]);
+        assert_eq!(undo.code, 0, "{}{}", undo.stdout, undo.stderr);
+        assert!(!ws.path("made.txt").exists());
+    }
+}

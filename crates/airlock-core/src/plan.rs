@@ -37,6 +37,10 @@ pub enum Plan {
     /// `exec`: the file changes its command made in a preview (its output
     /// in the plan's report), applied without running it again.
     Exec(ChangePlan),
+    /// `exec` that could not be previewed (it needs the network, or
+    /// `exec.preview` says so): the call, run once approved, its file
+    /// changes applied through the change engine then.
+    ExecRun(ExecRun),
 }
 
 impl Plan {
@@ -64,6 +68,7 @@ impl Plan {
             Plan::Move(_) => "move",
             Plan::Upstream(_) => "upstream",
             Plan::Exec(_) => "exec",
+            Plan::ExecRun(_) => "exec_run",
         }
     }
 
@@ -90,7 +95,7 @@ impl Plan {
             | Plan::Delete(change)
             | Plan::Move(change)
             | Plan::Exec(change) => Some(change),
-            Plan::Upstream(_) => None,
+            Plan::Upstream(_) | Plan::ExecRun(_) => None,
         }
     }
 
@@ -104,7 +109,7 @@ impl Plan {
             Plan::Delete(_) => Plan::Delete(change),
             Plan::Move(_) => Plan::Move(change),
             Plan::Exec(_) => Plan::Exec(change),
-            Plan::Upstream(_) => return None,
+            Plan::Upstream(_) | Plan::ExecRun(_) => return None,
         })
     }
 
@@ -121,6 +126,18 @@ impl Plan {
     pub fn is_upstream(&self) -> bool {
         matches!(self, Plan::Upstream(_))
     }
+}
+
+/// An `exec` call to run once approved.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecRun {
+    /// The call's arguments (`command` or `argv`, `cwd`, `env` …).
+    pub args: serde_json::Value,
+    /// Whether it may use the network.
+    pub network: bool,
+    /// Why it was not previewed.
+    pub unpreviewed: String,
 }
 
 /// One call to another MCP server: the upstream's name, the tool as that

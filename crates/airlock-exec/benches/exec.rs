@@ -45,7 +45,12 @@ fn workspace(files: usize) -> tempfile::TempDir {
         let sub = dir.path().join(format!("d{:02}", i % 50));
         std::fs::create_dir_all(&sub).unwrap();
         let text: String = (0..20)
-            .map(|line| format!("line {line} of file {i}{}\n", if line == 7 { " needle" } else { "" }))
+            .map(|line| {
+                format!(
+                    "line {line} of file {i}{}\n",
+                    if line == 7 { " needle" } else { "" }
+                )
+            })
             .collect();
         std::fs::write(sub.join(format!("f{i}.txt")), text).unwrap();
     }
@@ -55,11 +60,20 @@ fn workspace(files: usize) -> tempfile::TempDir {
 
 /// `line` directly (bash, same directory) and in the sandbox, alternating:
 /// (direct, sandboxed) samples.
-fn side_by_side(sandbox: &Sandbox, root: &Path, line: &str, n: usize) -> (Vec<Duration>, Vec<Duration>) {
+fn side_by_side(
+    sandbox: &Sandbox,
+    root: &Path,
+    line: &str,
+    n: usize,
+) -> (Vec<Duration>, Vec<Duration>) {
     let (mut direct, mut boxed) = (Vec::new(), Vec::new());
     for _ in 0..n {
         let started = Instant::now();
-        let status = Command::new("bash").args(["-c", line]).current_dir(root).output().unwrap();
+        let status = Command::new("bash")
+            .args(["-c", line])
+            .current_dir(root)
+            .output()
+            .unwrap();
         direct.push(started.elapsed());
         assert!(status.status.success() || line.starts_with("rg"), "{line}");
         let started = Instant::now();
@@ -90,7 +104,10 @@ fn main() {
         println!("exec sandbox: not measured here ({error})");
         return;
     }
-    println!("exec sandbox ({n} runs each{})", if full { "" } else { ", test mode" });
+    println!(
+        "exec sandbox ({n} runs each{})",
+        if full { "" } else { ", test mode" }
+    );
 
     let small = workspace(0);
     let sandbox = Sandbox::new(small.path(), &[small.path().join(".airlock")], &[]).unwrap();
