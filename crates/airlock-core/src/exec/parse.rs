@@ -209,7 +209,7 @@ pub fn parse_argv(argv: &[String]) -> Script {
     };
     let text = shown_argv(argv);
     let words = argv.iter().cloned().map(Word::Lit).collect();
-    walker.command(words, &text, &[], 0, Stdin::Inherited);
+    walker.command(words, &text, &[], 0);
     walker.script
 }
 
@@ -233,16 +233,6 @@ pub fn quote(word: &str) -> String {
     } else {
         format!("'{}'", word.replace('\'', r"'\''"))
     }
-}
-
-/// What a command's standard input is, for interpreters that read code
-/// from it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Stdin {
-    /// Whatever the exec call gives (its `stdin`).
-    Inherited,
-    /// Fed by a pipe, heredoc or here-string in the command itself.
-    Fed,
 }
 
 struct Walker {
@@ -315,22 +305,18 @@ impl Walker {
         }
         match node.kind() {
             "command" => {
-                self.command_node(node, source, nesting, Stdin::Inherited);
+                self.command_node(node, source, nesting);
                 return;
             }
             "pipeline" => {
-                // Every command after the first reads the one before.
-                let mut first = true;
                 let mut cursor = node.walk();
                 for child in node.named_children(&mut cursor) {
-                    let stdin = if first { Stdin::Inherited } else { Stdin::Fed };
-                    first = false;
-                    self.statement(child, source, nesting, stdin);
+                    self.statement(child, source, nesting);
                 }
                 return;
             }
             "redirected_statement" => {
-                self.statement(node, source, nesting, Stdin::Inherited);
+                self.statement(node, source, nesting);
                 return;
             }
             "function_definition" => {
@@ -400,24 +386,16 @@ impl Walker {
         }
     }
 
-    /// A statement with what feeds its standard input.
-    fn statement(&mut self, node: Node<'_>, source: &Source<'_>, nesting: usize, stdin: Stdin) {
+    /// A statement: a command, one with redirections, or anything else.
+    fn statement(&mut self, node: Node<'_>, source: &Source<'_>, nesting: usize) {
         match node.kind() {
-            "command" => self.command_node(node, source, nesting, stdin),
+            "command" => self.command_node(node, source, nesting),
             "redirected_statement" => {
-                let mut fed = stdin;
                 let mut cursor = node.walk();
                 let children: Vec<Node<'_>> = node.named_children(&mut cursor).collect();
-                for child in &children {
-                    if matches!(child.kind(), "heredoc_redirect" | "herestring_redirect")
-                        || (child.kind() == "file_redirect" && reads_stdin(*child, source))
-                    {
-                        fed = Stdin::Fed;
-                    }
-                }
                 for child in children {
                     if child.kind() == "command" {
-                        self.command_node(child, source, nesting + 1, fed);
+                        self.command_node(child, source, nesting + 1);
                     } else {
                         self.node(child, source, nesting + 1);
                     }
@@ -428,9 +406,8 @@ impl Walker {
     }
 
     /// A `command` node of the syntax tree.
-    fn command_node(&mut self, node: Node<'_>, source: &Source<'_>, nesting: usize, stdin: Stdin) {
+    fn command_node(&mut self, node: Node<'_>, source: &Source<'_>, nesting: usize) {
         let mut words = Vec::new();
-        let mut fed = stdin;
         let mut cursor = node.walk();
         for child in node.named_children(&mut cursor) {
             match child.kind() {
@@ -441,7 +418,6 @@ impl Walker {
                 }
                 "file_redirect" => self.redirect(child, source),
                 "herestring_redirect" | "heredoc_redirect" => {
-                    fed = Stdin::Fed;
                     self.substitutions(child, source, nesting);
                 }
                 _ if child.is_missing() => {}
@@ -461,7 +437,7 @@ impl Walker {
         if words.is_empty() {
             return;
         }
-        self.command(words, source.text(node), source.via, source.depth, fed);
+        self.command(words, source.text(node), source.via, source.depth);
     }
 
     /// The command and process substitutions inside a word.
@@ -523,14 +499,7 @@ impl Walker {
     }
 
     /// A simple command's words, wrappers removed one by one.
-    fn command(
-        &mut self,
-        words: Vec<Word>,
-        text: &str,
-        via: &[String],
-        depth: usize,
-        stdin: Stdin,
-    ) {
+    fn command(&mut self, words: Vec<Word>, text: &str, via: &[String], depth: usize) {
         if depth > MAX_DEPTH {
             self.hazard(text, via, Hazard::TooComplex);
             return;
@@ -573,7 +542,7 @@ impl Walker {
                     return;
                 }
                 let inner = skip_options(rest, &["-a"], &["-c", "-l"]);
-                self.wrapped(inner, &name, text, &inner_via("exec"), depth, stdin);
+                self.wrapped(inner, &name, text, &inner_via("exec"), depth);
             }
             "alias" | "unalias" | "trap" | "enable" | "shopt" | "hash" | "bind" | "complete" => {
                 self.hazard(text, via, Hazard::ShellState(name.clone()));
@@ -606,7 +575,7 @@ impl Walker {
                 );
                 match inner {
                     Ok([]) => unit(self, words),
-                    other => self.wrapped(other, &name, text, &inner_via(&name), depth, stdin),
+                    other => self.wrapped(other, &name, text, &inner_via(&name), depth),
                 }
             }
             "env" => {
@@ -655,7 +624,7 @@ impl Walker {
                 match rest.get(index.min(rest.len())..) {
                     Some([]) | None => unit(self, words),
                     Some(inner) => {
-                        self.command(inner.to_vec(), text, &inner_via("env"), depth + 1, stdin);
+                        self.command(inner.to_vec(), text, &inner_via("env"), depth + 1);
                     }
                 }
             }
@@ -667,7 +636,7 @@ impl Walker {
                 );
                 // Then the duration.
                 let inner = inner.map(|inner| inner.get(1..).unwrap_or(&[]));
-                self.wrapped(inner, &name, text, &inner_via("timeout"), depth, stdin);
+                self.wrapped(inner, &name, text, &inner_via("timeout"), depth);
             }
             "nice" => {
                 // `nice -5 cmd`, the old form.
@@ -678,12 +647,12 @@ impl Walker {
                 let inner = skip_options(rest, &["-n", "--adjustment"], &[]);
                 match inner {
                     Ok([]) => unit(self, words),
-                    other => self.wrapped(other, &name, text, &inner_via("nice"), depth, stdin),
+                    other => self.wrapped(other, &name, text, &inner_via("nice"), depth),
                 }
             }
             "nohup" | "builtin" => {
                 let inner = skip_options(rest, &[], &[]);
-                self.wrapped(inner, &name, text, &inner_via(&name), depth, stdin);
+                self.wrapped(inner, &name, text, &inner_via(&name), depth);
             }
             "time" => {
                 let inner = skip_options(
@@ -693,13 +662,13 @@ impl Walker {
                 );
                 match inner {
                     Ok([]) => unit(self, words),
-                    other => self.wrapped(other, &name, text, &inner_via("time"), depth, stdin),
+                    other => self.wrapped(other, &name, text, &inner_via("time"), depth),
                 }
             }
             "setsid" => {
                 let inner =
                     skip_options(rest, &[], &["-c", "-f", "-w", "--ctty", "--fork", "--wait"]);
-                self.wrapped(inner, &name, text, &inner_via("setsid"), depth, stdin);
+                self.wrapped(inner, &name, text, &inner_via("setsid"), depth);
             }
             "stdbuf" => {
                 let inner = skip_options(
@@ -707,7 +676,7 @@ impl Walker {
                     &["-i", "-o", "-e", "--input", "--output", "--error"],
                     &[],
                 );
-                self.wrapped(inner, &name, text, &inner_via("stdbuf"), depth, stdin);
+                self.wrapped(inner, &name, text, &inner_via("stdbuf"), depth);
             }
             "ionice" => {
                 let inner = skip_options(
@@ -715,7 +684,7 @@ impl Walker {
                     &["-c", "-n", "-p", "-P", "-u", "--class", "--classdata"],
                     &["-t", "--ignore"],
                 );
-                self.wrapped(inner, &name, text, &inner_via("ionice"), depth, stdin);
+                self.wrapped(inner, &name, text, &inner_via("ionice"), depth);
             }
             "command" => {
                 // `command -v NAME` and `-V` only look a name up.
@@ -728,7 +697,7 @@ impl Walker {
                     return;
                 }
                 let inner = skip_options(rest, &[], &["-p"]);
-                self.wrapped(inner, &name, text, &inner_via("command"), depth, stdin);
+                self.wrapped(inner, &name, text, &inner_via("command"), depth);
             }
             "xargs" => self.xargs(words, text, via, depth),
             "find" => self.find(words, text, via, depth),
@@ -763,11 +732,10 @@ impl Walker {
         text: &str,
         via: &[String],
         depth: usize,
-        stdin: Stdin,
     ) {
         match inner {
             Ok([]) => {}
-            Ok(inner) => self.command(inner.to_vec(), text, via, depth + 1, stdin),
+            Ok(inner) => self.command(inner.to_vec(), text, via, depth + 1),
             Err(option) => self.hazard(
                 text,
                 &via[..via.len().saturating_sub(1)],
@@ -883,12 +851,11 @@ impl Walker {
                 text,
                 &inner_via,
                 depth + 1,
-                Stdin::Inherited,
             ),
             Ok(inner) => {
                 let mut inner = inner.to_vec();
                 inner.push(Word::Dyn("(input)".to_owned()));
-                self.command(inner, text, &inner_via, depth + 1, Stdin::Inherited);
+                self.command(inner, text, &inner_via, depth + 1);
             }
             Err(option) => self.hazard(
                 text,
@@ -933,7 +900,7 @@ impl Walker {
                     if inner.is_empty() {
                         self.hazard(text, via, Hazard::ParseError);
                     } else {
-                        self.command(inner, text, &inner_via, depth + 1, Stdin::Inherited);
+                        self.command(inner, text, &inner_via, depth + 1);
                     }
                 }
                 Some(action @ ("-delete" | "-fprint" | "-fprint0" | "-fprintf" | "-fls")) => {
@@ -972,7 +939,7 @@ impl Walker {
                     self.hazard(text, via, Hazard::ParseError);
                 } else {
                     inner.push(Word::Dyn("(path)".to_owned()));
-                    self.command(inner, text, &inner_via, depth + 1, Stdin::Inherited);
+                    self.command(inner, text, &inner_via, depth + 1);
                 }
                 self.push(Unit {
                     text: shorten(text),
@@ -1089,21 +1056,6 @@ fn reads_program_from_stdin(arguments: &[Word]) -> bool {
     arguments
         .iter()
         .all(|word| word.literal().is_some_and(|word| word.starts_with('-')))
-}
-
-/// Whether a redirection feeds standard input (`<`, `0<`).
-fn reads_stdin(node: Node<'_>, source: &Source<'_>) -> bool {
-    let mut operator = String::new();
-    let mut descriptor = None;
-    let mut cursor = node.walk();
-    for child in node.children(&mut cursor) {
-        if child.kind() == "file_descriptor" {
-            descriptor = Some(source.text(child).to_owned());
-        } else if !child.is_named() {
-            operator.push_str(source.text(child));
-        }
-    }
-    operator == "<" && descriptor.as_deref().is_none_or(|fd| fd == "0")
 }
 
 fn assigned_name(node: Node<'_>, source: &Source<'_>) -> String {
