@@ -1523,3 +1523,42 @@ fn webhooks_are_delivered_over_https_trusting_the_configured_ca() {
     assert_eq!(created["event"], "created", "{created}");
     assert_eq!(created["approval"]["id"], pending["approval_id"]);
 }
+
+#[test]
+fn exec_over_http_runs_allowed_commands_and_proposes_the_rest_as_a_diff() {
+    let server = Server::start(&config(DEFER));
+    let (status, ran) = server.post(
+        "/v1/tools/call",
+        Some(AGENT),
+        &json!({"tool": "exec", "arguments": {"command": "cat a.txt"}}),
+    );
+    assert_eq!(status, 200, "{ran}");
+    assert_eq!(ran["status"], "allowed");
+    assert_eq!(ran["op"]["method"], "exec.run");
+    assert_eq!(ran["data"]["stdout"], "hello\n");
+    assert_eq!(ran["data"]["exit_code"], 0);
+
+    let (status, pending) = server.post(
+        "/v1/tools/call",
+        Some(AGENT),
+        &json!({"tool": "exec", "arguments": {"command": "sed -i s/hello/bye/ a.txt"}}),
+    );
+    assert_eq!(status, 202, "{pending}");
+    let id = pending["approval_id"].as_str().unwrap().to_owned();
+    assert_eq!(read(&server.path("a.txt")).as_deref(), Some("hello\n"));
+    let (_, one) = server.get(&format!("/hitl/pending/{id}"), Some(APPROVER));
+    assert_eq!(one["tool"], "exec");
+    let diff = one["diff"].as_str().unwrap();
+    assert!(diff.contains("-hello") && diff.contains("+bye"), "{one}");
+    let (status, decided) = server.post(
+        &format!("/hitl/decide/{id}"),
+        Some(APPROVER),
+        &json!({"decision": "approve"}),
+    );
+    assert_eq!(status, 200, "{decided}");
+    assert_eq!(read(&server.path("a.txt")).as_deref(), Some("bye\n"));
+    let (status, result) = server.get(&format!("/hitl/result/{id}"), Some(AGENT));
+    assert_eq!(status, 200, "{result}");
+    assert_eq!(result["op"]["method"], "exec.run");
+    assert_eq!(result["data"]["previewed"], true);
+}

@@ -2922,3 +2922,25 @@ fn check_explains_resource_reads_and_sampling_and_protects_airlocks_state_throug
     let unknown = check("resource:nobody:notes://x", json!({"uri": "notes://x"}));
     assert!(unknown.contains("unknown tool"), "{unknown}");
 }
+
+#[test]
+fn exec_through_the_python_sdk_runs_allowed_commands_and_refuses_denied_ones() {
+    if !require(
+        "exec_through_the_python_sdk_runs_allowed_commands_and_refuses_denied_ones",
+        &[Peer::PythonMcp],
+    ) {
+        return;
+    }
+    let ws = Ws::new("exec:\n  rules:\n    - {prefix: [rm], decision: deny}\n");
+    let mut client = ws.stdio_client(&["--elicitation", "none"], &["serve", "--stdio"]);
+    let ran = client.call("exec", json!({"command": "wc -l hello.txt"}));
+    assert_eq!(status(&ran), "allowed", "{ran}");
+    assert_eq!(envelope(&ran)["data"]["stdout"], "2 hello.txt\n", "{ran}");
+    assert_eq!(envelope(&ran)["op"]["method"], "exec.run");
+
+    let denied = client.call("exec", json!({"command": "ls && rm hello.txt"}));
+    assert_eq!(status(&denied), "denied", "{denied}");
+    assert_eq!(code(&denied), "policy_denied");
+    assert_eq!(denied["isError"], json!(true));
+    assert!(ws.path("hello.txt").exists());
+}
