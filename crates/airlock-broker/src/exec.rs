@@ -24,6 +24,7 @@ use crate::propose::{Planned, Shown};
 use crate::record::Record;
 use crate::submit::Handling;
 use crate::{Approval, Mode};
+use airlock_exec::Cancel;
 use airlock_store::Created;
 
 const METHOD: &str = "exec.run";
@@ -55,7 +56,9 @@ pub struct ExecParams {
 }
 
 impl Broker {
-    /// An `exec` call the policy did not deny.
+    /// An `exec` call the policy did not deny. Cancelling `cancel` kills
+    /// the command it runs (or previews).
+    #[expect(clippy::too_many_arguments, reason = "the steps of one call")]
     pub(crate) fn exec(
         &self,
         call: &ToolCall,
@@ -64,6 +67,7 @@ impl Broker {
         on_pending: &dyn Fn(&Approval),
         base: Record,
         now: u64,
+        cancel: &Cancel,
     ) -> Envelope {
         let params: ExecParams = match serde_json::from_value(call.args.clone()) {
             Ok(params) => params,
@@ -74,7 +78,7 @@ impl Broker {
                 .policy
                 .exec_verdict(&call.args)
                 .is_some_and(|verdict| verdict.network);
-        let run = match self.exec_run(&params, network) {
+        let run = match self.exec_run(&params, network, cancel) {
             Ok(run) => run,
             Err(message) => return self.invalid(call, None, &message, base),
         };
@@ -118,7 +122,7 @@ impl Broker {
                 "exec.preview is not overlay"
             };
             return self.propose_exec_run(
-                call, decision, mode, on_pending, base, now, &params, network, why,
+                call, decision, mode, on_pending, base, now, &params, network, why, cancel,
             );
         }
         let preview = match sandbox.preview(&run) {
@@ -134,6 +138,9 @@ impl Broker {
                 );
             }
         };
+        if preview.output.cancelled {
+            return self.exec_cancelled(call, decision, base);
+        }
         if preview.output.timed_out {
             let data = self.exec_data(&preview.output, params.output_mode).ok();
             return self.exec_failure(
@@ -190,6 +197,7 @@ impl Broker {
         params: &ExecParams,
         network: bool,
         why: &str,
+        cancel: &Cancel,
     ) -> Envelope {
         let handling = self.handling(mode, decision);
         match handling {
@@ -204,7 +212,7 @@ impl Broker {
             }
             // `elicitation_fallback: allow`: it runs as if allowed.
             Handling::Allow => {
-                let run = match self.exec_run(params, network) {
+                let run = match self.exec_run(params, network, cancel) {
                     Ok(run) => run,
                     Err(message) => return self.invalid(call, None, &message, base),
                 };
@@ -332,7 +340,8 @@ impl Broker {
             Ok(params) => params,
             Err(error) => return fail(ErrorCode::InvalidInput, error.to_string()),
         };
-        let run = match self.exec_run(&params, plan.network) {
+        // Approved: it runs to its end or its timeout, whoever waits.
+        let run = match self.exec_run(&params, plan.network, &Cancel::new()) {
             Ok(run) => run,
             Err(message) => return fail(ErrorCode::InvalidInput, message),
         };
@@ -422,7 +431,12 @@ impl Broker {
     }
 
     /// The run `params` ask for, within `exec:`'s limits.
-    fn exec_run(&self, params: &ExecParams, network: bool) -> Result<airlock_exec::Run, String> {
+    fn exec_run(
+        &self,
+        params: &ExecParams,
+        network: bool,
+        cancel: &Cancel,
+    ) -> Result<airlock_exec::Run, String> {
         let exec = &self.config.exec;
         let program = match (&params.command, &params.argv) {
             (Some(command), None) => airlock_exec::Program::Shell(command.clone()),
@@ -477,7 +491,9 @@ impl Broker {
             timeout: Duration::from_millis(timeout_ms),
             max_output_bytes: usize::try_from(exec.max_output_bytes).unwrap_or(usize::MAX),
             network,
-            max_processes: 512,
+            max_processes: exec.max_processes,
+            max_memory_bytes: exec.max_memory_bytes,
+            cancel: cancel.clone(),
         })
     }
 
@@ -558,6 +574,9 @@ impl Broker {
                 );
             }
         };
+        if output.cancelled {
+            return self.exec_cancelled(call, decision, base);
+        }
         if output.timed_out {
             return self.exec_failure(
                 call,
@@ -584,6 +603,32 @@ impl Broker {
         let mut envelope = Envelope::new(Status::Allowed, METHOD, BuiltinTool::Exec.name(), None);
         envelope.data = Some(data);
         self.audited(envelope, record)
+    }
+
+    /// A command whose caller went away while it ran: killed, with
+    /// everything it started; nothing proposed or kept.
+    fn exec_cancelled(&self, call: &ToolCall, decision: &Decision, base: Record) -> Envelope {
+        let message = "the call was cancelled: the command was killed with everything it started";
+        let mut envelope = Envelope::failure(
+            crate::envelopes::failure_status(ErrorCode::ExecFailed),
+            METHOD,
+            &call.tool,
+            None,
+            ErrorCode::ExecFailed,
+            message,
+        )
+        .with_reason(airlock_core::envelope::ErrorReason::of_tool_refusal(
+            ErrorCode::ExecFailed,
+            message,
+            Some(decision.risk),
+        ));
+        envelope.data = Some(json!({"cancelled": true}));
+        self.audited(
+            envelope,
+            base.event("tool_call")
+                .text("status", "cancelled")
+                .text("code", ErrorCode::ExecFailed.as_str()),
+        )
     }
 
     /// A command that could not run, or did not finish: the error, with

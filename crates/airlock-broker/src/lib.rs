@@ -38,6 +38,7 @@ mod undo;
 mod views;
 mod wait;
 
+pub use airlock_exec::{Cancel, CancelOnDrop};
 pub use airlock_store::{Approval, ApprovalStatus, ChatMessage, GrantRow};
 pub use airlock_store::{EventKind, FeedEvent, Notifier};
 pub use batch::{BatchOutcome, MAX_BATCH};

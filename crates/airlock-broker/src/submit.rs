@@ -17,6 +17,7 @@ use crate::envelopes::{
     to_value,
 };
 use crate::record::Record;
+use airlock_exec::Cancel;
 
 /// How a call that needs approval is handled.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -173,6 +174,19 @@ impl Broker {
 
     /// Runs one call through the pipeline and returns its envelope.
     pub fn submit(&self, call: &ToolCall, mode: &Mode, on_pending: &dyn Fn(&Approval)) -> Envelope {
+        self.submit_cancellable(call, mode, on_pending, &Cancel::new())
+    }
+
+    /// [`Broker::submit`], for a caller that may go away before the answer:
+    /// cancelling `cancel` then kills a command `exec` is running for the
+    /// call (with everything it started), and the call ends.
+    pub fn submit_cancellable(
+        &self,
+        call: &ToolCall,
+        mode: &Mode,
+        on_pending: &dyn Fn(&Approval),
+        cancel: &Cancel,
+    ) -> Envelope {
         let now = self.now_ms();
         let grants = self.live_grants(now);
         // Decided on the paths as written and as the file system resolves
@@ -215,7 +229,7 @@ impl Broker {
                 self.upstream_call(call, &decision, mode, on_pending, base, now)
             }
             ToolOrigin::Builtin(BuiltinTool::Exec) => {
-                self.exec(call, &decision, mode, on_pending, base, now)
+                self.exec(call, &decision, mode, on_pending, base, now, cancel)
             }
             ToolOrigin::Unknown => {
                 let other = call.tool.as_str();

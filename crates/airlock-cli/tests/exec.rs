@@ -11,7 +11,7 @@ use std::path::Path;
 use airlock_testkit::Workspace;
 use serde_json::{Value, json};
 
-/// Every file under `root` but airlock's own, with its content.
+/// Every file under `root` but airlock's own and git's, with its content.
 fn files(root: &Path) -> BTreeMap<String, Vec<u8>> {
     let mut out = BTreeMap::new();
     let mut pending = vec![root.to_path_buf()];
@@ -23,7 +23,7 @@ fn files(root: &Path) -> BTreeMap<String, Vec<u8>> {
                 .unwrap()
                 .to_string_lossy()
                 .into_owned();
-            if rel == ".airlock" || rel == "airlock.yaml" {
+            if rel == ".airlock" || rel == "airlock.yaml" || rel == ".git" {
                 continue;
             }
             if path.is_dir() {
@@ -190,6 +190,56 @@ fn an_approved_preview_leaves_the_files_a_direct_run_leaves_without_running_agai
             assert_eq!(proposed.read("ran.log").as_deref(), Some("once\n"));
         }
     }
+}
+
+/// Runs `git ARGS` in `root` as a fixed author.
+fn git(root: &Path, args: &[&str]) -> String {
+    let output = std::process::Command::new("git")
+        .args(args)
+        .current_dir(root)
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.com")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.com")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "git {args:?}: {output:?}");
+    String::from_utf8(output.stdout).unwrap()
+}
+
+#[test]
+fn an_approved_git_mv_leaves_the_files_a_direct_run_leaves_and_git_internals_alone() {
+    let proposed = Workspace::new("");
+    let direct = Workspace::new("");
+    for ws in [&proposed, &direct] {
+        seed(ws);
+        git(ws.root(), &["init", "-q"]);
+        git(ws.root(), &["add", "a.txt", "b.txt", "src"]);
+        git(ws.root(), &["commit", "-qm", "init"]);
+    }
+    let command = "git mv a.txt docs.txt && git mv src/lib.rs src/main.rs";
+    let ran = std::process::Command::new("bash")
+        .args(["-c", command])
+        .current_dir(direct.root())
+        .status()
+        .unwrap();
+    assert!(ran.success());
+    let index = std::fs::read(proposed.path(".git/index")).unwrap();
+
+    let result = propose_and_approve(&proposed, command);
+    assert_eq!(result["status"], "allowed", "{result}");
+    assert_eq!(files(proposed.root()), files(direct.root()));
+    // What git wrote in the overlay (its index) is reported, not applied:
+    // the moves are in the work tree, unstaged.
+    assert_eq!(result["data"]["not_applied"][0]["path"], ".git", "{result}");
+    assert_eq!(std::fs::read(proposed.path(".git/index")).unwrap(), index);
+    assert_eq!(
+        git(
+            proposed.root(),
+            &["status", "--porcelain", "--", "a.txt", "docs.txt"]
+        ),
+        " D a.txt\n?? docs.txt\n"
+    );
 }
 
 #[test]

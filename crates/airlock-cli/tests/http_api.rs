@@ -1562,3 +1562,41 @@ fn exec_over_http_runs_allowed_commands_and_proposes_the_rest_as_a_diff() {
     assert_eq!(result["op"]["method"], "exec.run");
     assert_eq!(result["data"]["previewed"], true);
 }
+
+#[test]
+fn an_exec_whose_client_goes_away_is_killed_and_audited_as_cancelled() {
+    let server = Server::start(&config(
+        "exec:\n  rules:\n    - {prefix: [sleep], decision: allow}\n",
+    ));
+    let body = json!({"tool": "exec", "arguments": {"command": "sleep 318"}}).to_string();
+    let mut stream = std::net::TcpStream::connect(&server.addr).unwrap();
+    write!(
+        stream,
+        "POST /v1/tools/call HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {AGENT}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        server.addr,
+        body.len()
+    )
+    .unwrap();
+    airlock_testkit::wait_running(&["sleep", "318"]);
+    drop(stream);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !airlock_testkit::processes_running(&["sleep", "318"]).is_empty() {
+        assert!(std::time::Instant::now() < deadline, "the command runs on");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !server
+        .ws
+        .audit()
+        .iter()
+        .any(|record| record["tool"] == "exec" && record["status"] == "cancelled")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not audited: {:?}",
+            server.ws.audit()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

@@ -2931,7 +2931,9 @@ fn exec_through_the_python_sdk_runs_allowed_commands_and_refuses_denied_ones() {
     ) {
         return;
     }
-    let ws = Ws::new("exec:\n  rules:\n    - {prefix: [rm], decision: deny}\n");
+    let ws = Ws::new(
+        "exec:\n  rules:\n    - {prefix: [rm], decision: deny}\n    - {prefix: [sleep], decision: allow}\n",
+    );
     let mut client = ws.stdio_client(&["--elicitation", "none"], &["serve", "--stdio"]);
     let ran = client.call("exec", json!({"command": "wc -l hello.txt"}));
     assert_eq!(status(&ran), "allowed", "{ran}");
@@ -2943,4 +2945,33 @@ fn exec_through_the_python_sdk_runs_allowed_commands_and_refuses_denied_ones() {
     assert_eq!(code(&denied), "policy_denied");
     assert_eq!(denied["isError"], json!(true));
     assert!(ws.path("hello.txt").exists());
+
+    // The client cancels a command that runs (notifications/cancelled):
+    // it is killed, the call ends, the audit says so.
+    client.send(json!({"op": "call_async", "id": "slow", "tool": "exec",
+        "args": {"command": "sleep 317"}}));
+    airlock_testkit::wait_running(&["sleep", "317"]);
+    client.send(json!({"op": "cancel", "id": "slow"}));
+    client.send_any(json!({"op": "await", "id": "slow", "timeout": 25}));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !airlock_testkit::processes_running(&["sleep", "317"]).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the cancelled command runs on"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !ws
+        .audit()
+        .iter()
+        .any(|record| record["tool"] == "exec" && record["status"] == "cancelled")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not audited: {:?}",
+            ws.audit()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }

@@ -36,6 +36,8 @@ fn run_of(root: &Path, line: &str) -> Run {
         max_output_bytes: 16 << 20,
         network: false,
         max_processes: 512,
+        max_memory_bytes: 8 << 30,
+        cancel: airlock_exec::Cancel::new(),
     }
 }
 

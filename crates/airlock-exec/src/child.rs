@@ -7,21 +7,23 @@
 //! parent ([`Prepared`]), and the child only makes system calls on them.
 //!
 //! The order, in the child of `Command::spawn`:
-//! 1. its own process group (the parent kills the group on timeout), and the
-//!    pids cgroup when there is one;
+//! 1. its own process group (the parent kills the group on timeout or
+//!    cancellation), and the run's pids and memory cgroups when there are;
 //! 2. new user, mount, pid (and, without network, network) namespaces, the
 //!    caller's uid and gid mapped to themselves;
 //! 3. mounts, private to the namespace: the overlay over the workspace (for a
-//!    preview), an empty read-only tmpfs over each hidden path (airlock's
-//!    state dir), read-only binds of the read-only paths (the config file,
-//!    `.git` directories);
+//!    preview); without Landlock, the writable paths bound onto themselves;
+//!    an empty read-only tmpfs over each hidden path (airlock's state dir),
+//!    read-only binds of the read-only paths (the config file, `.git`
+//!    directories outside a preview); without Landlock, every other mount
+//!    remounted read-only;
 //! 4. a `fork`: the grandchild is the new pid namespace's init, so when it
 //!    ends, or is killed, every process it started ends with it; the child
 //!    waits for it and exits as it did;
-//! 5. in the grandchild: `/proc` of its namespace, the working directory,
-//!    resource limits, Landlock (the file system read-only but for the
-//!    workspace, a temporary directory and a few devices; no mount), every
-//!    capability dropped; then `exec`.
+//! 5. in the grandchild: a read-only `/proc` of its namespace, the working
+//!    directory, resource limits, Landlock where the kernel has it (the file
+//!    system read-only but for the workspace, a temporary directory and a
+//!    few devices; no mount), every capability dropped; then `exec`.
 #![allow(unsafe_code)]
 
 use std::ffi::CString;
@@ -92,11 +94,20 @@ pub(crate) struct Prepared {
     pub writable: Vec<CString>,
     /// Devices it may read and write (`/dev/null` …).
     pub devices: Vec<CString>,
+    /// The Landlock ABI to confine with; 0: none, and `remount` confines.
     pub abi: i64,
-    /// `cgroup.procs` of the run's pids cgroup, opened.
-    pub cgroup_procs: Option<RawFd>,
+    /// Without Landlock: every mount point to remount read-only (after the
+    /// writable paths are bound onto themselves), with the mount flags its
+    /// mount has to keep.
+    pub remount: Vec<(CString, libc::c_ulong)>,
+    /// `cgroup.procs` of the run's cgroups, opened.
+    pub cgroup_procs: Vec<RawFd>,
     pub max_processes: u64,
+    /// `RLIMIT_DATA` (0: none).
+    pub max_memory_bytes: u64,
     pub cpu_seconds: u64,
+    /// The spawning process (see [`die_with_parent`]).
+    pub parent: libc::pid_t,
 }
 
 /// C strings the child uses that never change.
@@ -169,7 +180,8 @@ pub(crate) unsafe fn setup(prepared: &Prepared) -> io::Result<()> {
     // buffer owned by `prepared` or a static; the calls allocate nothing.
     unsafe {
         check(libc::setpgid(0, 0))?;
-        if let Some(fd) = prepared.cgroup_procs {
+        die_with_parent(prepared.parent)?;
+        for &fd in &prepared.cgroup_procs {
             write_all(fd, Fixed::ZERO)?;
             libc::close(fd);
         }
@@ -196,6 +208,19 @@ pub(crate) unsafe fn setup(prepared: &Prepared) -> io::Result<()> {
                 0,
                 options.as_ptr().cast(),
             ))?;
+        }
+        if prepared.abi < 1 {
+            // Without Landlock the writable paths become mounts of their
+            // own, which the read-only remounts below leave writable.
+            for path in &prepared.writable {
+                check(libc::mount(
+                    path.as_ptr(),
+                    path.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_BIND | libc::MS_REC,
+                    std::ptr::null(),
+                ))?;
+            }
         }
         for hidden in &prepared.hidden {
             check(libc::mount(
@@ -239,6 +264,16 @@ pub(crate) unsafe fn setup(prepared: &Prepared) -> io::Result<()> {
             ))?;
         }
 
+        for (path, keep) in &prepared.remount {
+            check(libc::mount(
+                std::ptr::null(),
+                path.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | keep,
+                std::ptr::null(),
+            ))?;
+        }
+
         // How the command ended, from the namespace's init to the child.
         let mut status_pipe = [0; 2];
         check(libc::pipe2(status_pipe.as_mut_ptr(), libc::O_CLOEXEC))?;
@@ -258,13 +293,14 @@ pub(crate) unsafe fn setup(prepared: &Prepared) -> io::Result<()> {
         // killed, and every process of the namespace ends with it.
         libc::close(status_read);
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-        // Its own /proc, where it can be mounted (else the host's, read-only
-        // under Landlock).
+        // Its own /proc, where it can be mounted (else the host's, already
+        // read-only), read-only: the command's uid may be the host's root,
+        // whom a writable /proc/sys would obey.
         libc::mount(
             ptr(Fixed::PROC_FS),
             ptr(Fixed::PROC),
             ptr(Fixed::PROC_FS),
-            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC | libc::MS_RDONLY,
             std::ptr::null(),
         );
         // The command runs as its child, with the signals any process has
@@ -282,7 +318,15 @@ pub(crate) unsafe fn setup(prepared: &Prepared) -> io::Result<()> {
         set_limit(libc::RLIMIT_NPROC, prepared.max_processes)?;
         set_limit(libc::RLIMIT_CPU, prepared.cpu_seconds)?;
         set_limit(libc::RLIMIT_CORE, 0)?;
-        landlock(prepared)?;
+        if prepared.max_memory_bytes > 0 {
+            set_limit(libc::RLIMIT_DATA, prepared.max_memory_bytes)?;
+        }
+        if prepared.abi >= 1 {
+            landlock(prepared)?;
+        } else {
+            // What Landlock's rules would have: no new privileges.
+            check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))?;
+        }
         drop_capabilities()?;
     }
     Ok(())
@@ -540,6 +584,44 @@ unsafe fn drop_capabilities() -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The process is killed when the thread that spawned it ends (that thread
+/// waits for the run, so only when airlock itself goes away, as on
+/// Ctrl-C); in its own process group, nothing else would end it.
+///
+/// # Safety
+/// Between `fork` and `exec`.
+unsafe fn die_with_parent(parent: libc::pid_t) -> io::Result<()> {
+    // SAFETY: plain calls on integers.
+    unsafe {
+        check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL))?;
+        // The parent went away before the call: nobody will wait for it.
+        if libc::getppid() != parent {
+            libc::_exit(126);
+        }
+    }
+    Ok(())
+}
+
+/// Adds only its own process group and [`die_with_parent`] to `command`
+/// (`exec.sandbox: none`).
+pub(crate) fn install_unconfined(command: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    let parent = pid();
+    // SAFETY: the closure makes allocation-free calls only.
+    unsafe {
+        command.pre_exec(move || {
+            check(libc::setpgid(0, 0))?;
+            die_with_parent(parent)
+        });
+    }
+}
+
+/// The calling process's id.
+pub(crate) fn pid() -> libc::pid_t {
+    // SAFETY: a plain call.
+    unsafe { libc::getpid() }
 }
 
 /// Adds `setup(prepared)` to `command`, to run in its child.

@@ -2,12 +2,15 @@
 //!
 //! Every command runs in its own process group, in new user, mount and pid
 //! namespaces (and a network namespace of its own, with no interface up,
-//! unless the run may use the network), under Landlock: it reads the file
-//! system, writes only the workspace and a temporary directory of its own,
-//! sees airlock's state dir as an empty read-only directory, cannot write
-//! the config file or `.git` directories, mounts nothing, and holds no
-//! capability. It is killed with every process it started when it passes
-//! its timeout. Its output is kept up to a limit per stream.
+//! unless the run may use the network), under Landlock (or, on a kernel
+//! without it, with every other mount remounted read-only): it reads the
+//! file system, writes only the workspace and a temporary directory of its
+//! own, sees airlock's state dir as an empty read-only directory, cannot
+//! write the config file or `.git` directories, mounts nothing, and holds
+//! no capability. Its processes, their number and their memory are limited
+//! (cgroups where airlock can make them, rlimits always). It is killed with
+//! every process it started when it passes its timeout or is cancelled. Its
+//! output is kept up to a limit per stream.
 //!
 //! [`preview`] runs a command the same way over a copy-on-write overlay of
 //! the workspace and returns the file changes it would make, leaving the
@@ -21,10 +24,11 @@ mod overlay;
 
 use std::ffi::{CString, OsString};
 use std::io::{Read, Write};
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 pub use overlay::Change;
@@ -48,10 +52,17 @@ pub struct Sandbox {
     root: PathBuf,
     hidden: Vec<PathBuf>,
     read_only: Vec<PathBuf>,
+    /// `.git` directories: read-only in a run; in a preview writable in
+    /// the overlay (so `git mv` can be previewed), their changes reported
+    /// and never applied.
+    git: Vec<PathBuf>,
     bash: PathBuf,
     /// `false`: `exec.sandbox: none`, only a process group, the timeout
     /// and the output limit.
     confined: bool,
+    /// Whether Landlock confines the command; without it, read-only
+    /// remounts of every mount but the workspace do.
+    landlock: bool,
 }
 
 /// What to run.
@@ -78,6 +89,91 @@ pub struct Run {
     pub network: bool,
     /// Processes the run may have at once.
     pub max_processes: u64,
+    /// Memory the run may use: all of its processes together where airlock
+    /// can make a memory cgroup, and each process's data (`RLIMIT_DATA`)
+    /// in any case.
+    pub max_memory_bytes: u64,
+    /// Cancelling it kills the command with everything it started.
+    pub cancel: Cancel,
+}
+
+/// Ends a run from outside (the client that asked for it went away): the
+/// command and every process it started are killed, and the run returns
+/// with [`Output::cancelled`] set. A clone cancels the same runs; cancelling
+/// before the run starts kills it as soon as it has.
+#[derive(Debug, Clone, Default)]
+pub struct Cancel {
+    state: Arc<Mutex<CancelState>>,
+}
+
+#[derive(Debug, Default)]
+struct CancelState {
+    cancelled: bool,
+    /// The runs in progress, told when it is cancelled.
+    runs: Vec<mpsc::Sender<Event>>,
+}
+
+/// What a run in progress waits for.
+enum Event {
+    Exited,
+    Cancelled,
+}
+
+impl Cancel {
+    pub fn new() -> Cancel {
+        Cancel::default()
+    }
+
+    pub fn cancel(&self) {
+        if let Ok(mut state) = self.state.lock() {
+            state.cancelled = true;
+            for run in state.runs.drain(..) {
+                let _ = run.send(Event::Cancelled);
+            }
+        }
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.state.lock().map_or(true, |state| state.cancelled)
+    }
+
+    /// A guard that cancels when dropped (a request's future dropped when
+    /// its client goes away), unless [`CancelOnDrop::disarm`]ed.
+    pub fn on_drop(&self) -> CancelOnDrop {
+        CancelOnDrop {
+            cancel: Some(self.clone()),
+        }
+    }
+
+    /// Tells `run` when this is cancelled (at once if it is already).
+    fn listen(&self, run: mpsc::Sender<Event>) {
+        match self.state.lock() {
+            Ok(mut state) if !state.cancelled => state.runs.push(run),
+            _ => {
+                let _ = run.send(Event::Cancelled);
+            }
+        }
+    }
+}
+
+/// Cancels its [`Cancel`] when dropped.
+#[derive(Debug)]
+pub struct CancelOnDrop {
+    cancel: Option<Cancel>,
+}
+
+impl CancelOnDrop {
+    pub fn disarm(mut self) {
+        self.cancel = None;
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some(cancel) = self.cancel.take() {
+            cancel.cancel();
+        }
+    }
 }
 
 /// What came of a run.
@@ -94,6 +190,8 @@ pub struct Output {
     pub duration: Duration,
     /// It ran past its timeout and was killed.
     pub timed_out: bool,
+    /// It was cancelled and killed.
+    pub cancelled: bool,
 }
 
 /// A previewed run: its output and the changes it would make.
@@ -103,21 +201,27 @@ pub struct Preview {
     pub changes: Vec<Change>,
 }
 
-/// Whether this machine can sandbox: the Landlock ABI, or why not.
+/// Whether this machine can sandbox: the Landlock ABI (0: none, and then
+/// read-only mounts confine the command), or why not.
+///
+/// User namespaces are required either way: without them airlock's state
+/// dir cannot be hidden from the command, nor its processes held in a pid
+/// namespace, and nothing then runs.
 pub fn support() -> Result<i64, ExecError> {
     let abi = child::landlock_abi();
-    if abi < 1 {
-        return Err(ExecError::SandboxUnavailable(
-            "the kernel offers no Landlock".to_owned(),
-        ));
-    }
     let max = std::fs::read_to_string("/proc/sys/user/max_user_namespaces")
         .ok()
         .and_then(|text| text.trim().parse::<u64>().ok());
     if max == Some(0) {
-        return Err(ExecError::SandboxUnavailable(
-            "user namespaces are disabled (user.max_user_namespaces is 0)".to_owned(),
-        ));
+        return Err(ExecError::SandboxUnavailable(format!(
+            "user namespaces are disabled (user.max_user_namespaces is 0){}; \
+             set exec.sandbox: none to run commands unconfined (every one then asks)",
+            if abi < 1 {
+                ", and the kernel offers no Landlock"
+            } else {
+                ", and Landlock alone cannot hide airlock's state dir"
+            }
+        )));
     }
     Ok(abi)
 }
@@ -133,20 +237,34 @@ impl Sandbox {
         hidden: &[PathBuf],
         read_only: &[PathBuf],
     ) -> Result<Sandbox, ExecError> {
-        support()?;
+        let abi = support()?;
         let root = root
             .canonicalize()
             .map_err(|error| ExecError::Invalid(format!("{}: {error}", root.display())))?;
-        let mut read_only: Vec<PathBuf> = read_only.to_vec();
-        read_only.push(root.join(".git"));
+        let git = root.join(".git");
+        let read_only: Vec<PathBuf> = read_only
+            .iter()
+            .filter(|path| **path != git)
+            .cloned()
+            .collect();
         let bash = find_bash()?;
         Ok(Sandbox {
             root,
             hidden: hidden.to_vec(),
             read_only,
+            git: vec![git],
             bash,
             confined: true,
+            landlock: abi >= 1,
         })
+    }
+
+    /// Confines with mounts alone, as on a kernel without Landlock: every
+    /// mount but the workspace's and the run's temporary directory is
+    /// remounted read-only in the command's mount namespace.
+    pub fn without_landlock(mut self) -> Sandbox {
+        self.landlock = false;
+        self
     }
 
     /// No sandbox (`exec.sandbox: none`): a command runs in its own process
@@ -160,8 +278,10 @@ impl Sandbox {
             root,
             hidden: Vec::new(),
             read_only: Vec::new(),
+            git: Vec::new(),
             bash,
             confined: false,
+            landlock: false,
         })
     }
 
@@ -209,8 +329,24 @@ impl Sandbox {
         options.push(&work);
         options.push(",userxattr");
         let output = self.spawn(run, &scratch, Some(c_string(options.as_bytes())?))?;
-        let changes = overlay::changes(&self.root, &upper, &self.hidden)
+        let mut changes = overlay::changes(&self.root, &upper, &self.hidden)
             .map_err(|error| ExecError::Failed(format!("reading the overlay: {error}")))?;
+        // Git's own files (its index, objects, refs) are reported, once per
+        // `.git`, and never applied.
+        for git in &self.git {
+            let Ok(relative) = git.strip_prefix(&self.root) else {
+                continue;
+            };
+            let before = changes.len();
+            changes.retain(|change| !change.path().starts_with(relative));
+            if changes.len() < before {
+                changes.push(Change::Unsupported {
+                    path: relative.to_path_buf(),
+                    what: "changes to git's own files (its index, objects and refs), which are never applied",
+                });
+            }
+        }
+        changes.sort_by(|a, b| a.path().cmp(b.path()));
         Ok(Preview { output, changes })
     }
 
@@ -262,8 +398,8 @@ impl Sandbox {
             .stderr(Stdio::piped());
 
         if !self.confined {
-            use std::os::unix::process::CommandExt;
-            command.process_group(0).current_dir(&cwd);
+            command.current_dir(&cwd);
+            child::install_unconfined(&mut command);
             return self.wait(run, command);
         }
         let (uid, gid) = child::ids();
@@ -283,7 +419,14 @@ impl Sandbox {
                 .cloned()
                 .collect())
         };
-        let read_only = existing(&self.read_only)?
+        // `.git` is read-only in a run; in a preview the overlay takes its
+        // changes, which are reported and never applied.
+        let previewing = overlay.is_some();
+        let mut read_only_paths = self.read_only.clone();
+        if !previewing {
+            read_only_paths.extend(self.git.iter().cloned());
+        }
+        let read_only = existing(&read_only_paths)?
             .into_iter()
             .map(|path| {
                 let path = c_string(path.as_os_str().as_bytes())?;
@@ -317,8 +460,29 @@ impl Sandbox {
         .iter()
         .map(|path| c_string(path.as_bytes()))
         .collect::<Result<Vec<_>, _>>()?;
-        let cgroup = PidsCgroup::new(run.max_processes);
-        let procs = cgroup.as_ref().and_then(PidsCgroup::procs);
+        let cgroups = RunCgroups::new(run.max_processes, run.max_memory_bytes);
+        let procs = cgroups.procs();
+        let writable = [self.root.clone(), tmp.clone()];
+        // Without Landlock, every other mount is remounted read-only.
+        let remount = if self.landlock {
+            Vec::new()
+        } else {
+            let skip: Vec<&PathBuf> = writable
+                .iter()
+                .chain(hidden_dirs_all.iter().copied())
+                .collect();
+            mount_points()?
+                .into_iter()
+                .filter(|point| !skip.iter().any(|under| point.starts_with(under)))
+                .map(|point| {
+                    let path = c_string(point.as_os_str().as_bytes())?;
+                    let keep = child::locked_flags(&path).map_err(|error| {
+                        ExecError::Failed(format!("statvfs {}: {error}", point.display()))
+                    })?;
+                    Ok((path, keep))
+                })
+                .collect::<Result<Vec<_>, ExecError>>()?
+        };
         let prepared = child::Prepared {
             setgroups_path: c_string(b"/proc/self/setgroups")?,
             uid_map_path: c_string(b"/proc/self/uid_map")?,
@@ -336,20 +500,34 @@ impl Sandbox {
             null_flags,
             read_only,
             cwd: c_string(cwd.as_os_str().as_bytes())?,
-            writable: vec![
-                c_string(self.root.as_os_str().as_bytes())?,
-                c_string(tmp.as_os_str().as_bytes())?,
-            ],
+            writable: writable
+                .iter()
+                .map(|path| c_string(path.as_os_str().as_bytes()))
+                .collect::<Result<Vec<_>, _>>()?,
             devices,
-            abi: support()?,
-            cgroup_procs: procs.as_ref().map(std::os::fd::AsRawFd::as_raw_fd),
+            abi: if self.landlock { support()? } else { 0 },
+            remount,
+            cgroup_procs: procs.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect(),
             max_processes: run.max_processes,
+            max_memory_bytes: run.max_memory_bytes,
             cpu_seconds: run.timeout.as_secs().saturating_add(1),
+            parent: child::pid(),
         };
         child::install(&mut command, prepared);
-        let output = self.wait(run, command);
+        let output = self.wait(run, command).map_err(|error| match error {
+            // The kernel refused a namespace or a mount (a user namespace
+            // without the rights it should have, as under some security
+            // modules).
+            ExecError::Failed(message) if message.contains("Operation not permitted") => {
+                ExecError::SandboxUnavailable(format!(
+                    "the kernel refused to set up the sandbox ({message}); \
+                     set exec.sandbox: none to run commands unconfined (every one then asks)"
+                ))
+            }
+            other => other,
+        });
         drop(procs);
-        drop(cgroup);
+        drop(cgroups);
         output
     }
 
@@ -380,14 +558,19 @@ impl Sandbox {
         let stdout = process.stdout.take().map(|stream| capture(stream, limit));
         let stderr = process.stderr.take().map(|stream| capture(stream, limit));
 
-        let (done, finished) = std::sync::mpsc::channel();
+        let (done, events) = mpsc::channel();
+        run.cancel.listen(done.clone());
         let waiter = std::thread::spawn(move || {
             let status = process.wait();
-            let _ = done.send(());
+            let _ = done.send(Event::Exited);
             status
         });
-        let timed_out = finished.recv_timeout(run.timeout).is_err();
-        if timed_out {
+        let (timed_out, cancelled) = match events.recv_timeout(run.timeout) {
+            Ok(Event::Exited) => (false, false),
+            Ok(Event::Cancelled) => (false, true),
+            Err(_) => (true, false),
+        };
+        if timed_out || cancelled {
             child::kill_group(pid);
         }
         let status = waiter
@@ -414,6 +597,7 @@ impl Sandbox {
             truncated_stderr,
             duration,
             timed_out,
+            cancelled,
         })
     }
 }
@@ -492,52 +676,162 @@ fn make_removable(path: &Path) {
     }
 }
 
-/// A pids cgroup for one run, where the machine lets airlock make one (the
-/// process count limit holds even for root, which `RLIMIT_NPROC` does not
-/// bind); removed when the run ends.
-struct PidsCgroup {
-    path: PathBuf,
+/// The cgroups of one run, where the machine lets airlock make them: a
+/// pids cgroup (the process count limit then holds even for root, which
+/// `RLIMIT_NPROC` does not bind) and a memory cgroup (a limit on all of the
+/// run's processes together). Removed when the run ends.
+struct RunCgroups {
+    dirs: Vec<PathBuf>,
 }
 
-impl PidsCgroup {
-    fn new(max: u64) -> Option<PidsCgroup> {
+impl RunCgroups {
+    fn new(max_processes: u64, max_memory_bytes: u64) -> RunCgroups {
         static NEXT: AtomicU64 = AtomicU64::new(0);
-        let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-        // cgroup v2 (`0::/path`), else v1's pids hierarchy (`N:pids:/path`).
-        let base = own.lines().find_map(|line| {
-            let mut parts = line.splitn(3, ':');
-            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-            if controllers == "pids" {
-                Some(Path::new("/sys/fs/cgroup/pids").join(path.trim_start_matches('/')))
-            } else {
-                None
-            }
-        })?;
-        let path = base.join(format!(
+        let name = format!(
             "airlock-exec-{}-{}",
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir(&path).ok()?;
-        let cgroup = PidsCgroup { path };
-        std::fs::write(cgroup.path.join("pids.max"), max.to_string()).ok()?;
-        Some(cgroup)
+        );
+        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        let mut cgroups = RunCgroups { dirs: Vec::new() };
+        let limits = [
+            ("pids", "pids.max", "pids.max", max_processes),
+            (
+                "memory",
+                "memory.limit_in_bytes",
+                "memory.max",
+                max_memory_bytes,
+            ),
+        ];
+        let mut v1 = false;
+        for (controller, v1_file, _, value) in limits {
+            // cgroup v1: `N:controller[,other]:/path`.
+            let Some(base) = own.lines().find_map(|line| {
+                let mut parts = line.splitn(3, ':');
+                let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+                controllers
+                    .split(',')
+                    .any(|name| name == controller)
+                    .then(|| {
+                        Path::new("/sys/fs/cgroup")
+                            .join(controllers)
+                            .join(path.trim_start_matches('/'))
+                    })
+            }) else {
+                continue;
+            };
+            v1 = true;
+            cgroups.make(&base.join(&name), v1_file, value);
+        }
+        if !v1 {
+            // cgroup v2 (`0::/path`), where both controllers are delegated.
+            if let Some(path) = own.lines().find_map(|line| line.strip_prefix("0::")) {
+                let dir = Path::new("/sys/fs/cgroup")
+                    .join(path.trim_start_matches('/'))
+                    .join(&name);
+                if std::fs::create_dir(&dir).is_ok() {
+                    cgroups.dirs.push(dir.clone());
+                    for (_, _, v2_file, value) in limits {
+                        if std::fs::write(dir.join(v2_file), value.to_string()).is_err() {
+                            let _ = std::fs::remove_dir(&dir);
+                            cgroups.dirs.clear();
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        cgroups
     }
 
-    /// Its `cgroup.procs`, open for the child to write itself into.
-    fn procs(&self) -> Option<std::os::fd::OwnedFd> {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .open(self.path.join("cgroup.procs"))
-            .ok()
+    /// Makes the cgroup `dir` with `file` set to `value`; nothing where it
+    /// cannot.
+    fn make(&mut self, dir: &Path, file: &str, value: u64) {
+        if std::fs::create_dir(dir).is_err() {
+            return;
+        }
+        if std::fs::write(dir.join(file), value.to_string()).is_ok() {
+            self.dirs.push(dir.to_path_buf());
+        } else {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+
+    /// Their `cgroup.procs`, open for the child to write itself into.
+    fn procs(&self) -> Vec<std::os::fd::OwnedFd> {
+        self.dirs
+            .iter()
+            .filter_map(|dir| {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(dir.join("cgroup.procs"))
+                    .ok()
+            })
             .map(std::os::fd::OwnedFd::from)
+            .collect()
     }
 }
 
-impl Drop for PidsCgroup {
+impl Drop for RunCgroups {
+    /// Kills whatever is still in them (nothing should be: the pid
+    /// namespace ended with the run) and removes them once the kernel has
+    /// let go of the processes that just died, which can take a moment.
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir(&self.path);
+        let deadline = Instant::now() + Duration::from_secs(2);
+        for dir in &self.dirs {
+            loop {
+                let procs = std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
+                for pid in procs
+                    .lines()
+                    .filter_map(|line| line.trim().parse::<u32>().ok())
+                {
+                    child::kill_group(pid);
+                }
+                if std::fs::remove_dir(dir).is_ok() || Instant::now() >= deadline {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
     }
+}
+
+/// Every mount point of this process's mount namespace, from
+/// `/proc/self/mountinfo` (its fifth field, with `\NNN` octal escapes).
+fn mount_points() -> Result<Vec<PathBuf>, ExecError> {
+    let text = std::fs::read("/proc/self/mountinfo")
+        .map_err(|error| ExecError::Failed(format!("/proc/self/mountinfo: {error}")))?;
+    let mut points = Vec::new();
+    for line in text.split(|byte| *byte == b'\n') {
+        let Some(field) = line.split(|byte| *byte == b' ').nth(4) else {
+            continue;
+        };
+        let mut path = Vec::with_capacity(field.len());
+        let mut i = 0;
+        while i < field.len() {
+            let octal = field.get(i + 1..i + 4).filter(|digits| {
+                field[i] == b'\\' && digits.iter().all(|digit| (b'0'..=b'7').contains(digit))
+            });
+            match octal {
+                Some(digits) => {
+                    path.push(
+                        digits
+                            .iter()
+                            .fold(0u8, |value, digit| value.wrapping_mul(8) + (digit - b'0')),
+                    );
+                    i += 4;
+                }
+                None => {
+                    path.push(field[i]);
+                    i += 1;
+                }
+            }
+        }
+        points.push(PathBuf::from(std::ffi::OsString::from_vec(path)));
+    }
+    points.sort();
+    points.dedup();
+    Ok(points)
 }
 
 fn find_bash() -> Result<PathBuf, ExecError> {

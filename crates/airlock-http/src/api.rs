@@ -339,28 +339,39 @@ async fn tools_call(
     let mode = airlock_broker::default_mode(broker.config());
     let (pending_tx, pending_rx) = tokio::sync::oneshot::channel::<Value>();
     let pending_tx = std::sync::Mutex::new(Some(pending_tx));
+    // A client that goes away before the answer drops this handler, and
+    // with it the guard: a command the call runs is killed.
+    let cancel = airlock_broker::Cancel::new();
+    let cancel_on_drop = cancel.on_drop();
     let mut submitted = tokio::task::spawn_blocking(move || {
-        broker.submit(&call, &mode, &|approval| {
-            let view = json!({
-                "approval_id": approval.id,
-                "status": "pending",
-                "tool": approval.tool,
-                "risk": approval.risk.as_str(),
-                "summary": approval.summary,
-                "expires_ms": approval.expires_ms,
-            });
-            if let Some(sender) = pending_tx.lock().ok().and_then(|mut slot| slot.take()) {
-                let _ = sender.send(view);
-            }
-        })
+        broker.submit_cancellable(
+            &call,
+            &mode,
+            &|approval| {
+                let view = json!({
+                    "approval_id": approval.id,
+                    "status": "pending",
+                    "tool": approval.tool,
+                    "risk": approval.risk.as_str(),
+                    "summary": approval.summary,
+                    "expires_ms": approval.expires_ms,
+                });
+                if let Some(sender) = pending_tx.lock().ok().and_then(|mut slot| slot.take()) {
+                    let _ = sender.send(view);
+                }
+            },
+            &cancel,
+        )
     });
-    tokio::select! {
+    let response = tokio::select! {
         envelope = &mut submitted => match joined(envelope) {
             Ok(envelope) => envelope_response(&envelope),
             Err(refused) => refused,
         },
         Ok(pending) = pending_rx => (StatusCode::ACCEPTED, axum::Json(pending)).into_response(),
-    }
+    };
+    cancel_on_drop.disarm();
+    response
 }
 
 /// An envelope as an answer: 202 for `hitl_required`, 400 for input the

@@ -307,13 +307,30 @@ impl Session {
             running: Mutex::new(None),
         };
         let caller = self.caller(context);
+        // The client's `notifications/cancelled` (or its going away) kills
+        // a command the call runs.
+        let cancel = airlock_broker::Cancel::new();
+        let watch = {
+            let cancel = cancel.clone();
+            let cancelled = context.ct.clone();
+            tokio::spawn(async move {
+                cancelled.cancelled().await;
+                cancel.cancel();
+            })
+        };
         let envelope = tokio::task::block_in_place(|| {
             crate::caller::with_caller(caller, || {
-                broker.submit(call, &Mode::Client(ask), &|approval| {
-                    companion.start(approval.id.clone());
-                })
+                broker.submit_cancellable(
+                    call,
+                    &Mode::Client(ask),
+                    &|approval| {
+                        companion.start(approval.id.clone());
+                    },
+                    &cancel,
+                )
             })
         });
+        watch.abort();
         companion.stop();
         envelope
     }

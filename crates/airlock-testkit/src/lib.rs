@@ -159,3 +159,36 @@ pub fn wait_gone(pid: u32) {
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
 }
+
+/// The processes whose arguments are exactly `argv` (read from
+/// `/proc/*/cmdline`; zombies have none, so a dead process is not listed).
+pub fn processes_running(argv: &[&str]) -> Vec<u32> {
+    let mut wanted = Vec::new();
+    for arg in argv {
+        wanted.extend_from_slice(arg.as_bytes());
+        wanted.push(0);
+    }
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmd| cmd == wanted))
+        .collect()
+}
+
+/// Waits until a process with arguments `argv` runs; its pids.
+pub fn wait_running(argv: &[&str]) -> Vec<u32> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let found = processes_running(argv);
+        if !found.is_empty() {
+            return found;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no process {argv:?} started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}

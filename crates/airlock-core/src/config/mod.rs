@@ -555,6 +555,18 @@ fn validate_exec(exec: &ExecConfig) -> Vec<ConfigIssue> {
         "exec.max_output_bytes".to_owned(),
         "must be at least 1024",
     );
+    require(
+        &mut issues,
+        exec.max_processes >= 8,
+        "exec.max_processes".to_owned(),
+        "must be at least 8",
+    );
+    require(
+        &mut issues,
+        exec.max_memory_bytes >= 16 << 20,
+        "exec.max_memory_bytes".to_owned(),
+        "must be at least 16777216 (16 MiB)",
+    );
     for (index, name) in exec.env_allow.iter().enumerate() {
         require(
             &mut issues,
@@ -847,11 +859,13 @@ mod exec_tests {
 
     #[test]
     fn bad_exec_keys_are_config_errors() {
-        let text = "exec:\n  timeout: soon\n  max_output_bytes: 10\n  env_allow: [\"A B\"]\n  rules:\n    - {prefix: [], decision: allow}\n    - {prefix: [git, []], decision: ask}\n";
+        let text = "exec:\n  timeout: soon\n  max_output_bytes: 10\n  max_processes: 1\n  max_memory_bytes: 1000\n  env_allow: [\"A B\"]\n  rules:\n    - {prefix: [], decision: allow}\n    - {prefix: [git, []], decision: ask}\n";
         let found = issues(text).join("\n");
         for key in [
             "exec.timeout",
             "exec.max_output_bytes",
+            "exec.max_processes",
+            "exec.max_memory_bytes",
             "exec.env_allow[0]",
             "exec.rules[0].prefix",
             "exec.rules[1].prefix[1]",

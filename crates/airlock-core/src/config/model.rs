@@ -863,6 +863,11 @@ pub struct ExecConfig {
     pub timeout: String,
     /// Output kept per stream; more is cut and marked truncated.
     pub max_output_bytes: u64,
+    /// Processes a command may have at once (itself and what it starts).
+    pub max_processes: u64,
+    /// Memory a command may use: its processes together where airlock can
+    /// make a memory cgroup, and each process's data in any case.
+    pub max_memory_bytes: u64,
     /// Rules for the simple commands a command line is made of; among the
     /// rules that match a command the strictest wins, and across a command
     /// line's commands the strictest wins (deny > ask > allow). They come
@@ -883,6 +888,8 @@ impl Default for ExecConfig {
                 .to_vec(),
             timeout: "120s".to_owned(),
             max_output_bytes: 1_048_576,
+            max_processes: 512,
+            max_memory_bytes: 8 << 30,
             rules: Vec::new(),
         }
     }

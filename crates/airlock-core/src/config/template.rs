@@ -144,6 +144,8 @@ exec:                        # the shell tool (DESIGN 5.1)
   env_allow: [PATH, HOME, LANG, LC_ALL, TERM, USER]
   timeout: 120s
   max_output_bytes: 1048576
+  max_processes: 512         # at once, the command and what it starts
+  max_memory_bytes: 8589934592  # its processes together (a cgroup where airlock can make one)
   rules: []                  # the strictest decision across a command line's commands wins;
                              # common read-only commands (ls, cat, rg, git status|diff|log|show,
                              # cargo check|test|build …) are allowed unless a rule says otherwise
