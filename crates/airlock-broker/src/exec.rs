@@ -156,6 +156,7 @@ impl Broker {
             );
         }
         let exit_code = preview.output.exit_code;
+        let preamble = output_preamble(&shown_command(&params), &preview.output);
         let (changes, mut report) = match self.exec_changes(preview, params.output_mode) {
             Ok(found) => found,
             Err(error) => {
@@ -179,7 +180,9 @@ impl Broker {
             if changes.len() == 1 { "" } else { "s" }
         );
         let planned = airlock_fs::prepare_command_changes(&self.sandbox, summary, changes, report)
-            .map(Planned::Plan);
+            // What the human reads first: the command and what it printed,
+            // then the changes.
+            .map(|plan| Planned::Command(plan, preamble));
         self.write_planned(call, decision, planned, mode, on_pending, base, now)
     }
 
@@ -663,6 +666,82 @@ impl Broker {
                 .text("code", code.as_str()),
         )
     }
+}
+
+/// Lines of each stream shown at its head and at its tail.
+const SHOWN_LINES: usize = 10;
+/// Characters of one output line shown.
+const SHOWN_WIDTH: usize = 200;
+
+/// The head of a previewed command's proposal: the command, how it ended,
+/// and the head and tail of what it printed, every output line behind `| `
+/// (so no output line can pass for a line of the diff below it) and with
+/// control characters escaped.
+pub(crate) fn output_preamble(command: &str, output: &airlock_exec::Output) -> String {
+    use std::fmt::Write as _;
+    let mut text = format!(
+        "$ {}\n",
+        shorten(&airlock_core::display::safe_line(command), 400)
+    );
+    let ended = match (output.exit_code, output.signal) {
+        (Some(code), _) => format!("exit {code}"),
+        (None, Some(signal)) => format!("killed by signal {signal}"),
+        (None, None) => "ended".to_owned(),
+    };
+    let _ = writeln!(text, "{ended}, {} ms", output.duration.as_millis());
+    for (name, bytes, truncated) in [
+        ("stdout", &output.stdout, output.truncated_stdout),
+        ("stderr", &output.stderr, output.truncated_stderr),
+    ] {
+        let printed = String::from_utf8_lossy(bytes);
+        let lines: Vec<&str> = printed.lines().collect();
+        let cut = if truncated {
+            ", cut at the output limit"
+        } else {
+            ""
+        };
+        if lines.is_empty() {
+            let _ = writeln!(text, "{name}: empty{cut}");
+            continue;
+        }
+        let shown: Vec<Option<&str>> = if lines.len() <= 2 * SHOWN_LINES {
+            lines.iter().copied().map(Some).collect()
+        } else {
+            lines[..SHOWN_LINES]
+                .iter()
+                .copied()
+                .map(Some)
+                .chain(std::iter::once(None))
+                .chain(lines[lines.len() - SHOWN_LINES..].iter().copied().map(Some))
+                .collect()
+        };
+        let _ = writeln!(
+            text,
+            "{name}: {} line{}{cut}",
+            lines.len(),
+            if lines.len() == 1 { "" } else { "s" }
+        );
+        for line in shown {
+            match line {
+                Some(line) => {
+                    let _ = writeln!(
+                        text,
+                        "| {}",
+                        shorten(&airlock_core::display::safe_line(line), SHOWN_WIDTH)
+                    );
+                }
+                None => {
+                    let _ = writeln!(
+                        text,
+                        "| … {} lines not shown …",
+                        lines.len() - 2 * SHOWN_LINES
+                    );
+                }
+            }
+        }
+    }
+    text.push('\n');
+    text
 }
 
 /// The command as a human reads it.

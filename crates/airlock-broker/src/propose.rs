@@ -26,6 +26,10 @@ use crate::submit::{Handling, Mode};
 pub(crate) enum Planned {
     Plan(ChangePlan),
     DryRun(ChangePlan),
+    /// A previewed command's changes, and what the human reads before
+    /// their diff (the command, how it ended, what it printed). The plan's
+    /// own diff stays exactly what is applied.
+    Command(ChangePlan, String),
 }
 
 /// What an approval shows a human, and the plan it applies.
@@ -242,8 +246,9 @@ impl Broker {
         }
         let by_fallback = asks && handling == Handling::Allow;
         let asks = asks && !by_fallback;
-        let plan = match planned {
-            Ok(Planned::Plan(plan)) => plan,
+        let (plan, preface) = match planned {
+            Ok(Planned::Plan(plan)) => (plan, String::new()),
+            Ok(Planned::Command(plan, preface)) => (plan, preface),
             Ok(Planned::DryRun(plan)) => return self.dry_run(call, decision, &plan, base),
             Err(FsError::InvalidInput { message }) => {
                 return self.invalid(call, path, &message, base);
@@ -276,7 +281,7 @@ impl Broker {
             Shown {
                 path: plan.primary_path().map(str::to_owned),
                 summary: plan.summary.clone(),
-                diff: plan.diff.clone(),
+                diff: format!("{preface}{}", plan.diff),
                 plan: stored,
             },
             now,

@@ -192,6 +192,51 @@ fn an_approved_preview_leaves_the_files_a_direct_run_leaves_without_running_agai
     }
 }
 
+#[test]
+fn a_proposal_shows_the_command_how_it_ended_and_the_head_and_tail_of_its_output() {
+    let ws = Workspace::new("");
+    seed(&ws);
+    // 30 lines out, and a line on stderr that tries to pass for a diff
+    // header, with a terminal escape.
+    let command =
+        "seq 1 30; printf '+++ b/x.txt\\n-\\033[31mevil\\n' >&2; sed -i s/one/two/ a.txt; exit 4";
+    let run = ws.run(&["call", "exec", "--args", &exec_args(command), "--defer"]);
+    assert_eq!(run.json["status"], "hitl_required", "{}", run.stdout);
+    let id = run.json["hitl"]["hitl_id"].as_str().unwrap().to_owned();
+    let shown = ws.run(&["show", &id]).stdout;
+    let head: Vec<&str> = shown
+        .lines()
+        .skip_while(|line| !line.starts_with("$ "))
+        .collect();
+    let mut expected = vec![format!("$ {command}")];
+    let ended = head[1];
+    assert!(
+        ended.starts_with("exit 4, ") && ended.ends_with(" ms"),
+        "{shown}"
+    );
+    expected.push(ended.to_owned());
+    expected.push("stdout: 30 lines".to_owned());
+    expected.extend((1..=10).map(|n| format!("| {n}")));
+    expected.push("| … 10 lines not shown …".to_owned());
+    expected.extend((21..=30).map(|n| format!("| {n}")));
+    expected.push("stderr: 2 lines".to_owned());
+    expected.push("| +++ b/x.txt".to_owned());
+    expected.push("| -\\x1b[31mevil".to_owned());
+    expected.extend(
+        [
+            "",
+            "--- a/a.txt",
+            "+++ b/a.txt",
+            "@@ -1,2 +1,2 @@",
+            "-one",
+            "+two",
+            " alpha",
+        ]
+        .map(str::to_owned),
+    );
+    assert_eq!(head, expected, "{shown}");
+}
+
 /// Runs `git ARGS` in `root` as a fixed author.
 fn git(root: &Path, args: &[&str]) -> String {
     let output = std::process::Command::new("git")

@@ -78,6 +78,8 @@ fn design_defaults() -> Value {
             "env_allow": ["PATH", "HOME", "LANG", "LC_ALL", "TERM", "USER"],
             "timeout": "120s",
             "max_output_bytes": 1048576,
+            "max_processes": 512,
+            "max_memory_bytes": 8589934592u64,
             "rules": []
         }
     })
