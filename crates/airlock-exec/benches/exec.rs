@@ -120,7 +120,7 @@ fn main() {
     let sandbox = Sandbox::new(thousand.path(), &[thousand.path().join(".airlock")], &[]).unwrap();
     let rg = Command::new("rg").arg("--version").output().is_ok();
     if rg {
-        let (direct, boxed) = side_by_side(&sandbox, thousand.path(), "rg -c needle", n.min(50));
+        let (direct, boxed) = side_by_side(&sandbox, thousand.path(), "rg -c needle .", n.min(50));
         report("rg over 1,000 files", direct, boxed);
     } else {
         println!("  rg over 1,000 files: not measured (rg is not installed)");

@@ -723,21 +723,24 @@ impl RunCgroups {
             v1 = true;
             cgroups.make(&base.join(&name), v1_file, value);
         }
-        if !v1 {
-            // cgroup v2 (`0::/path`), where both controllers are delegated.
-            if let Some(path) = own.lines().find_map(|line| line.strip_prefix("0::")) {
-                let dir = Path::new("/sys/fs/cgroup")
-                    .join(path.trim_start_matches('/'))
-                    .join(&name);
-                if std::fs::create_dir(&dir).is_ok() {
-                    cgroups.dirs.push(dir.clone());
-                    for (_, _, v2_file, value) in limits {
-                        if std::fs::write(dir.join(v2_file), value.to_string()).is_err() {
-                            let _ = std::fs::remove_dir(&dir);
-                            cgroups.dirs.clear();
-                            break;
-                        }
-                    }
+        // cgroup v2 (`0::/path` on a unified hierarchy), where both
+        // controllers are delegated.
+        let unified = Path::new("/sys/fs/cgroup/cgroup.controllers").is_file();
+        if !v1
+            && unified
+            && let Some(path) = own.lines().find_map(|line| line.strip_prefix("0::"))
+        {
+            let dir = Path::new("/sys/fs/cgroup")
+                .join(path.trim_start_matches('/'))
+                .join(&name);
+            if std::fs::create_dir(&dir).is_ok() {
+                cgroups.dirs.push(dir.clone());
+                if limits
+                    .iter()
+                    .any(|(_, _, v2_file, value)| !set(&dir.join(v2_file), *value))
+                {
+                    let _ = std::fs::remove_dir(&dir);
+                    cgroups.dirs.clear();
                 }
             }
         }
@@ -750,9 +753,10 @@ impl RunCgroups {
         if std::fs::create_dir(dir).is_err() {
             return;
         }
-        if std::fs::write(dir.join(file), value.to_string()).is_ok() {
+        if set(&dir.join(file), value) && dir.join("cgroup.procs").is_file() {
             self.dirs.push(dir.to_path_buf());
         } else {
+            let _ = std::fs::remove_file(dir.join(file));
             let _ = std::fs::remove_dir(dir);
         }
     }
@@ -770,6 +774,16 @@ impl RunCgroups {
             .map(std::os::fd::OwnedFd::from)
             .collect()
     }
+}
+
+/// Writes `value` to the existing control file `path` (never creates one:
+/// a directory that is not a cgroup has none).
+fn set(path: &Path, value: u64) -> bool {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .and_then(|mut file| file.write_all(value.to_string().as_bytes()))
+        .is_ok()
 }
 
 impl Drop for RunCgroups {
