@@ -31,6 +31,7 @@ pub mod edit;
 pub mod envelope;
 pub mod error_code;
 pub mod exec;
+pub mod hooks;
 pub mod jsonrpc;
 pub mod origin;
 pub mod patch;
