@@ -124,6 +124,7 @@ impl Broker {
             Plan::ExecRun(run) => {
                 return self.commit_exec_run(approval, run, decision, recovering);
             }
+            Plan::Agent(plan) => return self.commit_agent(approval, plan, decision),
             plan => plan.change(),
         };
         let Some(plan) = plan else {

@@ -176,6 +176,7 @@ pub(crate) fn first_denial(decision: &Decision) -> String {
 pub(crate) fn approval_method(plan: &airlock_core::plan::Plan) -> &'static str {
     match plan {
         airlock_core::plan::Plan::Exec(_) => "exec.run",
+        airlock_core::plan::Plan::Agent(_) => "agent.tool",
         _ => "fs.propose_patch",
     }
 }
@@ -185,6 +186,7 @@ pub(crate) fn approval_method(plan: &airlock_core::plan::Plan) -> &'static str {
 pub(crate) fn apply_method(plan: &airlock_core::plan::Plan) -> &'static str {
     match plan {
         airlock_core::plan::Plan::Exec(_) => "exec.run",
+        airlock_core::plan::Plan::Agent(_) => "agent.tool",
         _ => "fs.apply_patch",
     }
 }

@@ -29,6 +29,7 @@ mod exec;
 mod feed;
 mod forward;
 mod grants;
+mod hook;
 mod presence;
 mod propose;
 mod record;
@@ -50,6 +51,7 @@ pub use exec::ExecParams;
 pub use feed::{Cursor, FEED_POLL};
 pub use forward::{ForwardError, ForwardNow, Forwarder};
 pub use grants::{GrantTerms, duration_words};
+pub use hook::HOOK_MARGIN;
 pub use presence::{LiveChannel, Presence};
 pub use record::Record;
 pub use runtime::{

@@ -30,6 +30,9 @@ pub(crate) enum Planned {
     /// their diff (the command, how it ended, what it printed). The plan's
     /// own diff stays exactly what is applied.
     Command(ChangePlan, String),
+    /// An agent's own call (its hook asked), and what the human reads
+    /// before its diff.
+    Agent(airlock_core::plan::AgentPlan, String),
 }
 
 /// What an approval shows a human, and the plan it applies.
@@ -246,9 +249,15 @@ impl Broker {
         }
         let by_fallback = asks && handling == Handling::Allow;
         let asks = asks && !by_fallback;
+        let mut agent = None;
         let (plan, preface) = match planned {
             Ok(Planned::Plan(plan)) => (plan, String::new()),
             Ok(Planned::Command(plan, preface)) => (plan, preface),
+            Ok(Planned::Agent(agent_plan, preface)) => {
+                let plan = agent_plan.change.clone();
+                agent = Some(agent_plan);
+                (plan, preface)
+            }
             Ok(Planned::DryRun(plan)) => return self.dry_run(call, decision, &plan, base),
             Err(FsError::InvalidInput { message }) => {
                 return self.invalid(call, path, &message, base);
@@ -265,9 +274,12 @@ impl Broker {
             }
         };
 
-        let Some(stored) = BuiltinTool::from_name(&call.tool)
-            .and_then(|tool| Plan::of_builtin(tool, plan.clone()))
-        else {
+        let stored = match agent {
+            Some(agent) => Some(Plan::Agent(agent)),
+            None => BuiltinTool::from_name(&call.tool)
+                .and_then(|tool| Plan::of_builtin(tool, plan.clone())),
+        };
+        let Some(stored) = stored else {
             return self.invalid(
                 call,
                 path,

@@ -9,6 +9,7 @@ mod audit;
 mod channels;
 mod check;
 mod grants;
+mod hook;
 mod serve;
 mod token;
 mod tools;
@@ -102,6 +103,10 @@ enum Command {
     /// test one.
     #[command(subcommand)]
     Channels(channels::ChannelsCommand),
+    /// The hook command of a coding agent: decides its own tool calls
+    /// (event on stdin, the agent's answer on stdout).
+    #[command(subcommand)]
+    Hook(hook::HookCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -169,6 +174,10 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<u8, Failure> {
+    // A hook answers every failure in the agent's own format.
+    if let Command::Hook(command) = &cli.command {
+        return Ok(hook::run(&cli.global, command));
+    }
     // Every command first loads the configuration: an invalid one stops them all.
     let need = match &cli.command {
         Command::Init { .. } => Need::Creating,
@@ -215,6 +224,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Tools(args) => tools::run(&args),
         Command::Token(command) => token::run(workspace, &command),
         Command::Channels(command) => channels::run(workspace, &command),
+        Command::Hook(_) => Ok(2),
     }
 }
 

@@ -41,6 +41,12 @@ pub enum Plan {
     /// `exec.preview` says so): the call, run once approved, its file
     /// changes applied through the change engine then.
     ExecRun(ExecRun),
+    /// A call an agent makes with its own tool, asked about by its hook
+    /// (DESIGN §9.1): approving it lets the agent go ahead, and the agent
+    /// makes the change itself; airlock keeps what it showed (the change
+    /// it computed, if the call changes files) to check the agent's work
+    /// afterwards and to undo it.
+    Agent(AgentPlan),
 }
 
 impl Plan {
@@ -69,6 +75,7 @@ impl Plan {
             Plan::Upstream(_) => "upstream",
             Plan::Exec(_) => "exec",
             Plan::ExecRun(_) => "exec_run",
+            Plan::Agent(_) => "agent",
         }
     }
 
@@ -95,6 +102,7 @@ impl Plan {
             | Plan::Delete(change)
             | Plan::Move(change)
             | Plan::Exec(change) => Some(change),
+            Plan::Agent(agent) => Some(&agent.change),
             Plan::Upstream(_) | Plan::ExecRun(_) => None,
         }
     }
@@ -109,7 +117,7 @@ impl Plan {
             Plan::Delete(_) => Plan::Delete(change),
             Plan::Move(_) => Plan::Move(change),
             Plan::Exec(_) => Plan::Exec(change),
-            Plan::Upstream(_) | Plan::ExecRun(_) => return None,
+            Plan::Upstream(_) | Plan::ExecRun(_) | Plan::Agent(_) => return None,
         })
     }
 
@@ -126,6 +134,25 @@ impl Plan {
     pub fn is_upstream(&self) -> bool {
         matches!(self, Plan::Upstream(_))
     }
+}
+
+/// An agent's own tool call, as its hook showed it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentPlan {
+    /// `claude-code`, `codex`, `gemini`.
+    pub agent: String,
+    /// The agent's name for the tool (`Edit`, `Bash`, `apply_patch` …).
+    pub tool: String,
+    /// What ties the agent's events for this call together.
+    pub call_key: String,
+    /// The change to files the call makes, as airlock computed it (no
+    /// changes for a call that writes no file, or one airlock cannot
+    /// compute).
+    pub change: ChangePlan,
+    /// Whether `change` is exactly what the agent's tool writes, so the
+    /// files can be checked against it afterwards.
+    pub exact: bool,
 }
 
 /// An `exec` call to run once approved.

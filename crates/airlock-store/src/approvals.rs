@@ -353,6 +353,21 @@ impl Store {
         })
     }
 
+    /// The newest approval of the call the caller names `tool_call_id`.
+    pub fn by_tool_call_id(&self, tool_call_id: &str) -> Result<Option<Approval>, StoreError> {
+        self.with(|conn| {
+            let mut statement = conn.prepare(&format!(
+                "SELECT {APPROVAL_COLUMNS} FROM approvals \
+                 WHERE tool_call_id = ?1 ORDER BY seq DESC LIMIT 1"
+            ))?;
+            let mut rows = statement.query_map(params![tool_call_id], approval_from_row)?;
+            match rows.next() {
+                Some(row) => Ok(readable(row?)),
+                None => Ok(None),
+            }
+        })
+    }
+
     /// Settled approvals (decided, applied, failed, expired, cancelled),
     /// newest first: those created at or after `since`, at most `limit`.
     pub fn history(&self, since: Millis, limit: usize) -> Result<Vec<Approval>, StoreError> {

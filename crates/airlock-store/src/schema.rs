@@ -112,6 +112,8 @@ const MIGRATIONS: &[&str] = &[
          PRIMARY KEY (approval_id, platform, chat)
      );
      CREATE INDEX chat_messages_open ON chat_messages (platform, settled);",
+    // 7: an agent's hook finds its call again by the agent's id of it.
+    "CREATE INDEX approvals_tool_call ON approvals (tool_call_id);",
 ];
 
 /// The schema version this build writes: the number of migrations.

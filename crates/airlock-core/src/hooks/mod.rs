@@ -145,22 +145,22 @@ impl AgentEvent {
                 }),
             }
         };
-        let event_name = text("hook_event_name")?.ok_or(HookInputError::Missing("hook_event_name"))?;
-        let phase = match (agent, event_name.as_str()) {
-            (Agent::ClaudeCode | Agent::Codex, "PreToolUse") | (Agent::Gemini, "BeforeTool") => {
-                Phase::Pre
-            }
-            (Agent::ClaudeCode | Agent::Codex, "PermissionRequest") => Phase::Permission,
-            (Agent::ClaudeCode | Agent::Codex, "PostToolUse") | (Agent::Gemini, "AfterTool") => {
-                Phase::Post
-            }
-            _ => {
-                return Err(HookInputError::UnknownEvent {
-                    agent: agent.name(),
-                    event: event_name,
-                });
-            }
-        };
+        let event_name =
+            text("hook_event_name")?.ok_or(HookInputError::Missing("hook_event_name"))?;
+        let phase =
+            match (agent, event_name.as_str()) {
+                (Agent::ClaudeCode | Agent::Codex, "PreToolUse")
+                | (Agent::Gemini, "BeforeTool") => Phase::Pre,
+                (Agent::ClaudeCode | Agent::Codex, "PermissionRequest") => Phase::Permission,
+                (Agent::ClaudeCode | Agent::Codex, "PostToolUse")
+                | (Agent::Gemini, "AfterTool") => Phase::Post,
+                _ => {
+                    return Err(HookInputError::UnknownEvent {
+                        agent: agent.name(),
+                        event: event_name,
+                    });
+                }
+            };
         let tool_name = text("tool_name")?.ok_or(HookInputError::Missing("tool_name"))?;
         if tool_name.is_empty() {
             return Err(HookInputError::Missing("tool_name"));
@@ -207,9 +207,8 @@ impl AgentEvent {
                     "tool": self.tool_name,
                     "input": self.tool_input,
                 });
-                let hash = crate::canonical::sha256_hex(
-                    crate::canonical::to_canonical_string(&material),
-                );
+                let hash =
+                    crate::canonical::sha256_hex(crate::canonical::to_canonical_string(&material));
                 format!(
                     "{}:{}",
                     self.agent.name(),

@@ -3,10 +3,16 @@ use super::*;
 #[test]
 fn paths_are_made_relative_to_the_root_or_left_absolute_outside_it() {
     let root = Path::new("/ws");
-    assert_eq!(workspace_path(root, Path::new("/ws/src"), "a.rs"), "src/a.rs");
+    assert_eq!(
+        workspace_path(root, Path::new("/ws/src"), "a.rs"),
+        "src/a.rs"
+    );
     assert_eq!(workspace_path(root, Path::new("/ws"), "/ws/b/c"), "b/c");
     assert_eq!(workspace_path(root, Path::new("/ws"), "."), "");
-    assert_eq!(workspace_path(root, Path::new("/ws/src"), "../../etc/passwd"), "/etc/passwd");
+    assert_eq!(
+        workspace_path(root, Path::new("/ws/src"), "../../etc/passwd"),
+        "/etc/passwd"
+    );
     assert_eq!(workspace_path(root, Path::new("/ws"), "/wsx/a"), "/wsx/a");
 }
 
@@ -33,5 +39,8 @@ fn gemini_calls_have_a_key_made_of_their_content() {
     let mut after = before.clone();
     after.phase = Phase::Post;
     assert_eq!(before.call_key(), after.call_key());
-    assert_ne!(before.call_key(), event(r#"{"file_path":"a","content":"y"}"#).call_key());
+    assert_ne!(
+        before.call_key(),
+        event(r#"{"file_path":"a","content":"y"}"#).call_key()
+    );
 }

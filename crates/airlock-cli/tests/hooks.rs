@@ -1,0 +1,303 @@
+//! `airlock hook claude-code|codex|gemini` as the agents run it: an event
+//! on stdin, the agent's answer on stdout. The fixtures under
+//! `tests/hook-events/` hold one event per case (the shapes the agents'
+//! hooks references document) with the whole answer expected; the tests
+//! below drive the rest end to end: a hook waiting for a human who
+//! approves or denies over HTTP, and the check after the agent's tool ran.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use airlock_testkit::Workspace;
+use airlock_testkit::http::Server;
+use airlock_testkit::token_sha256 as sha;
+use serde_json::{Value, json};
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/hook-events")
+}
+
+/// Runs `command` with `input` on stdin: exit code, stdout, stderr.
+fn feed(mut command: Command, input: &[u8]) -> (i32, String, String) {
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    let output = child.wait_with_output().unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8(output.stdout).unwrap(),
+        String::from_utf8(output.stderr).unwrap(),
+    )
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            std::fs::create_dir_all(&target).unwrap();
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+#[test]
+fn every_fixture_event_gets_its_whole_answer() {
+    let config = std::fs::read_to_string(fixtures().join("airlock.yaml")).unwrap();
+    let mut cases = 0;
+    let mut failures = Vec::new();
+    for agent in ["claude-code", "codex", "gemini"] {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(fixtures().join(agent))
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .collect();
+        files.sort();
+        for file in files {
+            let case: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap())
+                .unwrap_or_else(|error| panic!("{}: {error}", file.display()));
+            let ws = Workspace::with_config(&config);
+            copy_dir(&fixtures().join("workspace"), ws.root());
+            std::fs::create_dir_all(ws.path(".airlock")).unwrap();
+            let root = std::fs::canonicalize(ws.root()).unwrap();
+            let root = root.to_string_lossy();
+            let event = match &case["event"] {
+                Value::String(text) => text.clone(),
+                event => event.to_string(),
+            }
+            .replace("$ROOT", &root);
+            let mut args = vec!["hook".to_owned(), agent.to_owned()];
+            if let Some(extra) = case["args"].as_array() {
+                args.extend(extra.iter().map(|arg| arg.as_str().unwrap().to_owned()));
+            }
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let mut command = ws.command(&args);
+            // A case that asks waits for the real clock to run out.
+            command.env_remove("AIRLOCK_TEST_CLOCK");
+            let (code, stdout, stderr) = feed(command, event.as_bytes());
+            let stdout = stdout.replace(root.as_ref(), "$ROOT");
+            let stderr = stderr.replace(root.as_ref(), "$ROOT");
+            let got = json!({
+                "exit": code,
+                "stdout": if stdout.trim().is_empty() {
+                    Value::Null
+                } else {
+                    serde_json::from_str::<Value>(&stdout).unwrap_or(Value::String(stdout.clone()))
+                },
+                "stderr": stderr,
+            });
+            let want = json!({
+                "exit": case["exit"],
+                "stdout": case["stdout"],
+                "stderr": case["stderr"],
+            });
+            if got != want {
+                failures.push(format!(
+                    "{}:\n  want {want}\n  got  {got}",
+                    file.strip_prefix(fixtures()).unwrap().display()
+                ));
+            }
+            cases += 1;
+        }
+    }
+    assert!(cases >= 60, "only {cases} fixture cases");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+const APPROVER: &str = "approver-token-1";
+
+fn approver_config() -> String {
+    format!(
+        "auth:\n  tokens:\n    - {{name: phone, sha256: \"{}\", roles: [approver], user: u1}}\n",
+        sha(APPROVER)
+    )
+}
+
+fn edit_event(root: &str, id: &str, old: &str, new: &str) -> String {
+    json!({
+        "session_id": "sess-1",
+        "cwd": root,
+        "hook_event_name": "PreToolUse",
+        "tool_name": "Edit",
+        "tool_input": {"file_path": format!("{root}/a.txt"), "old_string": old, "new_string": new},
+        "tool_use_id": id,
+    })
+    .to_string()
+}
+
+/// Starts the hook on `event` in the server's workspace; its output once
+/// a human decided.
+fn hook_waiting(
+    server: &Server,
+    agent: &str,
+    event: String,
+) -> std::thread::JoinHandle<(i32, String, String)> {
+    let command = server.ws.command(&["hook", agent, "--timeout", "120"]);
+    std::thread::spawn(move || feed(command, event.as_bytes()))
+}
+
+fn pending_id(server: &Server) -> String {
+    for _ in 0..3000 {
+        let (_, body) = server.get("/hitl/pending", Some(APPROVER));
+        if let Some(id) = body["approvals"]
+            .as_array()
+            .and_then(|list| list.first())
+            .and_then(|first| first["id"].as_str().or(first["approval_id"].as_str()))
+        {
+            return id.to_owned();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("no approval became pending");
+}
+
+#[test]
+fn a_hook_waits_for_a_human_who_approves_or_denies_over_http() {
+    let server = Server::start(&approver_config());
+    let root = std::fs::canonicalize(server.ws.root()).unwrap();
+    let root = root.to_string_lossy().into_owned();
+
+    // Approved: the hook lets Claude Code's edit through, the file is still
+    // as it was (the agent writes it).
+    let waiting = hook_waiting(
+        &server,
+        "claude-code",
+        edit_event(&root, "toolu_1", "hello", "bye"),
+    );
+    let id = pending_id(&server);
+    let (_, one) = server.get(&format!("/hitl/pending/{id}"), Some(APPROVER));
+    let diff = one["diff"].as_str().unwrap_or_default();
+    assert!(diff.contains("-hello") && diff.contains("+bye"), "{one}");
+    let (status, decided) = server.post(
+        &format!("/hitl/decide/{id}"),
+        Some(APPROVER),
+        &json!({"decision": "approve"}),
+    );
+    assert_eq!(status, 200, "{decided}");
+    let (code, stdout, stderr) = waiting.join().unwrap();
+    assert_eq!(code, 0, "{stderr}");
+    let answer: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        answer,
+        json!({"hookSpecificOutput": {
+            "hookEventName": "PreToolUse",
+            "permissionDecision": "allow",
+            "permissionDecisionReason": "approved by u1 in airlock",
+        }})
+    );
+    assert_eq!(server.ws.read("a.txt").as_deref(), Some("hello\n"));
+
+    // Denied, with a reason: the model sees it.
+    let waiting = hook_waiting(&server, "codex", {
+        json!({
+            "session_id": "s", "turn_id": "t", "cwd": root, "hook_event_name": "PreToolUse",
+            "tool_name": "Bash", "tool_input": {"command": "make deploy"}, "tool_use_id": "call_9",
+        })
+        .to_string()
+    });
+    let id = pending_id(&server);
+    let (status, _) = server.post(
+        &format!("/hitl/decide/{id}"),
+        Some(APPROVER),
+        &json!({"decision": "deny", "reason": "not on a Friday"}),
+    );
+    assert_eq!(status, 200);
+    let (code, stdout, _) = waiting.join().unwrap();
+    assert_eq!(code, 0);
+    let answer: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        answer["hookSpecificOutput"]["permissionDecision"], "deny",
+        "{answer}"
+    );
+    let reason = answer["hookSpecificOutput"]["permissionDecisionReason"]
+        .as_str()
+        .unwrap();
+    assert!(reason.contains("not on a Friday"), "{reason}");
+
+    // Both audited with the agent's session and tool-use ids.
+    let audit = server.ws.audit();
+    assert!(
+        audit.iter().any(|record| record["agent"] == "claude-code"
+            && record["tool_use_id"] == "toolu_1"
+            && record["agent_session"] == "sess-1"),
+        "{audit:?}"
+    );
+    assert!(audit.iter().any(|record| record["agent"] == "codex"));
+}
+
+#[test]
+fn after_the_agent_applies_an_edit_its_file_is_checked_and_can_be_undone() {
+    let ws = Workspace::new(
+        "security:\n  hitl:\n    rules:\n      - {tools: [edit_file], require_approval: false}\n",
+    );
+    ws.write("a.txt", "one\n");
+    let root = std::fs::canonicalize(ws.root()).unwrap();
+    let root = root.to_string_lossy().into_owned();
+    let run = |event: String| feed(ws.command(&["hook", "claude-code"]), event.as_bytes());
+    let post = |id: &str| {
+        json!({
+            "session_id": "sess-1", "cwd": root, "hook_event_name": "PostToolUse",
+            "tool_name": "Edit", "tool_input": {}, "tool_response": {"success": true},
+            "tool_use_id": id,
+        })
+        .to_string()
+    };
+
+    // Allowed by the policy; the agent writes exactly what was shown.
+    let (_, stdout, _) = run(edit_event(&root, "toolu_a", "one", "two"));
+    assert!(stdout.contains("\"allow\""), "{stdout}");
+    ws.write("a.txt", "two\n");
+    let (code, stdout, _) = run(post("toolu_a"));
+    assert_eq!((code, stdout.as_str()), (0, ""));
+    assert!(
+        ws.audit()
+            .iter()
+            .any(|record| record["event"] == "hook_after" && record["status"] == "verified")
+    );
+    // airlock undo reverts what the agent wrote.
+    let id = ws
+        .audit()
+        .iter()
+        .rev()
+        .find(|record| record["event"] == "hook_after")
+        .and_then(|record| record["hitl_id"].as_str().map(str::to_owned))
+        .unwrap();
+    let undo = ws.run(&["undo", &id]);
+    assert_eq!(undo.code, 0, "{}{}", undo.stdout, undo.stderr);
+    assert_eq!(ws.read("a.txt").as_deref(), Some("one\n"));
+
+    // The agent writes something else than was approved: on record, and
+    // the model is told.
+    let (_, stdout, _) = run(edit_event(&root, "toolu_b", "one", "three"));
+    assert!(stdout.contains("\"allow\""), "{stdout}");
+    ws.write("a.txt", "three and more\n");
+    let (code, stdout, _) = run(post("toolu_b"));
+    assert_eq!(code, 0);
+    let answer: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(answer["decision"], "block", "{answer}");
+    assert!(
+        answer["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("airlock: a.txt does not hold the content that was approved"),
+        "{answer}"
+    );
+    let mismatch = ws
+        .audit()
+        .into_iter()
+        .find(|record| record["event"] == "apply_mismatch")
+        .unwrap();
+    assert_eq!(mismatch["files"][0]["path"], "a.txt");
+    assert_eq!(
+        mismatch["files"][0]["found"],
+        json!(airlock_testkit::sha("three and more\n"))
+    );
+}
