@@ -176,7 +176,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> Result<u8, Failure> {
     // A hook answers every failure in the agent's own format.
     if let Command::Hook(command) = &cli.command {
-        return Ok(hook::run(&cli.global, command));
+        return hook::run(&cli.global, command);
     }
     // Every command first loads the configuration: an invalid one stops them all.
     let need = match &cli.command {

@@ -301,3 +301,128 @@ fn after_the_agent_applies_an_edit_its_file_is_checked_and_can_be_undone() {
         json!(airlock_testkit::sha("three and more\n"))
     );
 }
+
+/// Where each agent's project settings live.
+fn settings_file(agent: &str) -> &'static str {
+    match agent {
+        "claude-code" => ".claude/settings.json",
+        "codex" => ".codex/hooks.json",
+        _ => ".gemini/settings.json",
+    }
+}
+
+#[test]
+fn install_merges_into_existing_settings_and_uninstall_takes_only_its_own_out() {
+    let golden = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/hook-install");
+    for agent in ["claude-code", "codex", "gemini"] {
+        let ws = Workspace::new("");
+        let before = std::fs::read_to_string(golden.join(agent).join("before.json")).unwrap();
+        ws.write(settings_file(agent), &before);
+
+        // A dry run says what would change and writes nothing.
+        let dry = ws.run(&[
+            "hook",
+            "install",
+            agent,
+            "--program",
+            "airlock",
+            "--dry-run",
+        ]);
+        assert_eq!(dry.code, 0, "{}", dry.stderr);
+        assert!(
+            dry.stdout.contains("added airlock's hook"),
+            "{}",
+            dry.stdout
+        );
+        assert_eq!(ws.read(settings_file(agent)).unwrap(), before);
+
+        let run = ws.run(&["hook", "install", agent, "--program", "airlock"]);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        let written = ws.read(settings_file(agent)).unwrap();
+        expect_test::expect_file![golden.join(agent).join("installed.json")].assert_eq(&written);
+
+        // Twice is once.
+        let again = ws.run(&["hook", "install", agent, "--program", "airlock"]);
+        assert!(
+            again.stdout.contains("nothing to change"),
+            "{}",
+            again.stdout
+        );
+        assert_eq!(ws.read(settings_file(agent)).unwrap(), written);
+
+        // Uninstalled: what was there before, key for key.
+        let run = ws.run(&["hook", "uninstall", agent]);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        assert!(
+            run.stdout.contains("removed airlock's hook"),
+            "{}",
+            run.stdout
+        );
+        let after: Value = serde_json::from_str(&ws.read(settings_file(agent)).unwrap()).unwrap();
+        let before_value: Value = serde_json::from_str(&before).unwrap();
+        assert_eq!(after, before_value, "{agent}");
+    }
+
+    // Settings that are not JSON are refused and left alone.
+    let ws = Workspace::new("");
+    ws.write(".claude/settings.json", "{ not json");
+    let run = ws.run(&["hook", "install", "claude-code"]);
+    assert_eq!(run.code, 2);
+    assert!(run.stderr.contains("is not valid JSON"), "{}", run.stderr);
+    assert_eq!(
+        ws.read(".claude/settings.json").as_deref(),
+        Some("{ not json")
+    );
+
+    // --user writes the home directory's settings, from nothing.
+    let home = tempfile::tempdir().unwrap();
+    let mut command = ws.command(&[
+        "hook",
+        "install",
+        "gemini",
+        "--user",
+        "--program",
+        "/opt/air lock/airlock",
+    ]);
+    command.env("HOME", home.path());
+    let output = command.output().unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let written: Value = serde_json::from_str(
+        &std::fs::read_to_string(home.path().join(".gemini/settings.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        written["hooks"]["BeforeTool"][0]["hooks"][0],
+        json!({"type": "command", "command": "'/opt/air lock/airlock' hook gemini --timeout 600",
+               "name": "airlock", "timeout": 600000})
+    );
+}
+
+#[test]
+fn doctor_says_what_is_wired_and_that_a_test_event_comes_back() {
+    let ws = Workspace::new("");
+    assert_eq!(
+        ws.run(&["hook", "install", "codex", "--program", "airlock"])
+            .code,
+        0
+    );
+    let mut command = ws.command(&["hook", "doctor"]);
+    command.env("PATH", "/nonexistent");
+    let output = command.output().unwrap();
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{text}");
+    let root = std::fs::canonicalize(ws.root()).unwrap();
+    let text = text.replace(root.to_string_lossy().as_ref(), "$WS");
+    assert_eq!(
+        text,
+        "claude-code: claude is not on PATH\n\
+         claude-code: airlock's hook is not wired (airlock hook install claude-code)\n\
+         claude-code: a test event came back answered\n\
+         codex: codex is not on PATH\n\
+         codex: hook wired in $WS/.codex/hooks.json\n\
+         codex: a test event came back answered\n\
+         gemini: gemini is not on PATH\n\
+         gemini: airlock's hook is not wired (airlock hook install gemini)\n\
+         gemini: a test event came back answered\n"
+    );
+}

@@ -31,6 +31,7 @@
 //! Every agent lets the tool run when its hook fails, so airlock's own
 //! failures are always written as explicit denials ([`HookVerdict::Deny`]).
 
+pub mod install;
 mod output;
 
 use std::path::{Component, Path, PathBuf};
