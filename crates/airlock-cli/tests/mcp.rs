@@ -102,7 +102,7 @@ fn code(result: &Value) -> &str {
     envelope(result)["error"]["code"].as_str().unwrap_or("")
 }
 
-const BUILTIN: [&str; 13] = [
+const BUILTIN: [&str; 14] = [
     "read_file",
     "write_file",
     "edit_file",
@@ -116,6 +116,7 @@ const BUILTIN: [&str; 13] = [
     "exists",
     "exec",
     "proposal_status",
+    "permission_prompt",
 ];
 
 #[test]
@@ -136,7 +137,14 @@ fn stdio_lists_tools_with_schemas_and_annotations_reads_and_denies_without_elici
         let name = tool["name"].as_str().unwrap();
         let read_only = matches!(
             name,
-            "read_file" | "grep" | "glob" | "list_dir" | "stat" | "exists" | "proposal_status"
+            "read_file"
+                | "grep"
+                | "glob"
+                | "list_dir"
+                | "stat"
+                | "exists"
+                | "proposal_status"
+                | "permission_prompt"
         );
         assert_eq!(
             tool["annotations"]["readOnlyHint"],
@@ -2944,6 +2952,30 @@ fn exec_through_the_python_sdk_runs_allowed_commands_and_refuses_denied_ones() {
     assert_eq!(status(&denied), "denied", "{denied}");
     assert_eq!(code(&denied), "policy_denied");
     assert_eq!(denied["isError"], json!(true));
+    assert!(ws.path("hello.txt").exists());
+
+    // Claude Code's --permission-prompt-tool: a read allowed (its input
+    // back as updatedInput), a command the exec rules deny refused.
+    let root = std::fs::canonicalize(ws.path(".")).unwrap();
+    let input = json!({"file_path": format!("{}/hello.txt", root.display())});
+    let prompt = client.call(
+        "permission_prompt",
+        json!({"tool_name": "Read", "input": input, "tool_use_id": "toolu_7"}),
+    );
+    let answer: Value =
+        serde_json::from_str(prompt["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(answer, json!({"behavior": "allow", "updatedInput": input}));
+    let prompt = client.call(
+        "permission_prompt",
+        json!({"tool_name": "Bash", "input": {"command": "rm hello.txt"}}),
+    );
+    let answer: Value =
+        serde_json::from_str(prompt["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(answer["behavior"], "deny", "{answer}");
+    assert!(
+        answer["message"].as_str().unwrap().starts_with("airlock: "),
+        "{answer}"
+    );
     assert!(ws.path("hello.txt").exists());
 
     // The client cancels a command that runs (notifications/cancelled):

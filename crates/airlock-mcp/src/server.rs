@@ -189,6 +189,9 @@ impl Session {
                 out.push(tool.clone());
             }
         }
+        if wrap.is_none() && policy.lists_tool(profile, tools::PERMISSION_PROMPT) {
+            out.push(tools::permission_prompt().clone());
+        }
         for upstream in self.face.upstreams.all() {
             let upstream_name = &upstream.config.name;
             if wrap.is_some_and(|wrap| wrap != upstream_name) {
@@ -454,6 +457,11 @@ impl Session {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        if request.name == tools::PERMISSION_PROMPT && self.face.wrap().is_none() {
+            return Ok(CallToolResponse::Complete(
+                self.permission_prompt(&request, &context),
+            ));
+        }
         let args = Value::Object(request.arguments.clone().unwrap_or_default());
         let (tool, origin) = self.face.runtime().resolve(&request.name);
         let version = context.protocol_version();
@@ -488,6 +496,63 @@ impl Session {
             result.is_error = Some(true);
         }
         Ok(CallToolResponse::Complete(result))
+    }
+
+    /// Claude Code's permission prompt: the call it asks about, decided as
+    /// its `PermissionRequest` hook would be, answered as the JSON text it
+    /// reads (an allow always carries `updatedInput`, the input as it is
+    /// unless an approver changed it).
+    fn permission_prompt(
+        &self,
+        request: &CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> rmcp::model::CallToolResult {
+        use airlock_core::hooks::{Agent, AgentEvent, HookVerdict, Phase};
+        let arguments = request.arguments.clone().unwrap_or_default();
+        let answer = |value: Value| {
+            rmcp::model::CallToolResult::success(vec![rmcp::model::ContentBlock::text(
+                value.to_string(),
+            )])
+        };
+        let deny = |message: String| answer(json!({"behavior": "deny", "message": message}));
+        let (Some(Value::String(tool_name)), Some(Value::Object(input))) =
+            (arguments.get("tool_name"), arguments.get("input"))
+        else {
+            return deny(
+                "airlock: permission_prompt needs tool_name (a string) and input (an object)"
+                    .to_owned(),
+            );
+        };
+        let event = AgentEvent {
+            agent: Agent::ClaudeCode,
+            phase: Phase::Permission,
+            event_name: "permission_prompt".to_owned(),
+            session_id: Some(self.id.to_string()),
+            tool_use_id: arguments
+                .get("tool_use_id")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            cwd: None,
+            tool_name: tool_name.clone(),
+            tool_input: Value::Object(input.clone()),
+            tool_response: None,
+            mcp_context: None,
+        };
+        let broker = self.face.broker();
+        let wait = std::time::Duration::from_secs(Agent::ClaudeCode.default_timeout_seconds())
+            .saturating_sub(airlock_broker::HOOK_MARGIN);
+        let _ = context;
+        let verdict = tokio::task::block_in_place(|| broker.hook(&event, wait));
+        match verdict {
+            HookVerdict::Allow { updated_input, .. } => answer(json!({
+                "behavior": "allow",
+                "updatedInput": updated_input.unwrap_or(Value::Object(input.clone())),
+            })),
+            HookVerdict::Deny { reason } => deny(reason),
+            HookVerdict::Pass | HookVerdict::Notice { .. } => {
+                deny("airlock: no decision".to_owned())
+            }
+        }
     }
 
     /// Whether the upstream tool `call` names declares an `outputSchema`.

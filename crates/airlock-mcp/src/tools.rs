@@ -53,6 +53,34 @@ pub(crate) fn builtin() -> &'static [Tool] {
     })
 }
 
+/// The name of the tool Claude Code's `--permission-prompt-tool` is pointed
+/// at (`mcp__<server>__permission_prompt`).
+pub(crate) const PERMISSION_PROMPT: &str = "permission_prompt";
+
+/// Claude Code's permission prompt tool (DESIGN §9.1), listed after the
+/// built-in tools under `serve`.
+pub(crate) fn permission_prompt() -> &'static Tool {
+    static TOOL: OnceLock<Tool> = OnceLock::new();
+    TOOL.get_or_init(|| {
+        serde_json::from_value(json!({
+            "name": PERMISSION_PROMPT,
+            "description": "For Claude Code's --permission-prompt-tool: decides a tool call Claude Code asks permission for, as airlock's hook would (its policy, and a human when it asks), and answers {\"behavior\": \"allow\", \"updatedInput\": …} or {\"behavior\": \"deny\", \"message\": …} as JSON text.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {
+                    "tool_name": {"type": "string", "description": "The tool Claude Code wants to run."},
+                    "input": {"type": "object", "description": "Its input."},
+                    "tool_use_id": {"type": "string", "description": "Claude Code's id of the call."},
+                },
+                "required": ["tool_name", "input"],
+                "additionalProperties": false,
+            },
+            "annotations": {"readOnlyHint": true, "openWorldHint": false},
+        }))
+        .unwrap_or_else(|_| Tool::default())
+    })
+}
+
 /// A tool of an upstream as airlock lists it: renamed, and without an output
 /// schema (results airlock answers itself, a denial or a pending approval, do
 /// not follow the upstream's schema).
