@@ -137,6 +137,23 @@ fn answer(global: &GlobalArgs, agent: Agent, args: &RunArgs) -> HookOutput {
         Err(error) => return hooks::unreadable(agent, &error.to_string()),
     };
     let deny = |reason: String| hooks::render(agent, event.phase, &HookVerdict::Deny { reason });
+    let timeout_seconds = args
+        .timeout
+        .unwrap_or_else(|| agent.default_timeout_seconds())
+        .max(1);
+    // A running airlock elsewhere decides, when one is named.
+    if let Some(url) = std::env::var("AIRLOCK_URL")
+        .ok()
+        .filter(|url| !url.is_empty())
+    {
+        let verdict = match remote(agent, &url, &input, timeout_seconds) {
+            Ok(verdict) => verdict,
+            Err(message) => HookVerdict::Deny {
+                reason: format!("airlock: {message}"),
+            },
+        };
+        return hooks::render(agent, event.phase, &verdict);
+    }
     // The workspace is found from the agent's working directory.
     if global.workspace.is_none()
         && let Some(cwd) = &event.cwd
@@ -152,16 +169,79 @@ fn answer(global: &GlobalArgs, agent: Agent, args: &RunArgs) -> HookOutput {
         Ok(broker) => broker,
         Err(failure) => return deny(format!("airlock: {:#}", failure.error)),
     };
-    let timeout = Duration::from_secs(
-        args.timeout
-            .unwrap_or_else(|| agent.default_timeout_seconds())
-            .max(1),
-    );
+    let timeout = Duration::from_secs(timeout_seconds);
     let wait = timeout
         .saturating_sub(airlock_broker::HOOK_MARGIN)
         .max(Duration::from_secs(1));
     let verdict = broker.hook(&event, wait);
     hooks::render(agent, event.phase, &verdict)
+}
+
+/// The verdict of the airlock at `url` (`POST /v1/hooks/<agent>` with
+/// `AIRLOCK_TOKEN`), waited for up to `timeout_seconds`.
+fn remote(
+    agent: Agent,
+    url: &str,
+    input: &[u8],
+    timeout_seconds: u64,
+) -> Result<HookVerdict, String> {
+    let event: Value = serde_json::from_slice(input).map_err(|error| error.to_string())?;
+    let token = std::env::var("AIRLOCK_TOKEN").unwrap_or_default();
+    let endpoint = format!("{}/v1/hooks/{}", url.trim_end_matches('/'), agent.name());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|error| error.to_string())?;
+    let answer: Value = runtime.block_on(async {
+        let client = airlock_net::http_client(None)
+            .map_err(|error| error.to_string())?
+            .timeout(Duration::from_secs(timeout_seconds))
+            .build()
+            .map_err(|error| error.to_string())?;
+        let mut request = client
+            .post(&endpoint)
+            .header("content-type", "application/json")
+            .body(
+                serde_json::json!({"event": event, "timeout_seconds": timeout_seconds}).to_string(),
+            );
+        if !token.is_empty() {
+            request = request.bearer_auth(&token);
+        }
+        let response = request
+            .send()
+            .await
+            .map_err(|error| format!("cannot reach airlock at {url}: {error}"))?;
+        let status = response.status();
+        let body = response
+            .bytes()
+            .await
+            .map_err(|error| format!("airlock at {url}: {error}"))?;
+        let value: Value = serde_json::from_slice(&body)
+            .map_err(|_| format!("airlock at {url} answered {status} with no JSON"))?;
+        if !status.is_success() {
+            let message = value["error"]["message"].as_str().unwrap_or("refused");
+            return Err(format!("airlock at {url} answered {status}: {message}"));
+        }
+        Ok(value)
+    })?;
+    let reason = answer["reason"].as_str().map(str::to_owned);
+    Ok(match answer["verdict"].as_str() {
+        Some("allow") => HookVerdict::Allow {
+            reason,
+            updated_input: answer
+                .get("updated_input")
+                .filter(|input| input.is_object())
+                .cloned(),
+        },
+        Some("none") => HookVerdict::Pass,
+        Some("notice") => HookVerdict::Notice {
+            message: reason.unwrap_or_default(),
+        },
+        Some("deny") => HookVerdict::Deny {
+            reason: reason.unwrap_or_else(|| "refused by airlock".to_owned()),
+        },
+        _ => return Err(format!("airlock at {url} gave no verdict")),
+    })
 }
 
 /// Where `agent` keeps the settings its hooks are in: the project's (in

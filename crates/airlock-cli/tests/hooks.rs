@@ -426,3 +426,75 @@ fn doctor_says_what_is_wired_and_that_a_test_event_comes_back() {
          gemini: a test event came back answered\n"
     );
 }
+
+#[test]
+fn with_airlock_url_the_hook_asks_the_running_airlock_and_fails_closed_without_it() {
+    const AGENT: &str = "agent-token-1";
+    let config = format!(
+        "{}    - {{name: claude, sha256: \"{}\", roles: [agent], user: u2}}\n",
+        approver_config(),
+        sha(AGENT)
+    );
+    let server = Server::start(&config);
+    let root = std::fs::canonicalize(server.ws.root()).unwrap();
+    let root = root.to_string_lossy().into_owned();
+    // Run from a directory that is no workspace: the server decides.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let hook = |url: &str, token: &str| {
+        let mut command = Command::new(airlock_testkit::bin());
+        command
+            .args(["hook", "claude-code", "--timeout", "60"])
+            .current_dir(elsewhere.path())
+            .env("AIRLOCK_URL", url)
+            .env("AIRLOCK_TOKEN", token)
+            .env_remove("AIRLOCK_WORKSPACE");
+        command
+    };
+    let url = format!("http://{}", server.addr);
+    let read = json!({
+        "session_id": "s", "cwd": root, "hook_event_name": "PreToolUse", "tool_name": "Read",
+        "tool_input": {"file_path": format!("{root}/a.txt")}, "tool_use_id": "toolu_r",
+    })
+    .to_string();
+    let (code, stdout, _) = feed(hook(&url, AGENT), read.as_bytes());
+    assert_eq!(code, 0);
+    assert!(
+        stdout.contains("\"permissionDecision\":\"allow\""),
+        "{stdout}"
+    );
+
+    // An edit waits on the server for a human.
+    let event = edit_event(&root, "toolu_remote", "hello", "bye");
+    let command = hook(&url, AGENT);
+    let waiting = std::thread::spawn(move || feed(command, event.as_bytes()));
+    let id = pending_id(&server);
+    let (status, _) = server.post(
+        &format!("/hitl/decide/{id}"),
+        Some(APPROVER),
+        &json!({"decision": "approve"}),
+    );
+    assert_eq!(status, 200);
+    let (_, stdout, _) = waiting.join().unwrap();
+    assert!(
+        stdout.contains("\"permissionDecision\":\"allow\""),
+        "{stdout}"
+    );
+
+    // A wrong token, or no airlock there: denied, never allowed.
+    for (url, token, says) in [
+        (url.as_str(), "wrong-token", "401"),
+        ("http://127.0.0.1:9", AGENT, "cannot reach airlock"),
+    ] {
+        let (code, stdout, _) = feed(hook(url, token), read.as_bytes());
+        assert_eq!(code, 0);
+        let answer: Value = serde_json::from_str(&stdout).unwrap();
+        assert_eq!(
+            answer["hookSpecificOutput"]["permissionDecision"], "deny",
+            "{answer}"
+        );
+        let reason = answer["hookSpecificOutput"]["permissionDecisionReason"]
+            .as_str()
+            .unwrap();
+        assert!(reason.contains(says), "{reason}");
+    }
+}

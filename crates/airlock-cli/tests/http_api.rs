@@ -861,7 +861,8 @@ fn openapi_describes_every_route_and_each_one_is_served() {
             }
             let concrete = path
                 .replace("{id}", "hitl-nope")
-                .replace("{decision}", "approve");
+                .replace("{decision}", "approve")
+                .replace("{agent}", "claude-code");
             let (status, body) =
                 server.request(&method.to_uppercase(), &concrete, Some(ADMIN), b"{}");
             assert_ne!(status, 405, "{method} {path}");
@@ -892,6 +893,7 @@ fn openapi_describes_every_route_and_each_one_is_served() {
             "POST /hitl/decide/{id}",
             "POST /hitl/link/{id}/{decision}",
             "POST /hitl/preview/{id}",
+            "POST /v1/hooks/{agent}",
             "POST /v1/tools/call",
         ]
     );

@@ -41,6 +41,10 @@ pub(crate) fn routes(runtime: Arc<Runtime>, events: Events) -> Router {
     Router::new()
         .route("/hitl/events", get(events_stream))
         .route("/v1/tools/call", post(tools_call).route_layer(json_only()))
+        .route(
+            "/v1/hooks/{agent}",
+            post(hook_event).route_layer(json_only()),
+        )
         .route("/hitl/pending", get(pending))
         .route("/hitl/pending/{id}", get(pending_one))
         .route("/hitl/decide/{id}", post(decide).route_layer(json_only()))
@@ -234,6 +238,89 @@ fn joined<T>(result: Result<T, tokio::task::JoinError>) -> Result<T, Response> {
             error.to_string(),
         )
     })
+}
+
+/// An agent's hook event, handed on by `airlock hook` (DESIGN §9.1).
+#[derive(Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct HookBody {
+    /// The event as the agent sent it to its hook.
+    event: Map<String, Value>,
+    /// The agent's timeout for the hook, in seconds (1 to 3600); a human
+    /// is waited for until shortly before it.
+    #[serde(default)]
+    timeout_seconds: Option<u64>,
+}
+
+/// `POST /v1/hooks/{agent}`: airlock's verdict on an agent's own tool call
+/// (`{verdict: allow | deny | none | notice, reason, updated_input}`),
+/// once a human decided where the policy asks.
+async fn hook_event(
+    State(api): State<Api>,
+    caller: Option<axum::Extension<Caller>>,
+    Path(agent): Path<String>,
+    body: Body,
+) -> Response {
+    use airlock_core::hooks::{Agent, AgentEvent, HookVerdict};
+    if let Err(refused) = admit(caller, Role::Agent) {
+        return refused;
+    }
+    let body: HookBody = match parse(body) {
+        Ok(body) => body,
+        Err(refused) => return refused,
+    };
+    let Some(agent) = Agent::from_name(&agent) else {
+        return failure(
+            StatusCode::NOT_FOUND,
+            ErrorCode::NotFound,
+            format!("no agent named {agent} (claude-code, codex, gemini)"),
+        );
+    };
+    let event = match AgentEvent::parse(agent, Value::Object(body.event).to_string().as_bytes()) {
+        Ok(event) => event,
+        Err(error) => {
+            return failure(
+                StatusCode::BAD_REQUEST,
+                ErrorCode::InvalidInput,
+                error.to_string(),
+            );
+        }
+    };
+    let timeout = match body.timeout_seconds {
+        None => agent.default_timeout_seconds(),
+        Some(seconds @ 1..=3600) => seconds,
+        Some(_) => {
+            return failure(
+                StatusCode::BAD_REQUEST,
+                ErrorCode::InvalidInput,
+                "timeout_seconds must be from 1 to 3600",
+            );
+        }
+    };
+    let wait = std::time::Duration::from_secs(timeout)
+        .saturating_sub(airlock_broker::HOOK_MARGIN)
+        .max(std::time::Duration::from_secs(1));
+    let broker = api.runtime.broker();
+    let verdict = match tokio::task::spawn_blocking(move || broker.hook(&event, wait)).await {
+        Ok(verdict) => verdict,
+        Err(error) => {
+            return failure(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                ErrorCode::IoError,
+                error.to_string(),
+            );
+        }
+    };
+    let answer = match verdict {
+        HookVerdict::Allow {
+            reason,
+            updated_input,
+        } => json!({"verdict": "allow", "reason": reason, "updated_input": updated_input}),
+        HookVerdict::Deny { reason } => json!({"verdict": "deny", "reason": reason}),
+        HookVerdict::Pass => json!({"verdict": "none"}),
+        HookVerdict::Notice { message } => json!({"verdict": "notice", "reason": message}),
+    };
+    (StatusCode::OK, axum::Json(answer)).into_response()
 }
 
 /// A call an agent submits.
@@ -858,6 +945,7 @@ async fn audit_verify(State(api): State<Api>, caller: Option<axum::Extension<Cal
 pub(crate) async fn openapi_json() -> Response {
     axum::Json(crate::openapi::document(
         schemars::schema_for!(CallBody),
+        schemars::schema_for!(HookBody),
         schemars::schema_for!(DecideBody),
         schemars::schema_for!(PreviewBody),
         schemars::schema_for!(BatchBody),

@@ -35,6 +35,21 @@ const ROUTES: &[Route] = &[
         ],
     },
     Route {
+        method: "post",
+        path: "/v1/hooks/{agent}",
+        role: "agent",
+        summary: "An agent's hook event: airlock's verdict, once a human decided where the policy asks",
+        body: Some("HookBody"),
+        answers: &[
+            (200, "HookVerdict"),
+            (400, "Error"),
+            (401, "Error"),
+            (403, "Error"),
+            (404, "Error"),
+            (413, "Error"),
+        ],
+    },
+    Route {
         method: "get",
         path: "/hitl/pending",
         role: "approver",
@@ -204,6 +219,7 @@ const LINK_ANSWERS: &[(u16, &str)] = &[
 /// The document, given the request bodies' and the audit query's schemas.
 pub(crate) fn document(
     call: Schema,
+    hook: Schema,
     decide: Schema,
     preview: Schema,
     batch: Schema,
@@ -248,6 +264,15 @@ pub(crate) fn document(
                         },
                     },
                 },
+            },
+        },
+        "HookVerdict": {
+            "type": "object",
+            "required": ["verdict"],
+            "properties": {
+                "verdict": {"enum": ["allow", "deny", "none", "notice"]},
+                "reason": {"type": ["string", "null"]},
+                "updated_input": {"type": ["object", "null"]},
             },
         },
         "Pending": {
@@ -379,6 +404,7 @@ pub(crate) fn document(
     });
     for (name, schema) in [
         ("CallBody", call),
+        ("HookBody", hook),
         ("DecideBody", decide),
         ("PreviewBody", preview),
         ("BatchBody", batch),
@@ -399,6 +425,10 @@ pub(crate) fn document(
         if route.path.contains("{id}") {
             parameters.push(json!({"name": "id", "in": "path", "required": true,
                 "schema": {"type": "string"}}));
+        }
+        if route.path.contains("{agent}") {
+            parameters.push(json!({"name": "agent", "in": "path", "required": true,
+                "schema": {"enum": ["claude-code", "codex", "gemini"]}}));
         }
         if route.path.contains("{decision}") {
             parameters.push(json!({"name": "decision", "in": "path", "required": true,
