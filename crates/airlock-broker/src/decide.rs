@@ -430,6 +430,18 @@ impl Broker {
         let change = approval.plan.change().ok_or_else(upstream)?;
         let edited = airlock_fs::edited(&self.sandbox, change, content)
             .map_err(|error| BrokerError::refused(error.code(), error.to_string()))?;
-        approval.plan.with_change(edited).ok_or_else(upstream)
+        approval
+            .plan
+            .with_change(edited)
+            .ok_or_else(|| match &approval.plan {
+                Plan::Agent(agent) => BrokerError::refused(
+                    ErrorCode::InvalidInput,
+                    format!(
+                        "{}'s {} takes no edited version back (only Claude Code's and Gemini CLI's one-file writes and edits do)",
+                        agent.agent, agent.tool
+                    ),
+                ),
+                _ => upstream(),
+            })
     }
 }

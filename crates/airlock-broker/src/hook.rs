@@ -272,6 +272,7 @@ impl Broker {
             call_key: event.call_key(),
             change,
             exact,
+            input: event.tool_input.clone(),
         };
         let envelope = self.write_planned(
             call,
@@ -318,6 +319,7 @@ impl Broker {
         decision: DecisionInfo,
     ) -> Envelope {
         let change = &plan.change;
+        let mut updated_input = None;
         if !change.changes.is_empty() {
             let before = match airlock_fs::snapshot(&self.sandbox, change) {
                 Ok(before) => before,
@@ -325,6 +327,43 @@ impl Broker {
                     return self.apply_failed(approval, &decision, error.code(), error.to_string());
                 }
             };
+            // An approver's edited version goes back to the agent as its
+            // tool's input.
+            if approval
+                .decision
+                .as_ref()
+                .is_some_and(|decided| decided.edited)
+                && plan.editable()
+            {
+                let old = before
+                    .first()
+                    .and_then(Option::as_ref)
+                    .map(|(bytes, _)| String::from_utf8_lossy(bytes).into_owned());
+                let new = change
+                    .changes
+                    .first()
+                    .and_then(|file| file.after.as_deref())
+                    .map(|bytes| String::from_utf8_lossy(bytes).into_owned())
+                    .unwrap_or_default();
+                updated_input = airlock_core::hooks::edited_input(
+                    &plan.agent,
+                    &plan.tool,
+                    &plan.input,
+                    old.as_deref(),
+                    &new,
+                );
+                if updated_input.is_none() {
+                    return self.apply_failed(
+                        approval,
+                        &decision,
+                        airlock_core::ErrorCode::InvalidInput,
+                        format!(
+                            "{}'s {} cannot take the edited version",
+                            plan.agent, plan.tool
+                        ),
+                    );
+                }
+            }
             let snapshot = Snapshot {
                 approval_id: approval.id.clone(),
                 files: change
@@ -361,6 +400,7 @@ impl Broker {
             "agent_tool": plan.tool,
             "agent_applies": true,
             "changed_paths": change.changed_paths(),
+            "updated_input": updated_input,
         }));
         envelope.hitl = Some(envelopes::hitl_ref(approval));
         envelope.decision = Some(decision.clone());
@@ -506,7 +546,12 @@ fn verdict_of(envelope: &Envelope) -> HookVerdict {
                 },
                 None => "allowed by airlock's policy".to_owned(),
             }),
-            updated_input: None,
+            updated_input: envelope
+                .data
+                .as_ref()
+                .and_then(|data| data.get("updated_input"))
+                .filter(|input| input.is_object())
+                .cloned(),
         },
         (_, Some(error)) => HookVerdict::Deny {
             reason: format!("airlock: {}", error.message),

@@ -54,6 +54,11 @@ pub fn proposed_content(approval: &Approval) -> Option<String> {
 
 /// `look` at the content of an editable approval's one write.
 fn editable_content<T>(approval: &Approval, look: impl FnOnce(&[u8]) -> T) -> Option<T> {
+    if let airlock_core::plan::Plan::Agent(agent) = &approval.plan
+        && !agent.editable()
+    {
+        return None;
+    }
     let change = approval.plan.change()?.editable_change().ok()?;
     change.after.as_deref().map(look)
 }

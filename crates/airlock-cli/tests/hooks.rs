@@ -498,3 +498,97 @@ fn with_airlock_url_the_hook_asks_the_running_airlock_and_fails_closed_without_i
         assert!(reason.contains(says), "{reason}");
     }
 }
+
+#[test]
+fn an_approvers_edited_version_goes_back_to_the_agent_as_its_tools_input() {
+    let server = Server::start(&approver_config());
+    let root = std::fs::canonicalize(server.ws.root()).unwrap();
+    let root = root.to_string_lossy().into_owned();
+
+    // Claude Code's Write: the edited content replaces the input's.
+    let input = json!({"file_path": format!("{root}/notes.md"), "content": "draft\n"});
+    let event = json!({
+        "session_id": "s", "cwd": root, "hook_event_name": "PreToolUse", "tool_name": "Write",
+        "tool_input": input, "tool_use_id": "toolu_w",
+    })
+    .to_string();
+    let waiting = hook_waiting(&server, "claude-code", event);
+    let id = pending_id(&server);
+    let (status, decided) = server.post(
+        &format!("/hitl/decide/{id}"),
+        Some(APPROVER),
+        &json!({"decision": "approve", "content": "final\n"}),
+    );
+    assert_eq!(status, 200, "{decided}");
+    let (_, stdout, _) = waiting.join().unwrap();
+    let answer: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        answer["hookSpecificOutput"]["updatedInput"],
+        json!({"file_path": format!("{root}/notes.md"), "content": "final\n"}),
+        "{answer}"
+    );
+    // The agent writes it: the check after it is against the edited version.
+    server.ws.write("notes.md", "final\n");
+    let post = json!({
+        "session_id": "s", "cwd": root, "hook_event_name": "PostToolUse", "tool_name": "Write",
+        "tool_input": answer["hookSpecificOutput"]["updatedInput"], "tool_use_id": "toolu_w",
+        "tool_response": {"success": true},
+    })
+    .to_string();
+    let (code, stdout, _) = feed(server.ws.command(&["hook", "claude-code"]), post.as_bytes());
+    assert_eq!((code, stdout.as_str()), (0, ""));
+
+    // Gemini CLI's replace: one edit of the whole text.
+    let event = json!({
+        "session_id": "g", "cwd": root, "hook_event_name": "BeforeTool", "tool_name": "replace",
+        "tool_input": {"file_path": "a.txt", "instruction": "x", "old_string": "hello", "new_string": "bye"},
+    })
+    .to_string();
+    let waiting = hook_waiting(&server, "gemini", event);
+    let id = pending_id(&server);
+    let (status, _) = server.post(
+        &format!("/hitl/decide/{id}"),
+        Some(APPROVER),
+        &json!({"decision": "approve", "content": "farewell\n"}),
+    );
+    assert_eq!(status, 200);
+    let (_, stdout, _) = waiting.join().unwrap();
+    let answer: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        answer["hookSpecificOutput"]["tool_input"],
+        json!({"file_path": "a.txt", "instruction": "x", "old_string": "hello\n",
+               "new_string": "farewell\n", "allow_multiple": false}),
+        "{answer}"
+    );
+
+    // Codex takes no edited version: refused, and the approval stays.
+    let event = json!({
+        "session_id": "c", "turn_id": "t", "cwd": root, "hook_event_name": "PreToolUse",
+        "tool_name": "apply_patch", "tool_use_id": "call_p",
+        "tool_input": {"command": "*** Begin Patch\n*** Update File: a.txt\n@@\n-hello\n+hi\n*** End Patch\n"},
+    })
+    .to_string();
+    let waiting = hook_waiting(&server, "codex", event);
+    let id = pending_id(&server);
+    let (status, refused) = server.post(
+        &format!("/hitl/decide/{id}"),
+        Some(APPROVER),
+        &json!({"decision": "approve", "content": "other\n"}),
+    );
+    assert_eq!(status, 400, "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("takes no edited version"),
+        "{refused}"
+    );
+    let (status, _) = server.post(
+        &format!("/hitl/decide/{id}"),
+        Some(APPROVER),
+        &json!({"decision": "approve"}),
+    );
+    assert_eq!(status, 200);
+    let (_, stdout, _) = waiting.join().unwrap();
+    assert_eq!(stdout, "", "codex's allow is no output");
+}

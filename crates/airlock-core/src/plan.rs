@@ -117,6 +117,10 @@ impl Plan {
             Plan::Delete(_) => Plan::Delete(change),
             Plan::Move(_) => Plan::Move(change),
             Plan::Exec(_) => Plan::Exec(change),
+            Plan::Agent(agent) if agent.editable() => Plan::Agent(AgentPlan {
+                change,
+                ..agent.clone()
+            }),
             Plan::Upstream(_) | Plan::ExecRun(_) | Plan::Agent(_) => return None,
         })
     }
@@ -153,6 +157,26 @@ pub struct AgentPlan {
     /// Whether `change` is exactly what the agent's tool writes, so the
     /// files can be checked against it afterwards.
     pub exact: bool,
+    /// The agent's input for the tool, as it sent it (from which an
+    /// approver's edited version is handed back to it).
+    #[serde(default)]
+    pub input: serde_json::Value,
+}
+
+impl AgentPlan {
+    /// Whether the agent takes an approver's edited version of this call
+    /// back as its tool's input (a one-file write or edit of Claude Code or
+    /// Gemini CLI; Codex reserves a rewritten input on its permission
+    /// event, so none of its calls is editable).
+    pub fn editable(&self) -> bool {
+        self.exact
+            && self.change.changes.len() == 1
+            && matches!(
+                (self.agent.as_str(), self.tool.as_str()),
+                ("claude-code", "Write" | "Edit" | "MultiEdit")
+                    | ("gemini", "write_file" | "replace")
+            )
+    }
 }
 
 /// An `exec` call to run once approved.

@@ -457,6 +457,49 @@ pub fn map(event: &AgentEvent, root: &Path) -> Result<Mapped, MapError> {
     }
 }
 
+/// The input to hand back to `agent` for its `tool` so that it writes
+/// `after` where the file held `before` (an approver's edited version), in
+/// the tool's own shape: a whole-file write, or one edit of the whole
+/// text. `None` for a tool that takes none.
+pub fn edited_input(
+    agent: &str,
+    tool: &str,
+    input: &Value,
+    before: Option<&str>,
+    after: &str,
+) -> Option<Value> {
+    let mut edited = input.as_object()?.clone();
+    match (agent, tool) {
+        ("claude-code", "Write") | ("gemini", "write_file") => {
+            edited.insert("content".to_owned(), Value::String(after.to_owned()));
+        }
+        ("claude-code", "Edit" | "MultiEdit") => {
+            let before = before.filter(|before| !before.is_empty())?;
+            let file_path = edited.get("file_path")?.clone();
+            if tool == "MultiEdit" {
+                edited = Map::new();
+                edited.insert("file_path".to_owned(), file_path);
+                edited.insert(
+                    "edits".to_owned(),
+                    json!([{"old_string": before, "new_string": after, "replace_all": false}]),
+                );
+            } else {
+                edited.insert("old_string".to_owned(), Value::String(before.to_owned()));
+                edited.insert("new_string".to_owned(), Value::String(after.to_owned()));
+                edited.insert("replace_all".to_owned(), Value::Bool(false));
+            }
+        }
+        ("gemini", "replace") => {
+            let before = before.filter(|before| !before.is_empty())?;
+            edited.insert("old_string".to_owned(), Value::String(before.to_owned()));
+            edited.insert("new_string".to_owned(), Value::String(after.to_owned()));
+            edited.insert("allow_multiple".to_owned(), Value::Bool(false));
+        }
+        _ => return None,
+    }
+    Some(Value::Object(edited))
+}
+
 /// `raw` (relative to `cwd`, or absolute) relative to `root` when it lies
 /// inside it (`""` for the root itself); else the absolute path, lexically
 /// normalized, which the sandbox refuses.
