@@ -473,12 +473,22 @@ impl Broker {
             .iter()
             .filter_map(|file| file["path"].as_str().map(str::to_owned))
             .collect();
+        let files = Value::Array(differ);
         self.log(
             Record::for_approval(&approval)
                 .event("apply_mismatch")
                 .text("status", "apply_mismatch")
-                .value("files", Some(Value::Array(differ))),
+                .value("files", Some(files.clone())),
         );
+        if let Err(error) = self
+            .store
+            .mark_apply_mismatch(&approval.id, &files, self.now_ms())
+        {
+            eprintln!(
+                "airlock: recording the apply_mismatch of {}: {error}",
+                approval.id
+            );
+        }
         HookVerdict::Notice {
             message: format!(
                 "airlock: {} does not hold the content that was approved ({}); the difference is on record as apply_mismatch",

@@ -368,8 +368,15 @@ pub(crate) fn history(broker: &Broker, args: &HistoryArgs) -> Result<u8, Failure
         "ID", "STATUS", "TOOL", "AGO", "DECIDED BY", "SUMMARY"
     );
     for approval in &approvals {
+        let mismatch = approval
+            .result
+            .as_ref()
+            .and_then(|result| result.data.as_ref())
+            .is_some_and(|data| data.get("apply_mismatch").is_some());
         let status = if approval.undone {
             "undone".to_owned()
+        } else if mismatch {
+            "mismatch".to_owned()
         } else {
             approval.status.to_string()
         };

@@ -135,6 +135,20 @@ fn tell(
         },
         EventKind::ApprovalCancelled => "cancelled".to_owned(),
         EventKind::ApprovalUndone => "undone".to_owned(),
+        EventKind::ApprovalMismatch => format!(
+            "apply_mismatch: the agent left {} not as approved",
+            event.data["files"]
+                .as_array()
+                .map(|files| {
+                    files
+                        .iter()
+                        .filter_map(|file| file["path"].as_str())
+                        .map(|path| safe_line(path).into_owned())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                })
+                .unwrap_or_default()
+        ),
         _ => return,
     };
     if told.insert(id.to_owned())

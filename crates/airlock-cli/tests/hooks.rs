@@ -300,6 +300,22 @@ fn after_the_agent_applies_an_edit_its_file_is_checked_and_can_be_undone() {
         mismatch["files"][0]["found"],
         json!(airlock_testkit::sha("three and more\n"))
     );
+    // Shown where approvals are: the history's status, the approval's
+    // result, and an event on the feed (what `watch` and the web UI follow).
+    let id = mismatch["hitl_id"].as_str().unwrap();
+    let history = ws.run(&["history"]);
+    let line = history
+        .stdout
+        .lines()
+        .find(|line| line.starts_with(id))
+        .unwrap_or_else(|| panic!("{}", history.stdout));
+    assert!(line.contains("mismatch"), "{line}");
+    let shown = ws.run(&["show", id, "--json"]);
+    assert_eq!(
+        shown.json["result"]["data"]["apply_mismatch"][0]["path"], "a.txt",
+        "{}",
+        shown.stdout
+    );
 }
 
 /// Where each agent's project settings live.

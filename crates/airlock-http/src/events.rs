@@ -69,6 +69,7 @@ pub(crate) fn stream_name(kind: EventKind) -> &'static str {
         EventKind::ApprovalExpired => "expired",
         EventKind::ApprovalCancelled => "cancelled",
         EventKind::ApprovalUndone => "undone",
+        EventKind::ApprovalMismatch => "apply_mismatch",
         EventKind::ApprovalExpiryChanged => "expiry_changed",
         EventKind::GrantCreated => "grant_created",
         EventKind::GrantRevoked => "grant_revoked",

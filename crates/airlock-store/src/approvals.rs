@@ -758,6 +758,46 @@ impl Store {
     }
 }
 
+impl Store {
+    /// An applied agent call whose files do not hold what was approved:
+    /// `files` (path, expected and found hashes) go into its result's
+    /// `data.apply_mismatch`, and the feed says so.
+    pub fn mark_apply_mismatch(
+        &self,
+        id: &str,
+        files: &serde_json::Value,
+        at_ms: Millis,
+    ) -> Result<(), StoreError> {
+        self.changing(|conn| {
+            let approval = get_in(conn, id)?;
+            let mut result = approval
+                .result
+                .as_ref()
+                .and_then(|result| serde_json::to_value(result).ok())
+                .unwrap_or_else(|| serde_json::json!({}));
+            if !result["data"].is_object() {
+                result["data"] = serde_json::json!({});
+            }
+            result["data"]["apply_mismatch"] = files.clone();
+            conn.execute(
+                "UPDATE approvals SET result_json = ?2 WHERE id = ?1",
+                params![id, result.to_string()],
+            )?;
+            write_event(
+                conn,
+                NewEvent {
+                    kind: EventKind::ApprovalMismatch,
+                    subject: Some(id),
+                    owner: approval.owner.as_deref(),
+                    at_ms,
+                    data: serde_json::json!({"files": files}),
+                },
+            )?;
+            Ok(())
+        })
+    }
+}
+
 /// A row of a listing: one whose stored parts cannot be read (written by a
 /// newer airlock, or damaged) is left out of the list, with a line on stderr
 /// naming it, so it holds up no other approval; asked for by its id, it is

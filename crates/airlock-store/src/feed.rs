@@ -35,6 +35,9 @@ pub enum EventKind {
     ApprovalCancelled,
     /// An applied change was reverted.
     ApprovalUndone,
+    /// An agent applied an approved call, and its files do not hold what
+    /// was approved; `data.files` names them.
+    ApprovalMismatch,
     /// A pending approval's expiry was brought forward (a chat channel's
     /// timeout); `data.expires_ms` is the new one.
     ApprovalExpiryChanged,
@@ -47,7 +50,7 @@ pub enum EventKind {
 }
 
 impl EventKind {
-    const ALL: [EventKind; 12] = [
+    const ALL: [EventKind; 13] = [
         EventKind::ApprovalCreated,
         EventKind::ApprovalDecided,
         EventKind::ApprovalApplied,
@@ -55,6 +58,7 @@ impl EventKind {
         EventKind::ApprovalExpired,
         EventKind::ApprovalCancelled,
         EventKind::ApprovalUndone,
+        EventKind::ApprovalMismatch,
         EventKind::ApprovalExpiryChanged,
         EventKind::GrantCreated,
         EventKind::GrantRevoked,
@@ -71,6 +75,7 @@ impl EventKind {
             EventKind::ApprovalExpired => "approval_expired",
             EventKind::ApprovalCancelled => "approval_cancelled",
             EventKind::ApprovalUndone => "approval_undone",
+            EventKind::ApprovalMismatch => "approval_apply_mismatch",
             EventKind::ApprovalExpiryChanged => "approval_expiry_changed",
             EventKind::GrantCreated => "grant_created",
             EventKind::GrantRevoked => "grant_revoked",
@@ -97,6 +102,7 @@ impl EventKind {
                 | EventKind::ApprovalExpired
                 | EventKind::ApprovalCancelled
                 | EventKind::ApprovalUndone
+                | EventKind::ApprovalMismatch
         )
     }
 }

@@ -133,9 +133,15 @@ function outcomeOf(approval) {
   const error = approval.result && approval.result.error;
   const seconds = Math.round((approval.expires_ms - approval.created_ms) / 1000);
   switch (approval.status) {
-    case "applied":
+    case "applied": {
       if (approval.undone) return { good: false, text: `Approved${by}, applied, then undone` };
+      const mismatch = approval.result && approval.result.data && approval.result.data.apply_mismatch;
+      if (Array.isArray(mismatch)) {
+        const paths = mismatch.map((file) => file.path).join(", ");
+        return { good: false, text: `Approved${by}, but the agent left ${paths} not as approved (apply_mismatch)` };
+      }
       return { good: true, text: `Approved${by} and applied${reason}` };
+    }
     case "approved":
     case "applying":
       return { good: true, text: `Approved${by}; applying…` };
@@ -577,7 +583,7 @@ async function listen() {
 }
 
 // Events after which an approval is no longer pending.
-const SETTLED = new Set(["decided", "applied", "failed", "expired", "cancelled"]);
+const SETTLED = new Set(["decided", "applied", "failed", "expired", "cancelled", "apply_mismatch"]);
 
 function handleEvent(block) {
   let type = "message";
