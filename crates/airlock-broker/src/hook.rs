@@ -441,10 +441,28 @@ impl Broker {
             return HookVerdict::Pass;
         };
         if !plan.exact || plan.change.changes.is_empty() {
+            // What the agent wrote (which airlock could not compute before)
+            // is what undo will expect to find.
+            let mut files = Vec::new();
+            for change in &plan.change.changes {
+                let now = airlock_fs::current_hash(&self.sandbox, &change.path)
+                    .ok()
+                    .flatten();
+                if let Err(error) =
+                    self.store
+                        .set_snapshot_after(&approval.id, &change.path, now.as_deref())
+                {
+                    return HookVerdict::Notice {
+                        message: format!("airlock could not record this call's result: {error}"),
+                    };
+                }
+                files.push(json!({"path": change.path, "after_hash": now}));
+            }
             self.log(
                 Record::for_approval(&approval)
                     .event("hook_after")
-                    .text("status", "recorded"),
+                    .text("status", "recorded")
+                    .value("files", (!files.is_empty()).then_some(Value::Array(files))),
             );
             return HookVerdict::Pass;
         }

@@ -134,7 +134,22 @@ fn answer(global: &GlobalArgs, agent: Agent, args: &RunArgs) -> HookOutput {
     }
     let event = match AgentEvent::parse(agent, &input) {
         Ok(event) => event,
-        Err(error) => return hooks::unreadable(agent, &error.to_string()),
+        Err(error) => {
+            // On record where a workspace is found from here: every hook
+            // invocation is audited, an unreadable one too.
+            if let Ok(workspace) = Workspace::load(global, Need::Existing)
+                && let Ok(broker) = workspace.broker()
+            {
+                broker.note(
+                    airlock_broker::Record::new("hook")
+                        .text("agent", agent.name())
+                        .text("decision", "deny")
+                        .text("status", "error")
+                        .text("message", &error.to_string()),
+                );
+            }
+            return hooks::unreadable(agent, &error.to_string());
+        }
     };
     let deny = |reason: String| hooks::render(agent, event.phase, &HookVerdict::Deny { reason });
     let timeout_seconds = args
@@ -192,38 +207,22 @@ fn remote(
         .enable_all()
         .build()
         .map_err(|error| error.to_string())?;
-    let answer: Value = runtime.block_on(async {
-        let client = airlock_net::http_client(None)
-            .map_err(|error| error.to_string())?
-            .timeout(Duration::from_secs(timeout_seconds))
-            .build()
-            .map_err(|error| error.to_string())?;
-        let mut request = client
-            .post(&endpoint)
-            .header("content-type", "application/json")
-            .body(
-                serde_json::json!({"event": event, "timeout_seconds": timeout_seconds}).to_string(),
-            );
-        if !token.is_empty() {
-            request = request.bearer_auth(&token);
-        }
-        let response = request
-            .send()
-            .await
-            .map_err(|error| format!("cannot reach airlock at {url}: {error}"))?;
-        let status = response.status();
-        let body = response
-            .bytes()
-            .await
-            .map_err(|error| format!("airlock at {url}: {error}"))?;
-        let value: Value = serde_json::from_slice(&body)
-            .map_err(|_| format!("airlock at {url} answered {status} with no JSON"))?;
-        if !status.is_success() {
-            let message = value["error"]["message"].as_str().unwrap_or("refused");
-            return Err(format!("airlock at {url} answered {status}: {message}"));
-        }
-        Ok(value)
-    })?;
+    let body = serde_json::json!({"event": event, "timeout_seconds": timeout_seconds}).to_string();
+    let (status, body) = runtime
+        .block_on(airlock_net::post_json(
+            &endpoint,
+            Some(&token),
+            body,
+            Duration::from_secs(timeout_seconds),
+            None,
+        ))
+        .map_err(|error| format!("cannot reach airlock at {url}: {error}"))?;
+    let answer: Value = serde_json::from_slice(&body)
+        .map_err(|_| format!("airlock at {url} answered {status} with no JSON"))?;
+    if !(200..300).contains(&status) {
+        let message = answer["error"]["message"].as_str().unwrap_or("refused");
+        return Err(format!("airlock at {url} answered {status}: {message}"));
+    }
     let reason = answer["reason"].as_str().map(str::to_owned);
     Ok(match answer["verdict"].as_str() {
         Some("allow") => HookVerdict::Allow {
@@ -336,6 +335,9 @@ fn install(global: &GlobalArgs, args: &InstallArgs, add: bool) -> Result<u8, Fai
     }
     .map_err(|message| Failure::usage(anyhow!("{}: {message}", path.display())))?;
     let shown = path.display();
+    // Settings left empty by an uninstall (ours alone were in them) go.
+    let remove =
+        !add && updated.as_object().is_some_and(serde_json::Map::is_empty) && path.exists();
     if changes.is_empty() || updated == settings {
         crate::print(&format!("{shown}: nothing to change"));
         return Ok(0);
@@ -346,6 +348,13 @@ fn install(global: &GlobalArgs, args: &InstallArgs, add: bool) -> Result<u8, Fai
     if args.dry_run {
         crate::print(&format!("(dry run: {shown} not written; it would read)"));
         crate::print_json(&serde_json::to_string_pretty(&updated).map_err(Failure::internal)?);
+        return Ok(0);
+    }
+    if remove {
+        std::fs::remove_file(&path).map_err(|error| {
+            Failure::usage(anyhow!("cannot remove {}: {error}", path.display()))
+        })?;
+        crate::print(&format!("{shown}: removed (nothing else was in it)"));
         return Ok(0);
     }
     write_settings(&path, &updated)?;

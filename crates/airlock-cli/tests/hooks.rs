@@ -608,3 +608,114 @@ fn an_approvers_edited_version_goes_back_to_the_agent_as_its_tools_input() {
     let (_, stdout, _) = waiting.join().unwrap();
     assert_eq!(stdout, "", "codex's allow is no output");
 }
+
+#[test]
+fn the_settings_install_writes_are_valid_for_each_agents_own_schema() {
+    if !airlock_testkit::peers::require(
+        "the_settings_install_writes_are_valid_for_each_agents_own_schema",
+        &[airlock_testkit::peers::Peer::PythonMcp],
+    ) {
+        return;
+    }
+    // The agents' published schemas (tests/hook-install/schemas), checked
+    // with the Python `jsonschema` the MCP test tools pin.
+    let golden = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/hook-install");
+    let python = airlock_testkit::peers::tools_dir().join("venv/bin/python");
+    let check = |schema: &str, file: &Path| {
+        let output = Command::new(&python)
+            .args([
+                "-c",
+                "import json, sys, jsonschema\n\
+                 schema = json.load(open(sys.argv[1]))\n\
+                 doc = json.load(open(sys.argv[2]))\n\
+                 errors = list(jsonschema.validators.validator_for(schema)(schema).iter_errors(doc))\n\
+                 print('; '.join(f'{list(e.path)}: {e.message[:200]}' for e in errors))\n\
+                 sys.exit(1 if errors else 0)",
+            ])
+            .arg(golden.join("schemas").join(schema))
+            .arg(file)
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{} against {schema}: {}{}",
+            file.display(),
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    };
+    for (agent, schema) in [
+        ("claude-code", "claude-code-settings.json"),
+        ("codex", "codex-hooks.json"),
+        ("gemini", "gemini-settings.schema.json"),
+    ] {
+        // Into existing settings (the goldens), and from nothing.
+        check(schema, &golden.join(agent).join("installed.json"));
+        let ws = Workspace::new("");
+        let run = ws.run(&["hook", "install", agent]);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        check(schema, &ws.path(settings_file(agent)));
+        // Uninstalled from nothing: the file it made is gone.
+        let run = ws.run(&["hook", "uninstall", agent]);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        assert!(
+            run.stdout.contains("removed (nothing else was in it)"),
+            "{}",
+            run.stdout
+        );
+        assert!(!ws.path(settings_file(agent)).exists());
+    }
+}
+
+#[test]
+fn a_notebook_edit_the_agent_made_is_recorded_for_undo_and_unreadable_input_is_audited() {
+    let ws = Workspace::new(
+        "security:\n  hitl:\n    rules:\n      - {tools: [write_file], require_approval: false}\n",
+    );
+    ws.write("nb.ipynb", "{\"cells\": []}\n");
+    let root = std::fs::canonicalize(ws.root()).unwrap();
+    let root = root.to_string_lossy().into_owned();
+    let event = |phase: &str| {
+        json!({
+            "session_id": "s", "cwd": root, "hook_event_name": phase, "tool_name": "NotebookEdit",
+            "tool_input": {"notebook_path": format!("{root}/nb.ipynb"), "new_source": "print(1)",
+                           "cell_type": "code", "edit_mode": "insert"},
+            "tool_use_id": "toolu_nb",
+        })
+        .to_string()
+    };
+    let (_, stdout, _) = feed(
+        ws.command(&["hook", "claude-code"]),
+        event("PreToolUse").as_bytes(),
+    );
+    assert!(stdout.contains("\"allow\""), "{stdout}");
+    // Claude Code writes the notebook as it lays it out.
+    ws.write("nb.ipynb", "{\"cells\": [{\"source\": \"print(1)\"}]}\n");
+    let (code, stdout, _) = feed(
+        ws.command(&["hook", "claude-code"]),
+        event("PostToolUse").as_bytes(),
+    );
+    assert_eq!((code, stdout.as_str()), (0, ""));
+    let id = ws
+        .audit()
+        .iter()
+        .rev()
+        .find(|record| record["event"] == "hook_after")
+        .and_then(|record| record["hitl_id"].as_str().map(str::to_owned))
+        .unwrap();
+    let undo = ws.run(&["undo", &id]);
+    assert_eq!(undo.code, 0, "{}{}", undo.stdout, undo.stderr);
+    assert_eq!(ws.read("nb.ipynb").as_deref(), Some("{\"cells\": []}\n"));
+
+    // Input the hook cannot read is refused, and on record.
+    let (code, _, stderr) = feed(ws.command(&["hook", "codex"]), b"{\"hook_event_name\": 7}");
+    assert_eq!(code, 2);
+    assert!(stderr.starts_with("airlock: "), "{stderr}");
+    assert!(
+        ws.audit().iter().any(|record| record["event"] == "hook"
+            && record["agent"] == "codex"
+            && record["status"] == "error"),
+        "{:?}",
+        ws.audit()
+    );
+}

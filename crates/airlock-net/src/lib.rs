@@ -38,3 +38,31 @@ pub fn http_client(ca_file: Option<&Path>) -> Result<reqwest::ClientBuilder, Tls
         .redirect(reqwest::redirect::Policy::none())
         .user_agent(concat!("airlock/", env!("CARGO_PKG_VERSION"))))
 }
+
+/// POSTs the JSON text `body` to `url` (with `token` as a bearer token),
+/// waiting at most `timeout` for the whole answer: its status and body. An
+/// error says what failed (connecting, the TLS setup, the timeout).
+pub async fn post_json(
+    url: &str,
+    token: Option<&str>,
+    body: String,
+    timeout: std::time::Duration,
+    ca_file: Option<&Path>,
+) -> Result<(u16, Vec<u8>), String> {
+    let client = http_client(ca_file)
+        .map_err(|error| error.to_string())?
+        .timeout(timeout)
+        .build()
+        .map_err(|error| error.to_string())?;
+    let mut request = client
+        .post(url)
+        .header("content-type", "application/json")
+        .body(body);
+    if let Some(token) = token.filter(|token| !token.is_empty()) {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await.map_err(|error| error.to_string())?;
+    let status = response.status().as_u16();
+    let bytes = response.bytes().await.map_err(|error| error.to_string())?;
+    Ok((status, bytes.to_vec()))
+}

@@ -57,6 +57,25 @@ impl Store {
         })
     }
 
+    /// What `path` of an applied approval holds now that its change was
+    /// made by someone else (an agent's own tool, whose result airlock
+    /// could not compute beforehand): undo then expects `after_hash`.
+    pub fn set_snapshot_after(
+        &self,
+        approval_id: &str,
+        path: &str,
+        after_hash: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        self.with(|conn| {
+            let changed = conn.execute(
+                "UPDATE snapshot_files SET after_hash = ?3 \
+                 WHERE approval_id = ?1 AND path = ?2 AND undone = 0",
+                params![approval_id, path, after_hash],
+            )?;
+            Ok(changed >= 1)
+        })
+    }
+
     /// The snapshot of an applied approval.
     pub fn snapshot(&self, approval_id: &str) -> Result<Snapshot, StoreError> {
         self.with(|conn| {
