@@ -940,7 +940,8 @@ fn spec_000_switches_load_and_mean_what_they_say() {
         "{refused:#}"
     );
     // Over MCP, the tool list holds no file tool (the shell tool is not
-    // one: `exec.enabled` switches it).
+    // one: `exec.enabled` switches it; nor is Claude Code's permission
+    // prompt).
     let mut mcp = RawStdio::start(&ws, &[]);
     let listed = mcp.request(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
     mcp.finish();
@@ -950,7 +951,11 @@ fn spec_000_switches_load_and_mean_what_they_say() {
         .iter()
         .map(|tool| tool["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["exec", "proposal_status"], "{listed:#}");
+    assert_eq!(
+        names,
+        ["exec", "proposal_status", "permission_prompt"],
+        "{listed:#}"
+    );
 
     let ws = Ws::new("file_broker:\n  enabled: true\n");
     ws.write("src/a.txt", "a\n");
