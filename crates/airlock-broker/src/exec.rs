@@ -611,26 +611,14 @@ impl Broker {
     /// A command whose caller went away while it ran: killed, with
     /// everything it started; nothing proposed or kept.
     fn exec_cancelled(&self, call: &ToolCall, decision: &Decision, base: Record) -> Envelope {
-        let message = "the call was cancelled: the command was killed with everything it started";
-        let mut envelope = Envelope::failure(
-            crate::envelopes::failure_status(ErrorCode::ExecFailed),
-            METHOD,
-            &call.tool,
-            None,
+        self.exec_refused(
+            call,
+            decision,
             ErrorCode::ExecFailed,
-            message,
-        )
-        .with_reason(airlock_core::envelope::ErrorReason::of_tool_refusal(
-            ErrorCode::ExecFailed,
-            message,
-            Some(decision.risk),
-        ));
-        envelope.data = Some(json!({"cancelled": true}));
-        self.audited(
-            envelope,
-            base.event("tool_call")
-                .text("status", "cancelled")
-                .text("code", ErrorCode::ExecFailed.as_str()),
+            "the call was cancelled: the command was killed with everything it started",
+            Some(json!({"cancelled": true})),
+            base,
+            "cancelled",
         )
     }
 
@@ -644,6 +632,21 @@ impl Broker {
         message: &str,
         data: Option<Value>,
         base: Record,
+    ) -> Envelope {
+        self.exec_refused(call, decision, code, message, data, base, "error")
+    }
+
+    /// [`Broker::exec_failure`], audited with `status`.
+    #[expect(clippy::too_many_arguments, reason = "the parts of one answer")]
+    fn exec_refused(
+        &self,
+        call: &ToolCall,
+        decision: &Decision,
+        code: ErrorCode,
+        message: &str,
+        data: Option<Value>,
+        base: Record,
+        status: &str,
     ) -> Envelope {
         let mut envelope = Envelope::failure(
             crate::envelopes::failure_status(code),
@@ -662,7 +665,7 @@ impl Broker {
         self.audited(
             envelope,
             base.event("tool_call")
-                .text("status", "error")
+                .text("status", status)
                 .text("code", code.as_str()),
         )
     }

@@ -140,7 +140,9 @@ impl Broker {
         }
         let base = hook_record(Record::for_call(&call, &decision), event);
         let preface = match &mapped {
-            Mapped::OpaqueWrite { what, .. } => format!("{what}\n\n"),
+            Mapped::OpaqueWrite { what, .. } => {
+                format!("{}\n\n", airlock_core::display::safe_text(what))
+            }
             _ => String::new(),
         };
         self.hook_propose(event, &call, decision, base, change, exact, preface, wait)
@@ -547,10 +549,12 @@ fn shown_call(event: &AgentEvent, mapped: &Mapped) -> (String, String) {
             )
         }
         _ => {
+            // The agent's names are its own strings: one line each, escaped.
+            let tool = shorten(&airlock_core::display::safe_line(&event.tool_name), 160);
             let input = serde_json::to_string_pretty(&event.tool_input).unwrap_or_default();
             (
-                format!("CALL {} ({agent})", event.tool_name),
-                format!("{}\n{input}\n", event.tool_name),
+                format!("CALL {tool} ({agent})"),
+                format!("{tool}\n{}\n", airlock_core::display::safe_text(&input)),
             )
         }
     }

@@ -343,6 +343,26 @@ unsafe fn set_limit(resource: libc::__rlimit_resource_t, value: u64) -> io::Resu
     check(unsafe { libc::setrlimit(resource, &limit) })
 }
 
+/// Closes every descriptor but the standard ones and `keep`.
+///
+/// # Safety
+/// Between `fork` and `exec`; `keep` stays open.
+unsafe fn close_all_but(keep: RawFd) {
+    let keep = u32::try_from(keep).unwrap_or(u32::MAX);
+    // SAFETY: `close_range` takes integers and allocates nothing.
+    unsafe {
+        if keep > 3 {
+            libc::syscall(libc::SYS_close_range, 3u32, keep - 1, 0u32);
+        }
+        libc::syscall(
+            libc::SYS_close_range,
+            keep.saturating_add(1),
+            u32::MAX,
+            0u32,
+        );
+    }
+}
+
 /// The namespace's init: reaps every process of the namespace until the
 /// command ends, then tells the child how it ended and exits (which ends
 /// whatever the command left running).
@@ -353,16 +373,7 @@ unsafe fn reap_and_exit(command: libc::pid_t, status_write: RawFd) -> ! {
     // SAFETY: closing descriptors, waiting and writing allocate nothing.
     unsafe {
         // Only the status pipe stays (so `spawn` returns at `exec`).
-        let keep = u32::try_from(status_write).unwrap_or(u32::MAX);
-        if keep > 3 {
-            libc::syscall(libc::SYS_close_range, 3u32, keep - 1, 0u32);
-        }
-        libc::syscall(
-            libc::SYS_close_range,
-            keep.saturating_add(1),
-            u32::MAX,
-            0u32,
-        );
+        close_all_but(status_write);
         let mut status = 0;
         loop {
             let mut reaped = 0;
@@ -390,16 +401,7 @@ unsafe fn reap_and_exit(command: libc::pid_t, status_write: RawFd) -> ! {
 unsafe fn wait_and_exit(pid: libc::pid_t, status_read: RawFd) -> ! {
     // SAFETY: closing descriptors, waiting and reading allocate nothing.
     unsafe {
-        let keep = u32::try_from(status_read).unwrap_or(u32::MAX);
-        if keep > 3 {
-            libc::syscall(libc::SYS_close_range, 3u32, keep - 1, 0u32);
-        }
-        libc::syscall(
-            libc::SYS_close_range,
-            keep.saturating_add(1),
-            u32::MAX,
-            0u32,
-        );
+        close_all_but(status_read);
         let mut status = 0;
         loop {
             let waited = libc::waitpid(pid, &mut status, 0);

@@ -313,6 +313,19 @@ pub fn map(event: &AgentEvent, root: &Path) -> Result<Mapped, MapError> {
         }
         builtin(T::Exec, Value::Object(args))
     };
+    // The directory a search or listing looks in (Gemini CLI calls it
+    // `dir_path`, Claude Code `path`).
+    let dir = || match event.agent {
+        Agent::Gemini => optional("dir_path"),
+        _ => optional("path"),
+    };
+    let searched = |tool: T| {
+        let mut args = json!({"pattern": string("pattern")?});
+        if let Some(dir) = dir()? {
+            args["path"] = Value::String(path(&dir));
+        }
+        builtin(tool, args)
+    };
     let name = event.tool_name.as_str();
     match (event.agent, name) {
         (Agent::ClaudeCode, "Edit") => builtin(
@@ -370,37 +383,13 @@ pub fn map(event: &AgentEvent, root: &Path) -> Result<Mapped, MapError> {
             builtin(T::ReadFile, json!({"path": path(&string("file_path")?)}))
         }
         (Agent::ClaudeCode, "Grep") | (Agent::Gemini, "grep_search" | "search_file_content") => {
-            let mut args = json!({"pattern": string("pattern")?});
-            let dir = match event.agent {
-                Agent::Gemini => optional("dir_path")?,
-                _ => optional("path")?,
-            };
-            if let Some(dir) = dir {
-                args["path"] = Value::String(path(&dir));
-            }
-            builtin(T::Grep, args)
+            searched(T::Grep)
         }
-        (Agent::ClaudeCode, "Glob") | (Agent::Gemini, "glob") => {
-            let mut args = json!({"pattern": string("pattern")?});
-            let dir = match event.agent {
-                Agent::Gemini => optional("dir_path")?,
-                _ => optional("path")?,
-            };
-            if let Some(dir) = dir {
-                args["path"] = Value::String(path(&dir));
-            }
-            builtin(T::Glob, args)
-        }
-        (Agent::ClaudeCode, "LS") | (Agent::Gemini, "list_directory") => {
-            let dir = match event.agent {
-                Agent::Gemini => optional("dir_path")?,
-                _ => optional("path")?,
-            };
-            builtin(
-                T::ListDir,
-                json!({"path": path(dir.as_deref().unwrap_or("."))}),
-            )
-        }
+        (Agent::ClaudeCode, "Glob") | (Agent::Gemini, "glob") => searched(T::Glob),
+        (Agent::ClaudeCode, "LS") | (Agent::Gemini, "list_directory") => builtin(
+            T::ListDir,
+            json!({"path": path(dir()?.as_deref().unwrap_or("."))}),
+        ),
         (Agent::Gemini, "replace") => builtin(
             T::EditFile,
             json!({
