@@ -13,7 +13,6 @@ use crate::broker::Broker;
 use crate::envelopes::{decision_info, failure_for, failure_status, hitl_ref};
 use crate::error::BrokerError;
 use crate::record::Record;
-use crate::wait::process_alive;
 
 /// One file's hashes in an apply's data and audit record.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -30,8 +29,9 @@ impl Broker {
         // Multi-file applies (and undos) interrupted after their commit point
         // are finished first: then the files say whether an apply happened.
         self.recover_journals()?;
-        for (orphan, owner) in self.store.orphaned(&process_alive)? {
-            if orphan.plan.is_upstream() && orphan.waiter_pid.is_some_and(process_alive) {
+        let alive = |holder| self.store.alive(holder);
+        for (orphan, owner) in self.store.orphaned(&alive)? {
+            if orphan.plan.is_upstream() && orphan.waiter_pid.is_some_and(alive) {
                 // Its holder is alive and will carry it out.
                 continue;
             }

@@ -13,7 +13,6 @@ use crate::envelopes::{hitl_ref, human};
 use crate::error::BrokerError;
 use crate::grants::grant_scope;
 use crate::record::Record;
-use crate::wait::process_alive;
 
 /// What an approver channel shows, and what it may offer, for one pending
 /// approval.
@@ -309,7 +308,9 @@ impl Broker {
         // A call whose waiting process is gone is cancelled, never applied for
         // nobody.
         if approval.status == ApprovalStatus::Pending
-            && approval.waiter_pid.is_some_and(|pid| !process_alive(pid))
+            && approval
+                .waiter_pid
+                .is_some_and(|holder| !self.store.alive(holder))
         {
             self.cancel(id);
             return Err(BrokerError::Store(StoreError::AlreadyDecided {

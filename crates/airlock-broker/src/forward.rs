@@ -209,14 +209,14 @@ impl Broker {
     /// can apply file changes; an upstream call only its holder can.
     pub(crate) fn can_apply(&self, approval: &Approval) -> bool {
         !approval.plan.is_upstream()
-            || (self.forwarder.is_some() && approval.waiter_pid == Some(std::process::id()))
+            || (self.forwarder.is_some() && approval.waiter_pid == Some(self.store.me()))
     }
 
     /// Carries out the approved upstream calls this process holds (a decision
     /// taken in another process, on a call that returned `hitl_required`).
     /// Returns how many were settled.
     pub fn apply_held_forwards(&self) -> usize {
-        let held = self.store.approved_held_by(std::process::id());
+        let held = self.store.approved_held_by(self.store.me());
         let held = self
             .logged("listing the upstream calls this process holds", held)
             .unwrap_or_default();
@@ -309,7 +309,7 @@ impl Broker {
             self.ttl_seconds(true, handling, decision),
             // Only this process can forward it: it holds the approval, and if
             // it goes away the approval is cancelled.
-            Some(std::process::id()),
+            Some(self.store.me()),
         );
         let limits = self.pending_limits();
         let (approval, deduplicated) = match self.store.create_approval(&new, limits) {

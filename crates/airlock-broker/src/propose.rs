@@ -298,7 +298,7 @@ impl Broker {
             },
             now,
             self.ttl_seconds(asks, handling, decision),
-            (asks && handling == Handling::Wait).then(std::process::id),
+            (asks && handling == Handling::Wait).then(|| self.store.me()),
         );
         // Writes the policy allows are recorded too (so they can be undone), but
         // never count against the pending limits.

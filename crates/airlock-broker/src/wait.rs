@@ -10,22 +10,6 @@ use crate::envelopes::{failure_for, hitl_ref, settled_from_row};
 use crate::error::BrokerError;
 use crate::record::Record;
 
-/// Whether a process with this id runs (signal 0 probes without signalling).
-pub(crate) fn process_alive(pid: u32) -> bool {
-    let Ok(pid) = i32::try_from(pid) else {
-        return false;
-    };
-    match rustix::process::Pid::from_raw(pid) {
-        // Only "no such process" means gone: EPERM is a live process of
-        // another user, which must never be raced.
-        Some(pid) => !matches!(
-            rustix::process::test_kill_process(pid),
-            Err(rustix::io::Errno::SRCH)
-        ),
-        None => false,
-    }
-}
-
 impl Broker {
     /// Blocks until the approval is settled or its time is up (then it expires,
     /// which denies: a timeout never approves). It never waits for a process that
@@ -55,7 +39,9 @@ impl Broker {
                 ApprovalStatus::Approved => {
                     // Only the process holding the upstream connection can carry
                     // this out; if it is gone, nobody can.
-                    if !approval.waiter_pid.is_some_and(process_alive)
+                    if !approval
+                        .waiter_pid
+                        .is_some_and(|holder| self.store.alive(holder))
                         && let Some(envelope) = self.abandon_forward(&approval)
                     {
                         return envelope;
@@ -169,8 +155,8 @@ impl Broker {
     /// call, even one interrupted between creating its approval and reporting
     /// it. Returns their ids.
     pub fn cancel_own_waits(&self) -> Vec<String> {
-        let me = std::process::id();
-        let abandoned = self.store.abandoned(&|pid| pid != me);
+        let me = self.store.me();
+        let abandoned = self.store.abandoned(&|holder| holder != me);
         self.logged("listing abandoned approvals", abandoned)
             .unwrap_or_default()
             .iter()
@@ -190,7 +176,7 @@ impl Broker {
             .iter()
             .filter_map(|approval| self.expire(&approval.id))
             .count();
-        let abandoned = self.store.abandoned(&process_alive)?;
+        let abandoned = self.store.abandoned(&|holder| self.store.alive(holder))?;
         let cancelled = abandoned
             .iter()
             .filter_map(|approval| self.cancel(&approval.id))

@@ -5,10 +5,10 @@
 
 use airlock_core::envelope::{DecidedBy, Envelope};
 use airlock_core::{ApprovalTerms, Channel, Decided, Plan, Requester, Risk, StateError};
-use rusqlite::{Connection, OptionalExtension, Row, params};
 use serde::{Deserialize, Serialize};
 
 use crate::feed::{EventKind, NewEvent, write_event};
+use crate::sql::{Conn, Row, args, first, scalar};
 use crate::{Millis, Store, StoreError};
 
 /// The states of DESIGN §7.
@@ -212,7 +212,7 @@ pub struct EditedPlan {
     pub plan: Plan,
     pub diff: String,
 }
-const APPROVAL_COLUMNS: &str = "seq, id, tool, args_json, args_display, dedup_key, user, agent, \
+const APPROVAL_COLUMNS: &str = "seq, id, tool, args_json, args_display, dedup_key, \"user\", agent, \
      session, tool_call_id, risk, decision_json, path, summary, diff, plan_json, created_ms, \
      expires_ms, status, decided_by, decided_user, channel, reason, decided_ms, result_json, \
      waiter_pid, owner_pid, owner, context_id, edited, undone, requester_channel, requester_chat, \
@@ -227,24 +227,22 @@ impl Store {
     ) -> Result<Created, StoreError> {
         self.changing(|tx| {
             let now = new.created_ms as i64;
-            let existing = tx
-                .query_row(
-                    &format!(
-                        "SELECT {APPROVAL_COLUMNS} FROM approvals \
-                         WHERE status = 'pending' AND expires_ms > ?1 AND dedup_key = ?2 \
-                         ORDER BY seq LIMIT 1"
-                    ),
-                    params![now, new.dedup_key],
-                    approval_from_row,
-                )
-                .optional()?;
+            let existing = first(
+                tx,
+                &format!(
+                    "SELECT {APPROVAL_COLUMNS} FROM approvals \
+                     WHERE status = 'pending' AND expires_ms > ?1 AND dedup_key = ?2 \
+                     ORDER BY seq LIMIT 1"
+                ),
+                args![now, new.dedup_key],
+            )?;
             if let Some(existing) = existing {
-                return Ok(Created::Existing(existing?));
+                return Ok(Created::Existing(approval_from_row(&existing)?));
             }
-            let pending: i64 = tx.query_row(
+            let pending: i64 = scalar(
+                tx,
                 "SELECT COUNT(*) FROM approvals WHERE status = 'pending' AND expires_ms > ?1",
-                params![now],
-                |row| row.get(0),
+                args![now],
             )?;
             let pending = pending.max(0) as u64;
             if pending >= limits.max_pending {
@@ -255,13 +253,13 @@ impl Store {
                 });
             }
             if let Some(session) = &new.session {
-                let in_session: i64 = tx.query_row(
+                let in_session: i64 = scalar(
+                    tx,
                     // One principal's session: another naming the same
                     // string does not eat into its allowance.
-                    "SELECT COUNT(*) FROM approvals \
-                     WHERE status = 'pending' AND expires_ms > ?1 AND session = ?2 AND owner IS ?3",
-                    params![now, session, new.owner],
-                    |row| row.get(0),
+                    "SELECT COUNT(*) FROM approvals WHERE status = 'pending' AND expires_ms > ?1 \
+                     AND session = ?2 AND owner IS NOT DISTINCT FROM ?3",
+                    args![now, session, new.owner],
                 )?;
                 let in_session = in_session.max(0) as u64;
                 if in_session >= limits.max_pending_per_session {
@@ -273,12 +271,12 @@ impl Store {
                 }
             }
             tx.execute(
-                "INSERT INTO approvals (id, tool, args_json, args_display, dedup_key, user, agent, \
+                "INSERT INTO approvals (id, tool, args_json, args_display, dedup_key, \"user\", agent, \
                  session, tool_call_id, risk, decision_json, path, summary, diff, plan_json, \
                  created_ms, expires_ms, status, waiter_pid, owner, context_id, \
                  requester_channel, requester_chat, requester_user) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, 'pending', ?18, ?19, ?20, ?21, ?22, ?23)",
-                params![
+                args![
                     new.id,
                     new.tool,
                     new.args_json,
@@ -327,10 +325,10 @@ impl Store {
     /// When the next pending approval expires, if any is pending.
     pub fn next_expiry(&self) -> Result<Option<Millis>, StoreError> {
         self.with(|conn| {
-            let next: Option<i64> = conn.query_row(
+            let next: Option<i64> = scalar(
+                conn,
                 "SELECT min(expires_ms) FROM approvals WHERE status = 'pending'",
-                [],
-                |row| row.get(0),
+                &[],
             )?;
             Ok(next.map(|ms| ms.max(0) as u64))
         })
@@ -339,32 +337,30 @@ impl Store {
     /// Pending approvals that have not expired, oldest first (per-session FIFO).
     pub fn pending(&self, session: Option<&str>, now: Millis) -> Result<Vec<Approval>, StoreError> {
         self.with(|conn| {
-            let mut statement = conn.prepare(&format!(
-                "SELECT {APPROVAL_COLUMNS} FROM approvals \
-                 WHERE status = 'pending' AND expires_ms > ?1 AND (?2 IS NULL OR session = ?2) \
-                 ORDER BY seq"
-            ))?;
-            let rows = statement.query_map(params![now as i64, session], approval_from_row)?;
-            let mut out = Vec::new();
-            for row in rows {
-                out.extend(readable(row?));
-            }
-            Ok(out)
+            listing(
+                conn,
+                &format!(
+                    "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE status = 'pending' \
+                     AND expires_ms > ?1 AND (CAST(?2 AS TEXT) IS NULL OR session = ?2) ORDER BY seq"
+                ),
+                args![now as i64, session],
+            )
         })
     }
 
     /// The newest approval of the call the caller names `tool_call_id`.
     pub fn by_tool_call_id(&self, tool_call_id: &str) -> Result<Option<Approval>, StoreError> {
         self.with(|conn| {
-            let mut statement = conn.prepare(&format!(
-                "SELECT {APPROVAL_COLUMNS} FROM approvals \
-                 WHERE tool_call_id = ?1 ORDER BY seq DESC LIMIT 1"
-            ))?;
-            let mut rows = statement.query_map(params![tool_call_id], approval_from_row)?;
-            match rows.next() {
-                Some(row) => Ok(readable(row?)),
-                None => Ok(None),
-            }
+            Ok(listing(
+                conn,
+                &format!(
+                    "SELECT {APPROVAL_COLUMNS} FROM approvals \
+                     WHERE tool_call_id = ?1 ORDER BY seq DESC LIMIT 1"
+                ),
+                args![tool_call_id],
+            )?
+            .into_iter()
+            .next())
         })
     }
 
@@ -372,19 +368,14 @@ impl Store {
     /// newest first: those created at or after `since`, at most `limit`.
     pub fn history(&self, since: Millis, limit: usize) -> Result<Vec<Approval>, StoreError> {
         self.with(|conn| {
-            let mut statement = conn.prepare(&format!(
-                "SELECT {APPROVAL_COLUMNS} FROM approvals \
-                 WHERE status <> 'pending' AND created_ms >= ?1 ORDER BY seq DESC LIMIT ?2"
-            ))?;
-            let rows = statement.query_map(
-                params![since as i64, i64::try_from(limit).unwrap_or(i64::MAX)],
-                approval_from_row,
-            )?;
-            let mut out = Vec::new();
-            for row in rows {
-                out.extend(readable(row?));
-            }
-            Ok(out)
+            listing(
+                conn,
+                &format!(
+                    "SELECT {APPROVAL_COLUMNS} FROM approvals \
+                     WHERE status <> 'pending' AND created_ms >= ?1 ORDER BY seq DESC LIMIT ?2"
+                ),
+                args![since as i64, i64::try_from(limit).unwrap_or(i64::MAX)],
+            )
         })
     }
 
@@ -392,47 +383,40 @@ impl Store {
     /// failing that the ids of the newest approvals, for a "did you mean".
     pub fn ids_starting_with(&self, prefix: &str, limit: usize) -> Result<Vec<String>, StoreError> {
         self.with(|conn| {
-            let mut statement = conn.prepare(
+            conn.query(
                 "SELECT id FROM approvals WHERE substr(id, 1, length(?1)) = ?1 ORDER BY seq LIMIT ?2",
-            )?;
-            let rows = statement.query_map(
-                params![prefix, i64::try_from(limit).unwrap_or(i64::MAX)],
-                |row| row.get::<_, String>(0),
-            )?;
-            rows.collect::<Result<Vec<_>, _>>().map_err(StoreError::from)
+                args![prefix, i64::try_from(limit).unwrap_or(i64::MAX)],
+            )?
+            .iter()
+            .map(|row| row.at(0))
+            .collect()
         })
     }
 
     /// The ids of the newest `limit` approvals.
     pub fn recent_ids(&self, limit: usize) -> Result<Vec<String>, StoreError> {
         self.with(|conn| {
-            let mut statement =
-                conn.prepare("SELECT id FROM approvals ORDER BY seq DESC LIMIT ?1")?;
-            let rows = statement
-                .query_map(params![i64::try_from(limit).unwrap_or(i64::MAX)], |row| {
-                    row.get::<_, String>(0)
-                })?;
-            rows.collect::<Result<Vec<_>, _>>()
-                .map_err(StoreError::from)
+            conn.query(
+                "SELECT id FROM approvals ORDER BY seq DESC LIMIT ?1",
+                args![i64::try_from(limit).unwrap_or(i64::MAX)],
+            )?
+            .iter()
+            .map(|row| row.at(0))
+            .collect()
         })
     }
 
     /// Approvals still `pending` whose time is up, oldest first.
     pub fn overdue(&self, now: Millis) -> Result<Vec<Approval>, StoreError> {
-        self.select_where("status = 'pending' AND expires_ms <= ?1", now)
-    }
-
-    fn select_where(&self, condition: &str, now: Millis) -> Result<Vec<Approval>, StoreError> {
         self.with(|conn| {
-            let mut statement = conn.prepare(&format!(
-                "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE {condition} ORDER BY seq"
-            ))?;
-            let rows = statement.query_map(params![now as i64], approval_from_row)?;
-            let mut out = Vec::new();
-            for row in rows {
-                out.extend(readable(row?));
-            }
-            Ok(out)
+            listing(
+                conn,
+                &format!(
+                    "SELECT {APPROVAL_COLUMNS} FROM approvals \
+                     WHERE status = 'pending' AND expires_ms <= ?1 ORDER BY seq"
+                ),
+                args![now as i64],
+            )
         })
     }
 
@@ -448,13 +432,14 @@ impl Store {
         };
         // An edited version goes with an approval only.
         let edited = verdict.edited.as_ref().filter(|_| verdict.approve);
+        let me = self.me();
         self.changing(|conn| {
             let changed = conn.execute(
                 "UPDATE approvals SET status = ?2, decided_by = ?3, decided_user = ?4, \
                  channel = ?5, reason = ?6, decided_ms = ?7, owner_pid = ?8, \
                  plan_json = coalesce(?9, plan_json), diff = coalesce(?10, diff), edited = ?11 \
                  WHERE id = ?1 AND status = 'pending' AND expires_ms > ?7",
-                params![
+                args![
                     id,
                     status,
                     verdict.by.as_str(),
@@ -462,7 +447,7 @@ impl Store {
                     verdict.channel.map(Channel::as_str),
                     verdict.reason,
                     verdict.at_ms as i64,
-                    std::process::id(),
+                    me,
                     edited.map(|edited| edited.plan.to_stored()),
                     edited.map(|edited| edited.diff.as_str()),
                     edited.is_some(),
@@ -524,7 +509,7 @@ impl Store {
             let changed = conn.execute(
                 "UPDATE approvals SET expires_ms = ?2 \
                  WHERE id = ?1 AND status = 'pending' AND expires_ms > ?2",
-                params![id, until_ms as i64],
+                args![id, until_ms as i64],
             )?;
             if changed != 1 {
                 return Ok(None);
@@ -557,13 +542,14 @@ impl Store {
 
     /// `approved -> applying`: the caller that gets `Some` applies the plan; any
     /// other gets `None`. This is what keeps an approval from applying twice. The
-    /// claiming process is recorded as the approval's owner.
+    /// claiming holder ([`Store::me`]) is recorded as the approval's owner.
     pub fn claim_apply(&self, id: &str) -> Result<Option<Approval>, StoreError> {
+        let me = self.me();
         self.with(|conn| {
             let changed = conn.execute(
                 "UPDATE approvals SET status = 'applying', owner_pid = ?2 \
                  WHERE id = ?1 AND status = 'approved'",
-                params![id, std::process::id()],
+                args![id, me],
             )?;
             if changed == 1 {
                 get_in(conn, id).map(Some)
@@ -573,81 +559,80 @@ impl Store {
         })
     }
 
-    /// Approved or applying approvals whose owning process is gone (`alive`
-    /// says which process ids still run): a crash left them half way.
+    /// Approved or applying approvals whose owner is gone (`alive` says
+    /// which holders still run: [`Store::alive`]), with that owner (0 for
+    /// none): a crash left them half way.
     pub fn orphaned(
         &self,
         alive: &dyn Fn(u32) -> bool,
     ) -> Result<Vec<(Approval, u32)>, StoreError> {
-        self.with(|conn| {
-            let mut statement = conn.prepare(&format!(
-                "SELECT {APPROVAL_COLUMNS} FROM approvals \
-                 WHERE status IN ('approved', 'applying') ORDER BY seq"
-            ))?;
-            let mut rows = statement.query([])?;
-            let mut out = Vec::new();
-            while let Some(row) = rows.next()? {
-                let Some(approval) = readable(approval_from_row(row)?) else {
-                    continue;
-                };
+        let rows = self.with(|conn| {
+            listing(
+                conn,
+                &format!(
+                    "SELECT {APPROVAL_COLUMNS} FROM approvals \
+                     WHERE status IN ('approved', 'applying') ORDER BY seq"
+                ),
+                &[],
+            )
+        })?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|approval| {
                 let owner = approval.owner_pid.unwrap_or(0);
-                if owner == 0 || !alive(owner) {
-                    out.push((approval, owner));
-                }
-            }
-            Ok(out)
-        })
+                (owner == 0 || !alive(owner)).then_some((approval, owner))
+            })
+            .collect())
     }
 
-    /// Approved approvals that `waiter` holds: calls only that process can carry
-    /// out (an upstream tool call goes through the connection it holds).
+    /// Approved approvals that `waiter` holds: calls only that holder can
+    /// carry out (an upstream tool call goes through the connection it
+    /// holds).
     pub fn approved_held_by(&self, waiter: u32) -> Result<Vec<Approval>, StoreError> {
         self.with(|conn| {
-            let mut statement = conn.prepare(&format!(
-                "SELECT {APPROVAL_COLUMNS} FROM approvals \
-                 WHERE status = 'approved' AND waiter_pid = ?1 ORDER BY seq"
-            ))?;
-            let mut rows = statement.query([waiter])?;
-            let mut out = Vec::new();
-            while let Some(row) = rows.next()? {
-                out.extend(readable(approval_from_row(row)?));
-            }
-            Ok(out)
+            listing(
+                conn,
+                &format!(
+                    "SELECT {APPROVAL_COLUMNS} FROM approvals \
+                     WHERE status = 'approved' AND waiter_pid = ?1 ORDER BY seq"
+                ),
+                args![waiter],
+            )
         })
     }
 
-    /// Pending approvals whose waiting process is gone.
+    /// Pending approvals whose waiting call's holder is gone (`alive` says
+    /// which holders still run).
     pub fn abandoned(&self, alive: &dyn Fn(u32) -> bool) -> Result<Vec<Approval>, StoreError> {
-        self.with(|conn| {
-            let mut statement = conn.prepare(&format!(
-                "SELECT {APPROVAL_COLUMNS} FROM approvals \
-                 WHERE status = 'pending' AND waiter_pid IS NOT NULL ORDER BY seq"
-            ))?;
-            let mut rows = statement.query([])?;
-            let mut out = Vec::new();
-            while let Some(row) = rows.next()? {
-                let Some(approval) = readable(approval_from_row(row)?) else {
-                    continue;
-                };
-                if approval.waiter_pid.is_some_and(|pid| !alive(pid)) {
-                    out.push(approval);
-                }
-            }
-            Ok(out)
-        })
+        let rows = self.with(|conn| {
+            listing(
+                conn,
+                &format!(
+                    "SELECT {APPROVAL_COLUMNS} FROM approvals \
+                     WHERE status = 'pending' AND waiter_pid IS NOT NULL ORDER BY seq"
+                ),
+                &[],
+            )
+        })?;
+        Ok(rows
+            .into_iter()
+            .filter(|approval| approval.waiter_pid.is_some_and(|waiter| !alive(waiter)))
+            .collect())
     }
 
-    /// Takes over an orphaned approval from its dead owner: only one process
-    /// can. `Some` when this process now owns it (status unchanged).
+    /// Takes over an orphaned approval from its dead owner (0 for none):
+    /// only one holder can. `Some` when this one now owns it (status
+    /// unchanged).
     pub fn take_over(&self, id: &str, dead_owner: u32) -> Result<Option<Approval>, StoreError> {
+        let me = self.me();
         self.with(|conn| {
             let changed = conn.execute(
                 "UPDATE approvals SET owner_pid = ?2 \
                  WHERE id = ?1 AND status IN ('approved', 'applying') \
-                 AND (owner_pid IS ?3 OR owner_pid = ?4)",
-                params![
+                 AND (owner_pid IS NOT DISTINCT FROM ?3 OR owner_pid = ?4)",
+                args![
                     id,
-                    std::process::id(),
+                    me,
                     if dead_owner == 0 {
                         None
                     } else {
@@ -677,7 +662,7 @@ impl Store {
     ) -> Result<Option<Approval>, StoreError> {
         self.changing(|conn| {
             let sql = format!("UPDATE approvals SET {set} WHERE id = ?1 AND status = ?2");
-            let changed = conn.execute(&sql, params![id, from, at_ms as i64])?;
+            let changed = conn.execute(&sql, args![id, from, at_ms as i64])?;
             let approval = get_in(conn, id)?;
             if changed != 1 {
                 return Ok(None);
@@ -724,7 +709,7 @@ impl Store {
             let changed = conn.execute(
                 "UPDATE approvals SET status = ?2, result_json = ?3 \
                  WHERE id = ?1 AND (status = ?4 OR status = ?5)",
-                params![
+                args![
                     id,
                     status.as_str(),
                     result_json,
@@ -781,7 +766,7 @@ impl Store {
             result["data"]["apply_mismatch"] = files.clone();
             conn.execute(
                 "UPDATE approvals SET result_json = ?2 WHERE id = ?1",
-                params![id, result.to_string()],
+                args![id, result.to_string()],
             )?;
             write_event(
                 conn,
@@ -812,16 +797,30 @@ fn readable(row: Result<Approval, StoreError>) -> Option<Approval> {
     }
 }
 
-pub(crate) fn get_in(conn: &Connection, id: &str) -> Result<Approval, StoreError> {
-    conn.query_row(
-        &format!("SELECT {APPROVAL_COLUMNS} FROM approvals WHERE id = ?1"),
-        params![id],
-        approval_from_row,
-    )
-    .optional()?
-    .ok_or_else(|| StoreError::NotFound(id.to_owned()))?
+/// The approvals a query selects (`APPROVAL_COLUMNS`), each readable one.
+fn listing(
+    conn: &mut dyn Conn,
+    sql: &str,
+    args: &[crate::sql::Value],
+) -> Result<Vec<Approval>, StoreError> {
+    Ok(conn
+        .query(sql, args)?
+        .iter()
+        .filter_map(|row| readable(approval_from_row(row)))
+        .collect())
 }
-fn approval_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Approval, StoreError>> {
+
+pub(crate) fn get_in(conn: &mut dyn Conn, id: &str) -> Result<Approval, StoreError> {
+    let row = first(
+        conn,
+        &format!("SELECT {APPROVAL_COLUMNS} FROM approvals WHERE id = ?1"),
+        args![id],
+    )?
+    .ok_or_else(|| StoreError::NotFound(id.to_owned()))?;
+    approval_from_row(&row)
+}
+
+fn approval_from_row(row: &Row) -> Result<Approval, StoreError> {
     let millis = |value: i64| value.max(0) as u64;
     let id: String = row.get("id")?;
     let tool: String = row.get("tool")?;
@@ -830,22 +829,19 @@ fn approval_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Approval, StoreEr
         source,
     };
     let status: String = row.get("status")?;
-    let status = match ApprovalStatus::parse(&status) {
-        Ok(status) => status,
-        Err(error) => return Ok(Err(error)),
-    };
+    let status = ApprovalStatus::parse(&status)?;
     let risk: String = row.get("risk")?;
     let risk = match risk.parse::<Risk>() {
         Ok(risk) => risk,
-        Err(error) => return Ok(Err(StoreError::Corrupt(format!("approval {id}: {error}")))),
+        Err(error) => return Err(StoreError::Corrupt(format!("approval {id}: {error}"))),
     };
-    let terms = match ApprovalTerms::from_stored(&row.get::<_, String>("decision_json")?) {
+    let terms = match ApprovalTerms::from_stored(&row.get::<String>("decision_json")?) {
         Ok(terms) => terms,
-        Err(error) => return Ok(Err(state(error))),
+        Err(error) => return Err(state(error)),
     };
-    let plan = match Plan::from_stored(&row.get::<_, String>("plan_json")?, &tool) {
+    let plan = match Plan::from_stored(&row.get::<String>("plan_json")?, &tool) {
         Ok(plan) => plan,
-        Err(error) => return Ok(Err(state(error))),
+        Err(error) => return Err(state(error)),
     };
     let decided_by: Option<String> = row.get("decided_by")?;
     let channel: Option<String> = row.get("channel")?;
@@ -854,35 +850,35 @@ fn approval_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Approval, StoreEr
         Some(by) => {
             let by = match by.parse::<DecidedBy>() {
                 Ok(by) => by,
-                Err(error) => return Ok(Err(state(error))),
+                Err(error) => return Err(state(error)),
             };
             let channel = match channel.as_deref().map(str::parse::<Channel>).transpose() {
                 Ok(channel) => channel,
-                Err(error) => return Ok(Err(state(error))),
+                Err(error) => return Err(state(error)),
             };
             Some(Decided {
                 by,
                 user: row.get("decided_user")?,
                 channel,
                 reason: row.get("reason")?,
-                at_ms: row.get::<_, Option<i64>>("decided_ms")?.map_or(0, millis),
-                edited: row.get::<_, i64>("edited")? != 0,
+                at_ms: row.get::<Option<i64>>("decided_ms")?.map_or(0, millis),
+                edited: row.get::<i64>("edited")? != 0,
             })
         }
     };
-    let result = match row.get::<_, Option<String>>("result_json")? {
+    let result = match row.get::<Option<String>>("result_json")? {
         None => None,
         Some(text) => match serde_json::from_str::<Envelope>(&text) {
             Ok(envelope) => Some(envelope),
             Err(error) => {
-                return Ok(Err(state(StateError::Unreadable {
+                return Err(state(StateError::Unreadable {
                     what: "result",
                     message: error.to_string(),
-                })));
+                }));
             }
         },
     };
-    Ok(Ok(Approval {
+    Ok(Approval {
         seq: row.get("seq")?,
         new: NewApproval {
             args_json: row.get("args_json")?,
@@ -894,9 +890,9 @@ fn approval_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Approval, StoreEr
             tool_call_id: row.get("tool_call_id")?,
             context_id: row.get("context_id")?,
             requester: match (
-                row.get::<_, Option<String>>("requester_channel")?,
-                row.get::<_, Option<String>>("requester_chat")?,
-                row.get::<_, Option<String>>("requester_user")?,
+                row.get::<Option<String>>("requester_channel")?,
+                row.get::<Option<String>>("requester_chat")?,
+                row.get::<Option<String>>("requester_user")?,
             ) {
                 (Some(channel), Some(chat), Some(user)) => Some(Requester {
                     channel,
@@ -914,7 +910,7 @@ fn approval_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Approval, StoreEr
             created_ms: millis(row.get("created_ms")?),
             expires_ms: millis(row.get("expires_ms")?),
             waiter_pid: row
-                .get::<_, Option<i64>>("waiter_pid")?
+                .get::<Option<i64>>("waiter_pid")?
                 .and_then(|pid| u32::try_from(pid).ok()),
             owner: row.get("owner")?,
             id,
@@ -924,8 +920,8 @@ fn approval_from_row(row: &Row<'_>) -> rusqlite::Result<Result<Approval, StoreEr
         decision,
         result,
         owner_pid: row
-            .get::<_, Option<i64>>("owner_pid")?
+            .get::<Option<i64>>("owner_pid")?
             .and_then(|pid| u32::try_from(pid).ok()),
-        undone: row.get::<_, i64>("undone")? != 0,
-    }))
+        undone: row.get::<i64>("undone")? != 0,
+    })
 }

@@ -4,8 +4,7 @@
 //! after posting lets any later process edit it (a restart neither posts
 //! again nor loses the message).
 
-use rusqlite::{OptionalExtension, params};
-
+use crate::sql::{Row, args, first};
 use crate::{Millis, Store, StoreError};
 
 /// One chat message of an approval.
@@ -25,15 +24,15 @@ pub struct ChatMessage {
     pub settled: bool,
 }
 
-fn from_row(row: &rusqlite::Row<'_>) -> rusqlite::Result<ChatMessage> {
+fn from_row(row: &Row) -> Result<ChatMessage, StoreError> {
     Ok(ChatMessage {
         approval_id: row.get("approval_id")?,
         platform: row.get("platform")?,
         chat: row.get("chat")?,
         message_id: row.get("message_id")?,
-        claimed_ms: row.get::<_, i64>("claimed_ms")?.max(0) as u64,
+        claimed_ms: row.get::<i64>("claimed_ms")?.max(0) as u64,
         shown: row.get("shown")?,
-        settled: row.get::<_, i64>("settled")? != 0,
+        settled: row.get::<i64>("settled")? != 0,
     })
 }
 
@@ -51,9 +50,9 @@ impl Store {
     ) -> Result<bool, StoreError> {
         self.changing(|conn| {
             let inserted = conn.execute(
-                "INSERT OR IGNORE INTO chat_messages (approval_id, platform, chat, claimed_ms) \
-                 VALUES (?1, ?2, ?3, ?4)",
-                params![approval_id, platform, chat, at_ms as i64],
+                "INSERT INTO chat_messages (approval_id, platform, chat, claimed_ms) \
+                 VALUES (?1, ?2, ?3, ?4) ON CONFLICT DO NOTHING",
+                args![approval_id, platform, chat, at_ms as i64],
             )?;
             Ok(inserted == 1)
         })
@@ -72,7 +71,7 @@ impl Store {
             conn.execute(
                 "UPDATE chat_messages SET message_id = ?4, shown = ?5 \
                  WHERE approval_id = ?1 AND platform = ?2 AND chat = ?3",
-                params![approval_id, platform, chat, message_id, shown],
+                args![approval_id, platform, chat, message_id, shown],
             )?;
             Ok(())
         })
@@ -90,7 +89,7 @@ impl Store {
             conn.execute(
                 "DELETE FROM chat_messages \
                  WHERE approval_id = ?1 AND platform = ?2 AND chat = ?3 AND message_id IS NULL",
-                params![approval_id, platform, chat],
+                args![approval_id, platform, chat],
             )?;
             Ok(())
         })
@@ -110,7 +109,7 @@ impl Store {
             conn.execute(
                 "UPDATE chat_messages SET shown = ?4, settled = ?5 \
                  WHERE approval_id = ?1 AND platform = ?2 AND chat = ?3",
-                params![approval_id, platform, chat, shown, settled as i64],
+                args![approval_id, platform, chat, shown, settled as i64],
             )?;
             Ok(())
         })
@@ -119,12 +118,16 @@ impl Store {
     /// The messages of `platform` that are not settled, oldest first.
     pub fn open_chat_messages(&self, platform: &str) -> Result<Vec<ChatMessage>, StoreError> {
         self.with(|conn| {
-            let mut statement = conn.prepare(&format!(
-                "SELECT {COLUMNS} FROM chat_messages WHERE platform = ?1 AND settled = 0 \
+            conn.query(
+                &format!(
+                    "SELECT {COLUMNS} FROM chat_messages WHERE platform = ?1 AND settled = 0 \
                  ORDER BY claimed_ms, approval_id"
-            ))?;
-            let rows = statement.query_map(params![platform], from_row)?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+                ),
+                args![platform],
+            )?
+            .iter()
+            .map(from_row)
+            .collect()
         })
     }
 
@@ -137,27 +140,29 @@ impl Store {
         message_id: &str,
     ) -> Result<Option<ChatMessage>, StoreError> {
         self.with(|conn| {
-            Ok(conn
-                .query_row(
-                    &format!(
-                        "SELECT {COLUMNS} FROM chat_messages \
-                         WHERE platform = ?1 AND chat = ?2 AND message_id = ?3"
-                    ),
-                    params![platform, chat, message_id],
-                    from_row,
-                )
-                .optional()?)
+            first(
+                conn,
+                &format!(
+                    "SELECT {COLUMNS} FROM chat_messages \
+                     WHERE platform = ?1 AND chat = ?2 AND message_id = ?3"
+                ),
+                args![platform, chat, message_id],
+            )?
+            .as_ref()
+            .map(from_row)
+            .transpose()
         })
     }
 
     /// Every message of `approval_id`.
     pub fn chat_messages_of(&self, approval_id: &str) -> Result<Vec<ChatMessage>, StoreError> {
         self.with(|conn| {
-            let mut statement = conn.prepare(&format!(
+            conn.query(&format!(
                 "SELECT {COLUMNS} FROM chat_messages WHERE approval_id = ?1 ORDER BY platform, chat"
-            ))?;
-            let rows = statement.query_map(params![approval_id], from_row)?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+                ), args![approval_id])?
+                .iter()
+                .map(from_row)
+                .collect()
         })
     }
 }

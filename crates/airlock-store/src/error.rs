@@ -9,6 +9,16 @@ use crate::approvals::ApprovalStatus;
 pub enum StoreError {
     #[error("sqlite: {0}")]
     Sqlite(#[from] rusqlite::Error),
+    /// A PostgreSQL statement failed (`code` is its SQLSTATE).
+    #[error("postgres: {message}")]
+    Postgres {
+        message: String,
+        code: Option<String>,
+    },
+    /// The database cannot be reached now (a connection failed, or was lost
+    /// before a commit was known to land): try again later.
+    #[error("the database is unavailable: {0}")]
+    Unavailable(String),
     #[error("cannot create {path}: {source}")]
     Create {
         path: String,

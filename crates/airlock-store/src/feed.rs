@@ -8,10 +8,10 @@
 use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
-use rusqlite::{Connection, params};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::sql::{Conn, args, scalar};
 use crate::{Millis, Store, StoreError};
 
 /// The format of an event's `data`; written into it as `v`.
@@ -140,22 +140,22 @@ pub(crate) struct NewEvent<'a> {
 }
 
 /// Writes `event` on `conn` (inside the caller's transaction).
-pub(crate) fn write_event(conn: &Connection, event: NewEvent<'_>) -> rusqlite::Result<()> {
+pub(crate) fn write_event(conn: &mut dyn Conn, event: NewEvent<'_>) -> Result<(), StoreError> {
     let mut data = match event.data {
         Value::Object(map) => map,
         _ => serde_json::Map::new(),
     };
     data.insert("v".to_owned(), Value::from(EVENT_FORMAT));
-    conn.prepare_cached(
+    conn.execute(
         "INSERT INTO events (kind, subject, owner, at_ms, data) VALUES (?1, ?2, ?3, ?4, ?5)",
-    )?
-    .execute(params![
-        event.kind.as_str(),
-        event.subject,
-        event.owner,
-        i64::try_from(event.at_ms).unwrap_or(i64::MAX),
-        Value::Object(data).to_string(),
-    ])?;
+        args![
+            event.kind.as_str(),
+            event.subject,
+            event.owner,
+            i64::try_from(event.at_ms).unwrap_or(i64::MAX),
+            Value::Object(data).to_string(),
+        ],
+    )?;
     Ok(())
 }
 
@@ -226,24 +226,24 @@ impl Store {
     /// `limit`.
     pub fn events_after(&self, after: u64, limit: usize) -> Result<Vec<FeedEvent>, StoreError> {
         self.with(|conn| {
-            let mut statement = conn.prepare_cached(
+            let rows = conn.query(
                 "SELECT seq, kind, subject, owner, at_ms, data FROM events \
                  WHERE seq > ?1 ORDER BY seq LIMIT ?2",
+                args![
+                    i64::try_from(after).unwrap_or(i64::MAX),
+                    i64::try_from(limit).unwrap_or(i64::MAX)
+                ],
             )?;
-            let mut rows = statement.query(params![
-                i64::try_from(after).unwrap_or(i64::MAX),
-                i64::try_from(limit).unwrap_or(i64::MAX)
-            ])?;
-            let mut out = Vec::new();
-            while let Some(row) = rows.next()? {
+            let mut out = Vec::with_capacity(rows.len());
+            for row in rows {
                 let kind: String = row.get("kind")?;
                 let data: String = row.get("data")?;
                 out.push(FeedEvent {
-                    seq: u64::try_from(row.get::<_, i64>("seq")?).unwrap_or(0),
+                    seq: u64::try_from(row.get::<i64>("seq")?).unwrap_or(0),
                     kind: EventKind::parse(&kind)?,
                     subject: row.get("subject")?,
                     owner: row.get("owner")?,
-                    at_ms: u64::try_from(row.get::<_, i64>("at_ms")?).unwrap_or(0),
+                    at_ms: u64::try_from(row.get::<i64>("at_ms")?).unwrap_or(0),
                     data: serde_json::from_str(&data).map_err(|error| {
                         StoreError::Corrupt(format!("event data is not JSON: {error}"))
                     })?,
@@ -257,8 +257,7 @@ impl Store {
     /// that wants only what comes next starts.
     pub fn last_event(&self) -> Result<u64, StoreError> {
         self.with(|conn| {
-            let seq: Option<i64> =
-                conn.query_row("SELECT max(seq) FROM events", [], |row| row.get(0))?;
+            let seq: Option<i64> = scalar(conn, "SELECT max(seq) FROM events", &[])?;
             Ok(seq.and_then(|seq| u64::try_from(seq).ok()).unwrap_or(0))
         })
     }
@@ -271,7 +270,7 @@ impl Store {
         at_ms: Millis,
         data: Value,
     ) -> Result<(), StoreError> {
-        self.with(|conn| {
+        self.changing(|conn| {
             write_event(
                 conn,
                 NewEvent {
@@ -281,10 +280,7 @@ impl Store {
                     at_ms,
                     data,
                 },
-            )?;
-            Ok(())
-        })?;
-        Notifier::get().bump();
-        Ok(())
+            )
+        })
     }
 }

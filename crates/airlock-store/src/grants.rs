@@ -1,9 +1,8 @@
 //! "Always allow" grants: made with an approval, ended by their time or
 //! revoked; each change writes its event.
 
-use rusqlite::params;
-
 use crate::feed::{EventKind, NewEvent, write_event};
+use crate::sql::args;
 use crate::{Millis, Store, StoreError};
 
 /// An "always allow" grant.
@@ -29,7 +28,7 @@ impl Store {
     /// audited); whether there was one to remove.
     pub fn delete_grant(&self, id: &str, at_ms: Millis) -> Result<bool, StoreError> {
         self.changing(|conn| {
-            let deleted = conn.execute("DELETE FROM grants WHERE id = ?1", params![id])? > 0;
+            let deleted = conn.execute("DELETE FROM grants WHERE id = ?1", args![id])? > 0;
             if deleted {
                 write_event(
                     conn,
@@ -52,8 +51,8 @@ impl Store {
         self.with(|conn| {
             Ok(conn.execute(
                 "UPDATE grants SET expires_ms = created_ms + ?1 WHERE expires_ms IS NULL",
-                params![i64::try_from(ttl_ms).unwrap_or(i64::MAX)],
-            )?)
+                args![i64::try_from(ttl_ms).unwrap_or(i64::MAX)],
+            )? as usize)
         })
     }
 
@@ -61,9 +60,9 @@ impl Store {
     pub fn insert_grant(&self, grant: &GrantRow) -> Result<(), StoreError> {
         self.changing(|conn| {
             conn.execute(
-                "INSERT INTO grants (id, tool, path_glob, session, expires_ms, created_ms, created_by, approval_id, user, owner) \
+                "INSERT INTO grants (id, tool, path_glob, session, expires_ms, created_ms, created_by, approval_id, \"user\", owner) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-                params![
+                args![
                     grant.id,
                     grant.tool,
                     grant.path_glob,
@@ -96,25 +95,27 @@ impl Store {
     /// Grants that have not expired at `now`.
     pub fn grants(&self, now: Millis) -> Result<Vec<GrantRow>, StoreError> {
         self.with(|conn| {
-            let mut statement = conn.prepare_cached(
+            conn.query(
                 "SELECT id, tool, path_glob, session, expires_ms, created_ms, created_by, approval_id, \
-                 user, owner FROM grants WHERE expires_ms IS NULL OR expires_ms > ?1 ORDER BY created_ms, id",
-            )?;
-            let rows = statement.query_map(params![now as i64], |row| {
+                 \"user\", owner FROM grants WHERE expires_ms IS NULL OR expires_ms > ?1 ORDER BY created_ms, id",
+                args![now as i64],
+            )?
+            .iter()
+            .map(|row| {
                 Ok(GrantRow {
                     id: row.get("id")?,
                     tool: row.get("tool")?,
                     path_glob: row.get("path_glob")?,
                     session: row.get("session")?,
-                    expires_ms: row.get::<_, Option<i64>>("expires_ms")?.map(|ms| ms.max(0) as u64),
-                    created_ms: row.get::<_, i64>("created_ms")?.max(0) as u64,
+                    expires_ms: row.get::<Option<i64>>("expires_ms")?.map(|ms| ms.max(0) as u64),
+                    created_ms: row.get::<i64>("created_ms")?.max(0) as u64,
                     created_by: row.get("created_by")?,
                     approval_id: row.get("approval_id")?,
                     user: row.get("user")?,
                     owner: row.get("owner")?,
                 })
-            })?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+            })
+            .collect()
         })
     }
 }

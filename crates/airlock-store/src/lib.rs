@@ -1,5 +1,7 @@
-//! airlock-store: airlock's durable state in SQLite (bundled, WAL). It is the only
-//! crate that knows SQL.
+//! airlock-store: airlock's durable state, in SQLite (bundled, WAL; the
+//! default) or in PostgreSQL shared by several instances (`store.url`; the
+//! driver is airlock-pg's, reached through [`PgDriver`]). It is the only
+//! crate that knows SQL: each statement is written once, for both engines.
 //!
 //! It keeps approvals (the state machine of DESIGN §7), grants ("always allow"),
 //! snapshots of before-content for undo, and the head of the audit chain. Every
@@ -31,37 +33,55 @@
 //! ```
 
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
+use rusqlite::{Connection, TransactionBehavior};
 
 mod approvals;
 mod chat;
 mod error;
 mod feed;
 mod grants;
+mod pg;
 mod schema;
 mod snapshots;
+mod sql;
+mod sqlite;
 
 use schema::migrate;
+use sql::{Conn, args, first};
+use sqlite::{Lite, is_busy};
 
 pub use approvals::{Approval, ApprovalStatus, Created, EditedPlan, Limits, NewApproval, Verdict};
 pub use chat::ChatMessage;
 pub use error::StoreError;
 pub use feed::{EVENT_FORMAT, EventKind, FeedEvent, Notifier};
 pub use grants::GrantRow;
+pub use pg::{PG_SCHEMA, PgDriver, PgOptions};
 pub use snapshots::{Snapshot, SnapshotFile};
+pub use sql::{Conn as SqlConn, Row as SqlRow, Value as SqlValue};
 
 /// Milliseconds since the Unix epoch.
 pub type Millis = u64;
 
-/// The durable store. One connection per process, shared by its threads.
+/// The durable store: one per process, shared by its threads, on one of
+/// two engines.
 pub struct Store {
-    conn: Mutex<Connection>,
-    /// Only for the audit head (synchronous = NORMAL).
-    head_conn: Mutex<Connection>,
+    engine: Engine,
 }
+
+enum Engine {
+    /// Embedded: one connection, and one for the audit head.
+    Sqlite {
+        conn: Mutex<Connection>,
+        /// Only for the audit head (synchronous = NORMAL).
+        head_conn: Mutex<Connection>,
+    },
+    /// Shared by several instances.
+    Postgres(pg::PgEngine),
+}
+
 impl Store {
     /// Opens (creating if needed) the database at `path`, in WAL mode.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
@@ -73,6 +93,7 @@ impl Store {
         }
         let conn = Connection::open(path)?;
         conn.busy_timeout(Duration::from_secs(10))?;
+        conn.set_prepared_statement_cache_capacity(sqlite::STATEMENT_CACHE);
         // Switching a new database to WAL and creating the schema can report
         // "busy" at once, without the busy handler, when several processes open
         // it together; retry until the deadline.
@@ -102,8 +123,10 @@ impl Store {
         head_conn.busy_timeout(Duration::from_secs(10))?;
         head_conn.pragma_update(None, "synchronous", "NORMAL")?;
         Ok(Store {
-            conn: Mutex::new(conn),
-            head_conn: Mutex::new(head_conn),
+            engine: Engine::Sqlite {
+                conn: Mutex::new(conn),
+                head_conn: Mutex::new(head_conn),
+            },
         })
     }
 
@@ -125,68 +148,150 @@ impl Store {
         }
         let head_conn = Connection::open_with_flags(path, flags)?;
         Ok(Store {
-            conn: Mutex::new(conn),
-            head_conn: Mutex::new(head_conn),
+            engine: Engine::Sqlite {
+                conn: Mutex::new(conn),
+                head_conn: Mutex::new(head_conn),
+            },
         })
     }
 
-    /// The schema version of the database (`PRAGMA user_version`): the
-    /// number of `schema::MIGRATIONS` applied.
+    /// Joins the PostgreSQL database `driver` reaches: migrates it if
+    /// needed (once, whichever instance comes first), registers this
+    /// instance with a lease, and wakes this process's readers when another
+    /// instance changes something. `now_ms` is when it starts.
+    pub fn postgres(
+        driver: Arc<dyn PgDriver>,
+        options: &PgOptions,
+        now_ms: Millis,
+    ) -> Result<Store, StoreError> {
+        Ok(Store {
+            engine: Engine::Postgres(pg::PgEngine::open(driver, options, now_ms)?),
+        })
+    }
+
+    /// Whether this store is the shared (PostgreSQL) one.
+    pub fn is_shared(&self) -> bool {
+        matches!(self.engine, Engine::Postgres(_))
+    }
+
+    /// Who holds what this process waits for or applies: its process id on
+    /// SQLite (one host), its instance number on PostgreSQL.
+    pub fn me(&self) -> u32 {
+        match &self.engine {
+            Engine::Sqlite { .. } => std::process::id(),
+            Engine::Postgres(pg) => pg.instance(),
+        }
+    }
+
+    /// Whether `holder` (see [`Store::me`]) still runs: a live process on
+    /// SQLite, an instance within its lease on PostgreSQL. Not knowing is
+    /// alive: nobody takes over from a holder that may still run.
+    pub fn alive(&self, holder: u32) -> bool {
+        match &self.engine {
+            Engine::Sqlite { .. } => process_alive(holder),
+            Engine::Postgres(pg) => pg.alive(holder),
+        }
+    }
+
+    /// Whether this process may still act on what it holds: always on
+    /// SQLite; on PostgreSQL while its lease is renewed.
+    pub fn holding(&self) -> bool {
+        match &self.engine {
+            Engine::Sqlite { .. } => true,
+            Engine::Postgres(pg) => pg.holding(),
+        }
+    }
+
+    /// How long a dead instance's claims stand before another takes them
+    /// over (none on SQLite: a dead process is known at once).
+    pub fn lease(&self) -> Option<Duration> {
+        match &self.engine {
+            Engine::Sqlite { .. } => None,
+            Engine::Postgres(pg) => Some(pg.lease()),
+        }
+    }
+
+    /// The schema version of the database: the number of migrations
+    /// applied (`PRAGMA user_version` on SQLite).
     pub fn schema_version(&self) -> Result<usize, StoreError> {
-        self.with(|conn| {
-            let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
-            Ok(usize::try_from(version).unwrap_or(0))
-        })
+        match &self.engine {
+            Engine::Sqlite { conn, .. } => {
+                let conn = conn.lock().map_err(|_| StoreError::Poisoned)?;
+                let version: i64 = conn.query_row("PRAGMA user_version", [], |row| row.get(0))?;
+                Ok(usize::try_from(version).unwrap_or(0))
+            }
+            Engine::Postgres(pg) => pg.schema_version(),
+        }
     }
 
+    /// Runs `f` with each statement committing by itself.
     fn with<T>(
         &self,
-        f: impl FnOnce(&mut Connection) -> Result<T, StoreError>,
+        f: impl FnOnce(&mut dyn Conn) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let mut conn = self.conn.lock().map_err(|_| StoreError::Poisoned)?;
-        f(&mut conn)
+        match &self.engine {
+            Engine::Sqlite { conn, .. } => {
+                let conn = conn.lock().map_err(|_| StoreError::Poisoned)?;
+                f(&mut Lite(&conn))
+            }
+            Engine::Postgres(pg) => pg.autocommit(f),
+        }
     }
 
-    /// Runs `f` in an immediate transaction: a change and the events it
-    /// writes commit together or not at all. Once committed, this process's
-    /// readers are woken.
+    /// Runs `f` as one change: a change and the events it writes commit
+    /// together or not at all, one writer at a time. Once committed, this
+    /// process's readers are woken (and on PostgreSQL, the other
+    /// instances').
     fn changing<T>(
         &self,
-        f: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>,
+        f: impl FnOnce(&mut dyn Conn) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let result = self.with(|conn| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let result = f(&tx)?;
-            tx.commit()?;
-            Ok(result)
-        });
+        let result = match &self.engine {
+            Engine::Sqlite { conn, .. } => {
+                let mut conn = conn.lock().map_err(|_| StoreError::Poisoned)?;
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                let result = f(&mut Lite(&tx))?;
+                tx.commit()?;
+                Ok(result)
+            }
+            Engine::Postgres(pg) => pg.changing(f),
+        };
         if result.is_ok() {
             Notifier::get().bump();
         }
         result
     }
 
+    /// Whether this is the embedded engine (some tables of old SQLite
+    /// stores exist only there).
+    fn is_sqlite(&self) -> bool {
+        matches!(self.engine, Engine::Sqlite { .. })
+    }
+
     /// The audit chain's head as last saved: `(seq, event_hash)`.
     pub fn audit_head(&self) -> Result<Option<(u64, String)>, StoreError> {
         self.with(|conn| {
-            Ok(conn
-                .query_row("SELECT seq, hash FROM audit_head WHERE id = 1", [], |row| {
-                    Ok((row.get::<_, i64>("seq")?.max(0) as u64, row.get("hash")?))
-                })
-                .optional()?)
+            first(conn, "SELECT seq, hash FROM audit_head WHERE id = 1", &[])?
+                .map(|row| Ok((row.get::<i64>("seq")?.max(0) as u64, row.get("hash")?)))
+                .transpose()
         })
     }
 
     /// Saves the audit chain's head; it only moves forward. Not synced at
     /// once (see [`Store::open`]).
     pub fn save_audit_head(&self, seq: u64, hash: &str) -> Result<(), StoreError> {
-        let conn = self.head_conn.lock().map_err(|_| StoreError::Poisoned)?;
-        conn.prepare_cached(
-            "INSERT INTO audit_head (id, seq, hash) VALUES (1, ?1, ?2) \
+        const SAVE: &str = "INSERT INTO audit_head (id, seq, hash) VALUES (1, ?1, ?2) \
              ON CONFLICT(id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash \
-             WHERE excluded.seq > audit_head.seq",
-        )?
-        .execute(params![seq as i64, hash])?;
+             WHERE excluded.seq > audit_head.seq";
+        match &self.engine {
+            Engine::Sqlite { head_conn, .. } => {
+                let conn = head_conn.lock().map_err(|_| StoreError::Poisoned)?;
+                Lite(&conn).execute(SAVE, args![seq as i64, hash])?;
+            }
+            Engine::Postgres(pg) => {
+                pg.autocommit(|conn| conn.execute(SAVE, args![seq as i64, hash]))?;
+            }
+        }
         Ok(())
     }
 
@@ -202,11 +307,12 @@ impl Store {
         self.with(|conn| {
             conn.execute(
                 "DELETE FROM spent_tokens WHERE expires_ms < ?1",
-                params![now as i64],
+                args![now as i64],
             )?;
             let inserted = conn.execute(
-                "INSERT OR IGNORE INTO spent_tokens (token, expires_ms) VALUES (?1, ?2)",
-                params![token, expires_ms as i64],
+                "INSERT INTO spent_tokens (token, expires_ms) VALUES (?1, ?2) \
+                 ON CONFLICT DO NOTHING",
+                args![token, expires_ms as i64],
             )?;
             Ok(inserted == 1)
         })
@@ -215,11 +321,9 @@ impl Store {
     /// A small key-value setting.
     pub fn get_kv(&self, key: &str) -> Result<Option<String>, StoreError> {
         self.with(|conn| {
-            Ok(conn
-                .query_row("SELECT value FROM kv WHERE key = ?1", params![key], |row| {
-                    row.get(0)
-                })
-                .optional()?)
+            first(conn, "SELECT value FROM kv WHERE key = ?1", args![key])?
+                .map(|row| row.at(0))
+                .transpose()
         })
     }
 
@@ -229,16 +333,25 @@ impl Store {
             conn.execute(
                 "INSERT INTO kv (key, value) VALUES (?1, ?2) \
                  ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                params![key, value],
+                args![key, value],
             )?;
             Ok(())
         })
     }
 }
 
-fn is_busy(error: &rusqlite::Error) -> bool {
-    matches!(
-        error.sqlite_error_code(),
-        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
-    )
+/// Whether a process with this id runs (signal 0 probes without
+/// signalling). Only "no such process" means gone: EPERM is a live process
+/// of another user, which must never be raced.
+pub fn process_alive(pid: u32) -> bool {
+    let Ok(pid) = i32::try_from(pid) else {
+        return false;
+    };
+    match rustix::process::Pid::from_raw(pid) {
+        Some(pid) => !matches!(
+            rustix::process::test_kill_process(pid),
+            Err(rustix::io::Errno::SRCH)
+        ),
+        None => false,
+    }
 }

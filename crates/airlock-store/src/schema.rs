@@ -4,6 +4,7 @@
 use rusqlite::Connection;
 
 use crate::StoreError;
+use crate::sqlite::Lite;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS approvals (
@@ -141,7 +142,7 @@ pub(crate) fn migrate(conn: &Connection) -> Result<(), StoreError> {
         }
         for (at, step) in MIGRATIONS.iter().enumerate().skip(version) {
             conn.execute_batch(step)?;
-            if at == UNDONE_STEP && crate::snapshots::has_legacy_snapshots(conn)? {
+            if at == UNDONE_STEP && crate::snapshots::has_legacy_snapshots(&mut Lite(conn))? {
                 conn.execute_batch(UNDONE_FROM_LEGACY)?;
             }
         }

@@ -1,9 +1,8 @@
 //! Snapshots of the content an applied change replaced, for undo.
 
-use rusqlite::{Connection, OptionalExtension, params};
-
 use crate::approvals::get_in;
 use crate::feed::{EventKind, NewEvent, write_event};
+use crate::sql::{Conn, args, first, scalar};
 use crate::{Millis, Store, StoreError};
 
 /// The before-content of an applied change, for undo: one entry per file.
@@ -30,18 +29,17 @@ impl Store {
     /// Keeps the before-content of an applied change (replacing an earlier
     /// snapshot of the same approval, from an apply that was interrupted).
     pub fn insert_snapshot(&self, snapshot: &Snapshot) -> Result<(), StoreError> {
-        self.with(|conn| {
-            let tx = conn.transaction()?;
+        self.changing(|tx| {
             tx.execute(
                 "DELETE FROM snapshot_files WHERE approval_id = ?1",
-                params![snapshot.approval_id],
+                args![snapshot.approval_id],
             )?;
             for (idx, file) in snapshot.files.iter().enumerate() {
                 tx.execute(
                     "INSERT INTO snapshot_files \
                      (approval_id, idx, path, before, before_hash, after_hash, mode, undone) \
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 0)",
-                    params![
+                    args![
                         snapshot.approval_id,
                         idx as i64,
                         file.path,
@@ -52,7 +50,6 @@ impl Store {
                     ],
                 )?;
             }
-            tx.commit()?;
             Ok(())
         })
     }
@@ -70,7 +67,7 @@ impl Store {
             let changed = conn.execute(
                 "UPDATE snapshot_files SET after_hash = ?3 \
                  WHERE approval_id = ?1 AND path = ?2 AND undone = 0",
-                params![approval_id, path, after_hash],
+                args![approval_id, path, after_hash],
             )?;
             Ok(changed >= 1)
         })
@@ -79,33 +76,27 @@ impl Store {
     /// The snapshot of an applied approval.
     pub fn snapshot(&self, approval_id: &str) -> Result<Snapshot, StoreError> {
         self.with(|conn| {
-            let mut statement = conn.prepare_cached(
-                "SELECT path, before, before_hash, after_hash, undone, mode FROM snapshot_files \
-                 WHERE approval_id = ?1 ORDER BY idx",
-            )?;
             let mut undone = false;
-            let files = statement
-                .query_map(params![approval_id], |row| {
-                    Ok((
-                        SnapshotFile {
-                            path: row.get("path")?,
-                            before: row.get("before")?,
-                            before_hash: row.get("before_hash")?,
-                            after_hash: row.get("after_hash")?,
-                            mode: row.get("mode")?,
-                        },
-                        row.get::<_, i64>("undone")? != 0,
-                    ))
-                })?
+            let files = conn
+                .query(
+                    "SELECT path, before, before_hash, after_hash, undone, mode FROM snapshot_files \
+                     WHERE approval_id = ?1 ORDER BY idx",
+                    args![approval_id],
+                )?
+                .iter()
                 .map(|row| {
-                    row.map(|(file, was_undone)| {
-                        undone |= was_undone;
-                        file
+                    undone |= row.get::<i64>("undone")? != 0;
+                    Ok(SnapshotFile {
+                        path: row.get("path")?,
+                        before: row.get("before")?,
+                        before_hash: row.get("before_hash")?,
+                        after_hash: row.get("after_hash")?,
+                        mode: row.get("mode")?,
                     })
                 })
-                .collect::<rusqlite::Result<Vec<_>>>()?;
+                .collect::<Result<Vec<_>, StoreError>>()?;
             if files.is_empty() {
-                return legacy_snapshot(conn, approval_id);
+                return legacy_snapshot(conn, approval_id, self.is_sqlite());
             }
             Ok(Snapshot {
                 approval_id: approval_id.to_owned(),
@@ -117,21 +108,22 @@ impl Store {
 
     /// Marks a snapshot undone: `Ok(false)` when it already was.
     pub fn mark_undone(&self, approval_id: &str, at_ms: Millis) -> Result<bool, StoreError> {
+        let legacy = self.is_sqlite();
         self.changing(|conn| {
             let mut changed = conn.execute(
                 "UPDATE snapshot_files SET undone = 1 WHERE approval_id = ?1 AND undone = 0",
-                params![approval_id],
+                args![approval_id],
             )?;
-            if has_legacy_snapshots(conn)? {
+            if legacy && has_legacy_snapshots(conn)? {
                 changed += conn.execute(
                     "UPDATE snapshots SET undone = 1 WHERE approval_id = ?1 AND undone = 0",
-                    params![approval_id],
+                    args![approval_id],
                 )?;
             }
             if changed >= 1 {
                 conn.execute(
                     "UPDATE approvals SET undone = 1 WHERE id = ?1",
-                    params![approval_id],
+                    args![approval_id],
                 )?;
                 let owner = get_in(conn, approval_id).ok().and_then(|a| a.owner.clone());
                 write_event(
@@ -152,38 +144,40 @@ impl Store {
 
 /// Whether the database still has the one-file `snapshots` table of earlier
 /// versions (undo keeps working for changes applied before the upgrade).
-pub(crate) fn has_legacy_snapshots(conn: &Connection) -> Result<bool, StoreError> {
-    let count: i64 = conn.query_row(
+/// Whether an older SQLite store still has the one-file `snapshots` table.
+pub(crate) fn has_legacy_snapshots(conn: &mut dyn Conn) -> Result<bool, StoreError> {
+    let count: i64 = scalar(
+        conn,
         "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'snapshots'",
-        [],
-        |row| row.get(0),
+        &[],
     )?;
     Ok(count > 0)
 }
 
-/// A snapshot from the one-file table of earlier versions.
-fn legacy_snapshot(conn: &Connection, approval_id: &str) -> Result<Snapshot, StoreError> {
-    if !has_legacy_snapshots(conn)? {
+fn legacy_snapshot(
+    conn: &mut dyn Conn,
+    approval_id: &str,
+    sqlite: bool,
+) -> Result<Snapshot, StoreError> {
+    if !sqlite || !has_legacy_snapshots(conn)? {
         return Err(StoreError::NotFound(approval_id.to_owned()));
     }
-    conn.query_row(
+    let row = first(
+        conn,
         "SELECT path, before, before_hash, after_hash, undone FROM snapshots \
          WHERE approval_id = ?1",
-        params![approval_id],
-        |row| {
-            Ok(Snapshot {
-                approval_id: approval_id.to_owned(),
-                files: vec![SnapshotFile {
-                    path: row.get("path")?,
-                    before: row.get("before")?,
-                    before_hash: row.get("before_hash")?,
-                    after_hash: row.get("after_hash")?,
-                    mode: None,
-                }],
-                undone: row.get::<_, i64>("undone")? != 0,
-            })
-        },
-    )
-    .optional()?
-    .ok_or_else(|| StoreError::NotFound(approval_id.to_owned()))
+        args![approval_id],
+    )?
+    .ok_or_else(|| StoreError::NotFound(approval_id.to_owned()))?;
+    Ok(Snapshot {
+        approval_id: approval_id.to_owned(),
+        files: vec![SnapshotFile {
+            path: row.get("path")?,
+            before: row.get("before")?,
+            before_hash: row.get("before_hash")?,
+            after_hash: row.get("after_hash")?,
+            mode: None,
+        }],
+        undone: row.get::<i64>("undone")? != 0,
+    })
 }
