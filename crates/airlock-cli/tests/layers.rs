@@ -5,7 +5,8 @@
 //! airlock-fs, airlock-audit, airlock-store,  (IO, one kind of state each)
 //! airlock-exec
 //! airlock-broker                             (the application)
-//! airlock-mcp, airlock-http                  (faces; none knows another)
+//! airlock-mcp, airlock-http, airlock-chat,   (faces; none knows another)
+//! airlock-pg                                 (the PostgreSQL driver)
 //! airlock-testkit                            (what the integration tests share)
 //! airlock-cli                                (wires everything)
 //! ```
@@ -27,7 +28,7 @@ const LAYERS: &[&[&str]] = &[
         "airlock-exec",
     ],
     &["airlock-broker", "airlock-net"],
-    &["airlock-mcp", "airlock-http", "airlock-chat"],
+    &["airlock-mcp", "airlock-http", "airlock-chat", "airlock-pg"],
     &["airlock-testkit"],
     &["airlock-cli"],
 ];
@@ -137,7 +138,8 @@ fn manifests() -> Vec<(String, String)> {
     all
 }
 
-/// Each outside library has one home: only airlock-store knows SQL, only
+/// Each outside library has one home: only airlock-store knows SQL (and
+/// only airlock-pg the PostgreSQL driver that carries it), only
 /// airlock-mcp knows rmcp, only airlock-http knows axum, only airlock-cli
 /// knows clap and anyhow, only airlock-net speaks TLS and WebSocket; below
 /// the faces only airlock-net, the outbound client, runs an async runtime.
@@ -145,6 +147,8 @@ fn manifests() -> Vec<(String, String)> {
 fn each_protocol_and_storage_library_is_known_to_one_crate() {
     let homes: &[(&str, &[&str])] = &[
         ("rusqlite", &["airlock-store"]),
+        ("tokio-postgres", &["airlock-pg"]),
+        ("deadpool-postgres", &["airlock-pg"]),
         ("rmcp", &["airlock-mcp"]),
         // The test kit's stand-ins of chat platforms are HTTP servers too.
         ("axum", &["airlock-http", "airlock-testkit"]),
@@ -157,6 +161,7 @@ fn each_protocol_and_storage_library_is_known_to_one_crate() {
                 "airlock-mcp",
                 "airlock-http",
                 "airlock-chat",
+                "airlock-pg",
                 "airlock-testkit",
                 "airlock-cli",
             ],

@@ -29,10 +29,7 @@ impl rusqlite::ToSql for Value {
 impl Conn for Lite<'_> {
     fn query(&mut self, sql: &str, args: &[Value]) -> Result<Vec<Row>, StoreError> {
         let mut statement = self.0.prepare_cached(sql)?;
-        let columns: Arc<[String]> = statement
-            .column_names()
-            .map(str::to_owned)
-            .collect();
+        let columns: Arc<[String]> = statement.column_names().map(str::to_owned).collect();
         let mut rows = statement.query(rusqlite::params_from_iter(args))?;
         let mut out = Vec::new();
         while let Some(row) = rows.next()? {

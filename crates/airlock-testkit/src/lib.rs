@@ -36,6 +36,7 @@ pub mod discord;
 pub mod http;
 pub mod mcp;
 pub mod peers;
+pub mod postgres;
 pub mod slack;
 mod standin;
 pub mod telegram;

@@ -28,6 +28,9 @@ pub enum Peer {
     Python3,
     /// jq, which the README's examples use to build JSON arguments.
     Jq,
+    /// PostgreSQL's server programs (`initdb`, `pg_ctl`, `psql`), for the
+    /// shared store.
+    Postgres,
 }
 
 impl Peer {
@@ -39,6 +42,7 @@ impl Peer {
             Peer::Ripgrep => "ripgrep (apt-get install ripgrep)",
             Peer::Python3 => "python3",
             Peer::Jq => "jq (apt-get install jq)",
+            Peer::Postgres => "PostgreSQL (apt-get install postgresql)",
         }
     }
 
@@ -55,6 +59,7 @@ impl Peer {
             Peer::Ripgrep => on_path("rg"),
             Peer::Python3 => on_path("python3"),
             Peer::Jq => on_path("jq"),
+            Peer::Postgres => crate::postgres::available(),
         }
     }
 }

@@ -1,0 +1,296 @@
+//! A throwaway PostgreSQL server from Debian's `postgresql` package: its
+//! own cluster in a temp dir (`initdb`), on a free loopback port
+//! (`pg_ctl`), stopped and removed when dropped, and by a watchdog if the
+//! test process dies first. As root (CI), the server runs as the `postgres`
+//! user (`runuser`), since PostgreSQL refuses to run as root.
+//!
+//! ```no_run
+//! use airlock_testkit::postgres::PgServer;
+//! let server = PgServer::shared();
+//! let url = server.new_database();
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The newest installed server's programs: `$AIRLOCK_PG_BIN`, or
+/// `/usr/lib/postgresql/<newest>/bin`.
+pub fn pg_bin() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("AIRLOCK_PG_BIN") {
+        return Some(PathBuf::from(dir));
+    }
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .filter_map(Result::ok)
+        .filter_map(|entry| {
+            let version = entry.file_name().to_str()?.parse::<u32>().ok()?;
+            Some((version, entry.path().join("bin")))
+        })
+        .filter(|(_, bin)| bin.join("initdb").exists() && bin.join("pg_ctl").exists())
+        .collect();
+    versions.sort();
+    versions.pop().map(|(_, bin)| bin)
+}
+
+/// Whether a server can be made here: the programs, and `runuser` when
+/// this process is root.
+pub fn available() -> bool {
+    pg_bin().is_some_and(|bin| bin.join("psql").exists())
+        && (!is_root()
+            || Path::new("/usr/sbin/runuser").exists()
+            || Path::new("/sbin/runuser").exists())
+}
+
+fn is_root() -> bool {
+    rustix::process::geteuid().is_root()
+}
+
+/// The uid and gid of the `postgres` user.
+fn postgres_user() -> (u32, u32) {
+    let passwd = std::fs::read_to_string("/etc/passwd").expect("/etc/passwd");
+    passwd
+        .lines()
+        .find_map(|line| {
+            let fields: Vec<&str> = line.split(':').collect();
+            (fields.first() == Some(&"postgres"))
+                .then(|| (fields[2].parse().ok(), fields[3].parse().ok()))
+                .and_then(|(uid, gid)| Some((uid?, gid?)))
+        })
+        .expect("a postgres user (apt-get install postgresql)")
+}
+
+/// Runs a server program, as `postgres` when this process is root.
+fn server_command(bin: &Path, program: &str) -> Command {
+    let path = bin.join(program);
+    if is_root() {
+        let mut command = Command::new("runuser");
+        command.args(["-u", "postgres", "--"]).arg(path);
+        command
+    } else {
+        Command::new(path)
+    }
+}
+
+fn run(mut command: Command, what: &str) {
+    let output = command
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|error| panic!("{what}: {error}"));
+    assert!(
+        output.status.success(),
+        "{what} failed ({}):\n{}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// A directory the server's user owns, under a temp dir every user can
+/// enter.
+fn owned_dir(base: &Path, name: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(base, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let dir = base.join(name);
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    if is_root() {
+        let (uid, gid) = postgres_user();
+        std::os::unix::fs::chown(&dir, Some(uid), Some(gid)).expect("chown");
+    }
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    dir
+}
+
+/// A cluster made once per test process; each server copies it.
+fn template() -> &'static Path {
+    static TEMPLATE: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
+    let (_, data) = TEMPLATE.get_or_init(|| {
+        let bin = pg_bin().expect("PostgreSQL (apt-get install postgresql)");
+        let base = tempfile::tempdir().expect("tempdir");
+        let run_dir = owned_dir(base.path(), "run");
+        let data = run_dir.join("data");
+        let mut initdb = server_command(&bin, "initdb");
+        initdb
+            .arg("-D")
+            .arg(&data)
+            .args(["-U", "airlock", "-A", "trust", "--no-sync", "-E", "UTF8"])
+            .args(["--no-locale", "--no-instructions"]);
+        run(initdb, "initdb");
+        (base, data)
+    });
+    data
+}
+
+/// A running PostgreSQL server.
+pub struct PgServer {
+    _base: tempfile::TempDir,
+    bin: PathBuf,
+    data: PathBuf,
+    log: PathBuf,
+    port: u16,
+}
+
+impl PgServer {
+    /// One server for every test of this process (each test makes its own
+    /// database with [`PgServer::new_database`]). It stops with the process.
+    pub fn shared() -> &'static PgServer {
+        static SHARED: OnceLock<PgServer> = OnceLock::new();
+        SHARED.get_or_init(PgServer::start)
+    }
+
+    /// A server of its own (a test that restarts it, or measures it).
+    pub fn start() -> PgServer {
+        let bin = pg_bin().expect("PostgreSQL (apt-get install postgresql)");
+        let base = tempfile::tempdir().expect("tempdir");
+        let run_dir = owned_dir(base.path(), "run");
+        let data = run_dir.join("data");
+        let mut copy = Command::new("cp");
+        copy.arg("-a").arg(template()).arg(&data);
+        run(copy, "copying the template cluster");
+        let server = PgServer {
+            log: run_dir.join("log"),
+            _base: base,
+            bin,
+            data,
+            port: 0,
+        };
+        server.boot()
+    }
+
+    /// `pg_ctl start` on this server's port.
+    fn start_command(&self) -> Command {
+        let mut start = server_command(&self.bin, "pg_ctl");
+        start
+            .arg("-D")
+            .arg(&self.data)
+            .arg("-l")
+            .arg(&self.log)
+            .args(["-w", "-t", "60", "-o"])
+            .arg(format!(
+                "-p {} -c listen_addresses=127.0.0.1 -c unix_socket_directories='' \
+                 -c fsync=off -c max_connections=300",
+                self.port
+            ))
+            .arg("start")
+            .stdin(Stdio::null());
+        start
+    }
+
+    fn boot(mut self) -> PgServer {
+        let mut last = String::new();
+        for _ in 0..5 {
+            self.port = free_port();
+            let output = self.start_command().output().expect("pg_ctl start");
+            if output.status.success() {
+                self.watch();
+                return self;
+            }
+            last = format!(
+                "{}{}\n{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr),
+                std::fs::read_to_string(&self.log).unwrap_or_default()
+            );
+        }
+        panic!("PostgreSQL did not start:\n{last}");
+    }
+
+    /// Stops the server if this test process dies without dropping it.
+    fn watch(&self) {
+        let pg_ctl = self.bin.join("pg_ctl");
+        let script = format!(
+            "while kill -0 {pid} 2>/dev/null; do sleep 1; done; \
+             {runuser}'{pg_ctl}' -D '{data}' -m immediate stop >/dev/null 2>&1",
+            pid = std::process::id(),
+            runuser = if is_root() {
+                "runuser -u postgres -- "
+            } else {
+                ""
+            },
+            pg_ctl = pg_ctl.display(),
+            data = self.data.display(),
+        );
+        let _ = Command::new("sh")
+            .args(["-c", &script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+    }
+
+    /// The port it listens on (127.0.0.1).
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The URL of database `name`.
+    pub fn url(&self, name: &str) -> String {
+        format!("postgres://airlock@127.0.0.1:{}/{name}", self.port)
+    }
+
+    /// Runs `sql` with `psql` on database `database`; its output (unaligned,
+    /// no headers).
+    pub fn psql(&self, database: &str, sql: &str) -> String {
+        let output = Command::new(self.bin.join("psql"))
+            .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", "-d"])
+            .arg(self.url(database))
+            .args(["-c", sql])
+            .stdin(Stdio::null())
+            .output()
+            .expect("psql");
+        assert!(
+            output.status.success(),
+            "psql {sql}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).trim().to_owned()
+    }
+
+    /// A new, empty database; its URL.
+    pub fn new_database(&self) -> String {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let name = format!(
+            "t_{}_{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::SeqCst)
+        );
+        self.psql("postgres", &format!("CREATE DATABASE {name}"));
+        self.url(&name)
+    }
+
+    /// Stops the server at once, as a crash would (no shutdown checkpoint);
+    /// committed transactions survive.
+    pub fn kill(&self) {
+        let mut stop = server_command(&self.bin, "pg_ctl");
+        stop.arg("-D")
+            .arg(&self.data)
+            .args(["-m", "immediate", "-w", "stop"]);
+        run(stop, "pg_ctl stop");
+    }
+
+    /// Starts it again on the same port after [`PgServer::kill`].
+    pub fn restart(&self) {
+        run(self.start_command(), "pg_ctl start");
+    }
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        let _ = server_command(&self.bin, "pg_ctl")
+            .arg("-D")
+            .arg(&self.data)
+            .args(["-m", "immediate", "stop"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|addr| addr.port())
+        .expect("a free port")
+}
