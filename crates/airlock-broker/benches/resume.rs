@@ -21,11 +21,7 @@ fn broker(root: &std::path::Path) -> Broker {
         root.to_str().unwrap(),
         Some(&format!("{}/airlock.yaml", root.display())),
     );
-    Broker::open(Workspace {
-        root: root.to_path_buf(),
-        loaded,
-    })
-    .unwrap()
+    Broker::open(Workspace::new(root.to_path_buf(), loaded)).unwrap()
 }
 
 fn main() {

@@ -23,6 +23,47 @@ pub struct Workspace {
     pub root: PathBuf,
     /// The configuration, validated, its policy bound to `root`.
     pub loaded: LoadedConfig,
+    /// The store, opened once per process by whoever can (the CLI opens a
+    /// shared PostgreSQL store, `store.url`); `None`: the SQLite file in
+    /// the state dir, opened here.
+    pub store: Option<Arc<Store>>,
+}
+
+impl Workspace {
+    /// The workspace at `root` with `loaded`, on the SQLite store of its
+    /// state dir.
+    pub fn new(root: PathBuf, loaded: LoadedConfig) -> Workspace {
+        Workspace {
+            root,
+            loaded,
+            store: None,
+        }
+    }
+
+    /// The store this workspace's state is in: the one given, or the
+    /// SQLite file of the state dir (created if needed). A configuration
+    /// naming a shared store that was not given is refused, never taken for
+    /// SQLite.
+    pub fn open_store(&self) -> Result<Arc<Store>, BrokerError> {
+        if let Some(store) = &self.store {
+            return Ok(Arc::clone(store));
+        }
+        refuse_unopened_shared_store(&self.loaded.config)?;
+        let state_dir = self.root.join(&self.loaded.config.workspace.state_dir);
+        Ok(Arc::new(Store::open(&state_dir.join("airlock.db"))?))
+    }
+}
+
+/// A configuration whose `store.url` names a shared store must be given
+/// that store: its state is never looked for in the SQLite file.
+pub(crate) fn refuse_unopened_shared_store(config: &Config) -> Result<(), BrokerError> {
+    if config.store.url.is_some() {
+        return Err(BrokerError::refused(
+            ErrorCode::InvalidInput,
+            "store.url names a PostgreSQL store, which was not opened here",
+        ));
+    }
+    Ok(())
 }
 
 /// The pipeline of one workspace.
@@ -72,16 +113,16 @@ impl Broker {
         clock: Arc<dyn Clock>,
     ) -> Result<Broker, BrokerError> {
         let config = workspace.loaded.config.clone();
-        let policy = Arc::new(workspace.loaded.policy);
-        let root = workspace.root;
-        let state_dir = root.join(&config.workspace.state_dir);
+        let state_dir = workspace.root.join(&config.workspace.state_dir);
         std::fs::create_dir_all(&state_dir).map_err(|error| {
             BrokerError::refused(
                 ErrorCode::IoError,
                 format!("cannot create {}: {error}", state_dir.display()),
             )
         })?;
-        let store = Arc::new(Store::open(&state_dir.join("airlock.db"))?);
+        let store = workspace.open_store()?;
+        let policy = Arc::new(workspace.loaded.policy);
+        let root = workspace.root;
         let key = config
             .audit
             .hmac_key_env
@@ -118,6 +159,11 @@ impl Broker {
             broker.store.end_open_grants(ttl)?;
         }
         Ok(broker)
+    }
+
+    /// The store this broker keeps its state in (a reload hands it on).
+    pub fn store_handle(&self) -> Arc<Store> {
+        Arc::clone(&self.store)
     }
 
     /// Lets this broker carry out upstream tool calls through `forwarder`.

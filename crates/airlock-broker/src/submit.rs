@@ -141,10 +141,15 @@ pub fn explain(
         .root
         .join(&config.workspace.state_dir)
         .join("airlock.db");
-    let rows = if database.exists() {
-        airlock_store::Store::open_read_only(&database)?.grants(now_ms)?
-    } else {
-        Vec::new()
+    if workspace.store.is_none() {
+        crate::broker::refuse_unopened_shared_store(config)?;
+    }
+    let rows = match &workspace.store {
+        Some(store) => store.grants(now_ms)?,
+        None if database.exists() => {
+            airlock_store::Store::open_read_only(&database)?.grants(now_ms)?
+        }
+        None => Vec::new(),
     };
     let grants = grants_of(rows.clone());
     let resolved = resolved_paths(&sandbox, call);

@@ -102,19 +102,30 @@ impl AuditCheck {
 }
 
 /// Verifies the audit log of the workspace at `root` with `config` (its key
-/// from the environment, the head kept in the store), writing nothing.
-pub fn check_audit(root: &Path, config: &Config) -> Result<AuditCheck, BrokerError> {
+/// from the environment, the head kept in the store: `store`, or the SQLite
+/// file of the state dir), writing nothing.
+pub fn check_audit(
+    root: &Path,
+    config: &Config,
+    store: Option<&Store>,
+) -> Result<AuditCheck, BrokerError> {
     let path = root.join(&config.audit.path);
     let database = root.join(&config.workspace.state_dir).join("airlock.db");
+    if store.is_none() {
+        crate::broker::refuse_unopened_shared_store(config)?;
+    }
+    let head = || -> Result<Option<(u64, String)>, BrokerError> {
+        Ok(match store {
+            Some(store) => store.audit_head()?,
+            // Only read, and only when it exists.
+            None if database.exists() => Store::open(&database)?.audit_head()?,
+            None => None,
+        })
+    };
     if !path.exists() {
         // No log is fine only when none was ever written: the head kept in
-        // the store says whether records existed (the store is only read,
-        // and only when it exists).
-        let stored = if database.exists() {
-            Store::open(&database).and_then(|store| store.audit_head())?
-        } else {
-            None
-        };
+        // the store says whether records existed.
+        let stored = head()?;
         return Ok(AuditCheck {
             missing: stored.is_none(),
             records: 0,
@@ -130,10 +141,7 @@ pub fn check_audit(root: &Path, config: &Config) -> Result<AuditCheck, BrokerErr
         .as_deref()
         .and_then(|name| std::env::var(name).ok())
         .filter(|key| !key.is_empty());
-    let store = Store::open(&database)?;
-    let stored = store
-        .audit_head()?
-        .map(|(seq, event_hash)| Head { seq, event_hash });
+    let stored = head()?.map(|(seq, event_hash)| Head { seq, event_hash });
     let report = airlock_audit::verify(&path, key.as_deref().map(str::as_bytes), stored.as_ref())?;
     let mut repairs = Vec::new();
     for event in [

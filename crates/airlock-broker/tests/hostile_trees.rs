@@ -286,7 +286,7 @@ proptest! {
         let mut loaded = config::load(CONFIG, "airlock.yaml").unwrap();
         let root_text = world.root.to_str().unwrap().to_owned();
         loaded.policy.bind_workspace(&root_text, Some(&format!("{root_text}/airlock.yaml")));
-        let broker = Arc::new(Broker::open(Workspace { root: world.root.clone(), loaded: loaded.clone() }).unwrap());
+        let broker = Arc::new(Broker::open(Workspace::new(world.root.clone(), loaded.clone())).unwrap());
         for (n, (tool, entry, below, random, other, approve)) in calls.into_iter().enumerate() {
             let tool = TOOLS[tool];
             let mut path: Vec<&str> = match entries.get(entry % entries.len().max(1)) {
@@ -379,13 +379,8 @@ fn a_read_through_a_link_into_a_denied_directory_is_denied() {
     loaded
         .policy
         .bind_workspace(&root_text, Some(&format!("{root_text}/airlock.yaml")));
-    let broker = Arc::new(
-        Broker::open(Workspace {
-            root: world.root.clone(),
-            loaded: loaded.clone(),
-        })
-        .unwrap(),
-    );
+    let broker =
+        Arc::new(Broker::open(Workspace::new(world.root.clone(), loaded.clone())).unwrap());
     for (tool, args) in [
         ("read_file", json!({"path": "a"})),
         ("read_file", json!({"path": "b/main.rs"})),

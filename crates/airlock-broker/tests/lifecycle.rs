@@ -91,14 +91,8 @@ impl Harness {
             .policy
             .bind_workspace(&root_text, Some(&format!("{root_text}/airlock.yaml")));
         let clock = Arc::new(ManualClock::at(START_MS));
-        let broker = Broker::open_with_clock(
-            Workspace {
-                root: root.clone(),
-                loaded,
-            },
-            clock.clone(),
-        )
-        .unwrap();
+        let broker =
+            Broker::open_with_clock(Workspace::new(root.clone(), loaded), clock.clone()).unwrap();
         Harness {
             _dir: dir,
             root,
@@ -430,7 +424,7 @@ fn every_transition_is_audited_and_the_chain_verifies() {
     harness.approval_in(State::Denied);
     harness.approval_in(State::Expired);
     harness.approval_in(State::Failed);
-    let check = airlock_broker::check_audit(&harness.root, harness.broker.config()).unwrap();
+    let check = airlock_broker::check_audit(&harness.root, harness.broker.config(), None).unwrap();
     assert!(check.ok(), "{:?}", check.to_json());
     let text = std::fs::read_to_string(harness.broker.audit_path()).unwrap();
     let events: Vec<String> = text

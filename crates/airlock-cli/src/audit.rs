@@ -50,7 +50,8 @@ pub(crate) fn run(workspace: &Workspace, command: &AuditCommand) -> Result<u8, F
     let path = workspace.root.join(&config.audit.path);
     match command {
         AuditCommand::Verify { json } => {
-            let check = airlock_broker::check_audit(&workspace.root, config)
+            let store = crate::store::shared_store(config)?;
+            let check = airlock_broker::check_audit(&workspace.root, config, store.as_deref())
                 .map_err(|error| Failure::internal(anyhow!("{error}")))?;
             if check.missing {
                 print(&format!("{}: no audit log yet", path.display()));

@@ -11,6 +11,7 @@ mod check;
 mod grants;
 mod hook;
 mod serve;
+mod store;
 mod token;
 mod tools;
 mod watch;

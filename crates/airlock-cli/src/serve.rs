@@ -313,10 +313,7 @@ fn run(
         config: Some(absolute_path(&workspace.config_path)),
     };
     let mut reloader = Reload::new(pinned, workspace.config_path.clone(), wrapped);
-    let broker_workspace = airlock_broker::Workspace {
-        root: workspace.root.clone(),
-        loaded: workspace.loaded,
-    };
+    let broker_workspace = workspace.into_broker_workspace()?;
     let options = RuntimeOptions {
         clock: Some(airlock_broker::clock_from_env()),
         ..options
@@ -433,9 +430,9 @@ impl Reload {
                 .map_err(|failure| ConfigRefused(format!("{:#}", failure.error)))?,
             None => workspace,
         };
-        Ok(Some(airlock_broker::Workspace {
-            root: workspace.root,
-            loaded: workspace.loaded,
-        }))
+        workspace
+            .into_broker_workspace()
+            .map(Some)
+            .map_err(|failure| ConfigRefused(format!("{:#}", failure.error)))
     }
 }

@@ -236,13 +236,21 @@ impl Workspace {
         Ok(self)
     }
 
+    /// The broker's view of this workspace, with the store `store.url`
+    /// names (joined once per process; `None`: the state dir's SQLite).
+    pub fn into_broker_workspace(self) -> Result<airlock_broker::Workspace, Failure> {
+        let store = crate::store::shared_store(&self.loaded.config)?;
+        Ok(airlock_broker::Workspace {
+            root: self.root,
+            loaded: self.loaded,
+            store,
+        })
+    }
+
     /// Opens the workspace's broker (store, audit log, sandbox).
     pub fn broker(self) -> Result<airlock_broker::Broker, Failure> {
         airlock_broker::Broker::open_with_clock(
-            airlock_broker::Workspace {
-                root: self.root,
-                loaded: self.loaded,
-            },
+            self.into_broker_workspace()?,
             airlock_broker::clock_from_env(),
         )
         .map_err(|error| {

@@ -81,7 +81,8 @@ fn design_defaults() -> Value {
             "max_processes": 512,
             "max_memory_bytes": 8589934592u64,
             "rules": []
-        }
+        },
+        "store": {"url": null, "pool_size": 16, "lease": "10s"}
     })
 }
 

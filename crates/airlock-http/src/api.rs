@@ -931,7 +931,7 @@ async fn audit_verify(State(api): State<Api>, caller: Option<axum::Extension<Cal
     }
     let broker = api.runtime.broker();
     let checked = tokio::task::spawn_blocking(move || {
-        airlock_broker::check_audit(broker.root(), broker.config())
+        airlock_broker::check_audit(broker.root(), broker.config(), Some(&broker.store_handle()))
     })
     .await;
     match joined(checked) {

@@ -66,7 +66,7 @@ async fn app(extra: &str) -> App {
     loaded.policy.bind_workspace(&root_text, Some(&config_path));
     let runtime = tokio::task::spawn_blocking(move || {
         airlock_broker::Runtime::start(
-            airlock_broker::Workspace { root, loaded },
+            airlock_broker::Workspace::new(root, loaded),
             airlock_broker::RuntimeOptions::default(),
             Arc::new(airlock_broker::NoUpstreams),
         )

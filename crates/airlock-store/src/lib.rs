@@ -71,6 +71,18 @@ pub struct Store {
     engine: Engine,
 }
 
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let engine = match self.engine {
+            Engine::Sqlite { .. } => "sqlite",
+            Engine::Postgres(_) => "postgres",
+        };
+        f.debug_struct("Store")
+            .field("engine", &engine)
+            .finish_non_exhaustive()
+    }
+}
+
 enum Engine {
     /// Embedded: one connection, and one for the audit head.
     Sqlite {

@@ -137,7 +137,7 @@ fn a_database_from_a_newer_airlock_is_refused() {
         .unwrap()
         .pragma_update(None, "user_version", 99)
         .unwrap();
-    let error = Store::open(&path).err().expect("opened a newer database");
+    let error = Store::open(&path).expect_err("opened a newer database");
     assert!(
         matches!(
             error,

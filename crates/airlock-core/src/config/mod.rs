@@ -536,6 +536,39 @@ fn validate(config: &Config) -> Vec<ConfigIssue> {
     }
     issues.extend(validate_channels(&config.channels));
     issues.extend(validate_exec(&config.exec));
+    issues.extend(validate_store(&config.store));
+    issues
+}
+
+/// The store's keys (DESIGN §3, §7.2).
+fn validate_store(store: &StoreConfig) -> Vec<ConfigIssue> {
+    let mut issues = Vec::new();
+    if let Some(url) = &store.url {
+        let scheme_ok = url.starts_with("postgres://") || url.starts_with("postgresql://");
+        require(
+            &mut issues,
+            scheme_ok && !url.contains(['\0', '\n', '\r']),
+            "store.url".to_owned(),
+            "must be a postgres://user@host/database URL (or null for SQLite in the state dir)",
+        );
+        if let Err(error) = expand_env(url, |_| Some(String::new())) {
+            require(&mut issues, false, "store.url".to_owned(), &error);
+        }
+    }
+    require(
+        &mut issues,
+        (2..=1000).contains(&store.pool_size),
+        "store.pool_size".to_owned(),
+        "must be from 2 to 1000",
+    );
+    require(
+        &mut issues,
+        store
+            .lease_seconds()
+            .is_some_and(|seconds| (1..=3600).contains(&seconds)),
+        "store.lease".to_owned(),
+        "must be a duration from 1s to 1h",
+    );
     issues
 }
 

@@ -39,6 +39,9 @@ pub struct Config {
     pub channels: ChannelsConfig,
     /// The shell tool (DESIGN §5.1).
     pub exec: ExecConfig,
+    /// Where the state lives: SQLite in the state dir, or PostgreSQL shared
+    /// by several instances (DESIGN §7.2).
+    pub store: StoreConfig,
 }
 
 /// Where the sandbox is and where airlock keeps its own state.
@@ -835,6 +838,41 @@ mod expand_tests {
             expand_env("${1X}", lookup),
             Err("`${1X}` is not an environment variable name".to_owned())
         );
+    }
+}
+
+/// Where approvals, grants, snapshots, events and the audit chain live
+/// (DESIGN §3, §7.2).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreConfig {
+    /// `null`: SQLite in the state dir (one host). `postgres://user@host/db`:
+    /// every instance with this URL shares one PostgreSQL database. `${VAR}`
+    /// is replaced from the environment (a password never needs to be in the
+    /// file). A change takes a restart.
+    pub url: Option<String>,
+    /// Connections an instance keeps open to PostgreSQL at most.
+    pub pool_size: u64,
+    /// How long a stopped instance's claims (waiting calls, applies) stand
+    /// before another instance takes them over (`10s`).
+    pub lease: String,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            url: None,
+            pool_size: 16,
+            lease: "10s".to_owned(),
+        }
+    }
+}
+
+impl StoreConfig {
+    /// `lease` in seconds (`None` when it does not parse, which the
+    /// configuration check refuses).
+    pub fn lease_seconds(&self) -> Option<u64> {
+        parse_duration_seconds(&self.lease)
     }
 }
 

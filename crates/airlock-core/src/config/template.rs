@@ -135,6 +135,12 @@ channels: {}                 # chat approvers; each connects outbound only (no p
 #     channels: ["112233445566778899"]
 #     users: {"998877665544332211": user-1}
 
+store:                       # where the state lives (DESIGN 7.2)
+  url: null                  # null = SQLite in the state dir; postgres://user@host/db (${VAR} from
+                             # the environment) for several instances on one database
+  pool_size: 16              # connections to PostgreSQL at most
+  lease: 10s                 # a stopped instance's claims stand this long, then another takes over
+
 exec:                        # the shell tool (DESIGN 5.1)
   enabled: true
   default: ask               # allow | ask | deny for commands no rule matches
