@@ -157,39 +157,46 @@ impl Server {
     /// [`Server::subscribe`] with `Last-Event-ID: last`: the events after it.
     /// Returns once the server has answered, so what happens after it is seen.
     pub fn subscribe_after(&self, token: &str, last: Option<&str>) -> Receiver<(String, Value)> {
-        let mut stream = TcpStream::connect(&self.addr).expect("connect");
-        let resume = last
-            .map(|last| format!("Last-Event-ID: {last}\r\n"))
-            .unwrap_or_default();
-        write!(
-            stream,
-            "GET /hitl/events HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n{resume}\r\n",
-            self.addr
-        )
-        .expect("send the request");
-        let mut reader = BufReader::new(stream);
-        let mut head = String::new();
-        while reader.read_line(&mut head).unwrap_or(0) > 0 && !head.ends_with("\r\n\r\n") {}
-        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-        let (sender, receiver) = channel();
-        std::thread::spawn(move || {
-            let mut event = String::new();
-            let mut line = String::new();
-            while reader.read_line(&mut line).unwrap_or(0) > 0 {
-                let text = line.trim_end().to_owned();
-                line.clear();
-                if let Some(name) = text.strip_prefix("event: ") {
-                    event = name.to_owned();
-                } else if let Some(data) = text.strip_prefix("data: ") {
-                    let value = serde_json::from_str(data).unwrap_or(Value::Null);
-                    if sender.send((event.clone(), value)).is_err() {
-                        return;
-                    }
+        subscribe(&self.addr, token, last)
+    }
+}
+
+/// `GET /hitl/events` at `addr` as `token` (after `last`, when given): each
+/// event's name and data, as they come. Returns once the server has
+/// answered, so what happens after it is seen.
+pub fn subscribe(addr: &str, token: &str, last: Option<&str>) -> Receiver<(String, Value)> {
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    let resume = last
+        .map(|last| format!("Last-Event-ID: {last}\r\n"))
+        .unwrap_or_default();
+    write!(
+        stream,
+        "GET /hitl/events HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n{resume}\r\n",
+        addr
+    )
+    .expect("send the request");
+    let mut reader = BufReader::new(stream);
+    let mut head = String::new();
+    while reader.read_line(&mut head).unwrap_or(0) > 0 && !head.ends_with("\r\n\r\n") {}
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let (sender, receiver) = channel();
+    std::thread::spawn(move || {
+        let mut event = String::new();
+        let mut line = String::new();
+        while reader.read_line(&mut line).unwrap_or(0) > 0 {
+            let text = line.trim_end().to_owned();
+            line.clear();
+            if let Some(name) = text.strip_prefix("event: ") {
+                event = name.to_owned();
+            } else if let Some(data) = text.strip_prefix("data: ") {
+                let value = serde_json::from_str(data).unwrap_or(Value::Null);
+                if sender.send((event.clone(), value)).is_err() {
+                    return;
                 }
             }
-        });
-        receiver
-    }
+        }
+    });
+    receiver
 }
 
 impl Server {

@@ -288,6 +288,17 @@ impl Drop for PgServer {
     }
 }
 
+/// A store on the PostgreSQL database at `url`, as an instance joins it
+/// (its own pool, a 2 s lease).
+pub fn open_store(url: &str) -> airlock_store::Store {
+    let driver = airlock_pg::Postgres::connect(url, 4).expect("a PostgreSQL driver");
+    let options = airlock_store::PgOptions {
+        lease: std::time::Duration::from_secs(2),
+        host: "test".into(),
+    };
+    airlock_store::Store::postgres(driver, &options, 0).expect("join the PostgreSQL store")
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|listener| listener.local_addr())

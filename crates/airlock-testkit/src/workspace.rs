@@ -316,10 +316,12 @@ pub struct Feed {
 
 impl Feed {
     pub fn open(database: &Path) -> Feed {
-        Feed {
-            store: Store::open(database).expect("open the workspace's store"),
-            seq: 0,
-        }
+        Feed::on(Store::open(database).expect("open the workspace's store"))
+    }
+
+    /// The feed of `store` (a shared PostgreSQL store, say), from its start.
+    pub fn on(store: Store) -> Feed {
+        Feed { store, seq: 0 }
     }
 
     /// Moves the cursor past every event written so far.

@@ -1,0 +1,253 @@
+//! Several airlock instances on one PostgreSQL database (DESIGN §7.2):
+//! `airlock serve --http` processes in one workspace with `store.url`, a
+//! real server from Debian's `postgresql` package, and clients on real
+//! sockets. What one instance does, every other sees: approvals, decisions,
+//! events; a decision is made once, an apply happens once.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use airlock_store::{ApprovalStatus, EventKind};
+use airlock_testkit::Workspace;
+use airlock_testkit::http::{Serving, request, subscribe};
+use airlock_testkit::peers::{Peer, require};
+use airlock_testkit::postgres::{PgServer, open_store};
+use airlock_testkit::token_sha256 as sha;
+use serde_json::{Value, json};
+
+const AGENT: &str = "agent-token-1";
+const APPROVER: &str = "approver-token-1";
+const ADMIN: &str = "admin-token-1";
+
+/// A workspace whose state is in database `url`, with an agent, an
+/// approver and an admin, then `extra`.
+fn workspace(url: &str, extra: &str) -> Workspace {
+    let ws = Workspace::new(&format!(
+        "auth:\n  tokens:\n    \
+         - {{name: claude, sha256: \"{}\", roles: [agent], user: u1}}\n    \
+         - {{name: phone, sha256: \"{}\", roles: [approver], user: u1}}\n    \
+         - {{name: root, sha256: \"{}\", roles: [admin], user: boss}}\n\
+         store:\n  url: \"{url}\"\n  lease: 2s\n{extra}",
+        sha(AGENT),
+        sha(APPROVER),
+        sha(ADMIN),
+    ));
+    ws.write("a.txt", "hello\n");
+    ws
+}
+
+/// A new database on the shared server, or `None` (skipped) without
+/// PostgreSQL.
+fn database(test: &str) -> Option<String> {
+    require(test, &[Peer::Postgres]).then(|| PgServer::shared().new_database())
+}
+
+fn write_call(path: &str) -> Value {
+    json!({"tool": "write_file", "arguments": {"path": path, "content": "new\n"}})
+}
+
+fn post(instance: &Serving, path: &str, token: &str, body: &Value) -> (u16, Value) {
+    request(
+        &instance.addr,
+        "POST",
+        path,
+        Some(token),
+        body.to_string().as_bytes(),
+    )
+}
+
+fn get(instance: &Serving, path: &str, token: &str) -> (u16, Value) {
+    request(&instance.addr, "GET", path, Some(token), b"")
+}
+
+/// The audit records of `event` for approval `id`.
+fn audited(ws: &Workspace, event: &str, id: &str) -> Vec<Value> {
+    ws.audit()
+        .into_iter()
+        .filter(|record| record["event"] == event && record["hitl_id"] == id)
+        .collect()
+}
+
+/// Waits for the SSE events of approval `id` until one named `last` came;
+/// their names in order.
+fn events_of(
+    events: &std::sync::mpsc::Receiver<(String, Value)>,
+    id: &str,
+    last: &str,
+) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut seen = Vec::new();
+    while Instant::now() < deadline {
+        let Ok((name, data)) = events.recv_timeout(Duration::from_millis(200)) else {
+            continue;
+        };
+        if data["approval"]["id"] == id {
+            seen.push(name.clone());
+            if name == last {
+                return seen;
+            }
+        }
+    }
+    panic!("no {last} event for {id}; saw {seen:?}");
+}
+
+#[test]
+fn an_agent_proposes_on_one_instance_an_approver_decides_on_another_and_the_call_resumes() {
+    let Some(url) = database("instances") else {
+        return;
+    };
+    let ws = workspace(&url, "");
+    let a = Serving::start(&ws, &[]);
+    let b = Serving::start(&ws, &[]);
+    let c = Serving::start(&ws, &[]);
+    let watched = subscribe(&c.addr, APPROVER, None);
+
+    // The agent's call waits on A (wait mode).
+    let (status, pending) = post(&a, "/v1/tools/call", AGENT, &write_call("b.txt"));
+    assert_eq!(status, 202, "{pending}");
+    let id = pending["approval_id"].as_str().unwrap().to_owned();
+    let store = open_store(&url);
+    let approval = store.get(&id).unwrap();
+    let waiter = approval.waiter_pid.expect("a waiting call has a holder");
+    assert!(store.alive(waiter), "A holds the waiting call");
+
+    // B and C list it; B decides.
+    for instance in [&b, &c] {
+        let (status, listed) = get(instance, "/hitl/pending", APPROVER);
+        assert_eq!(status, 200);
+        assert_eq!(listed["approvals"][0]["id"], id.as_str(), "{listed}");
+    }
+    let (status, decided) = post(
+        &b,
+        &format!("/hitl/decide/{id}"),
+        APPROVER,
+        &json!({"decision": "approve"}),
+    );
+    assert_eq!(status, 200, "{decided}");
+    assert_eq!(decided["status"], "allowed", "{decided}");
+
+    // The call waiting on A has its result; the file is written once.
+    let (status, result) = get(&a, &format!("/hitl/result/{id}"), AGENT);
+    assert_eq!(
+        (status, &result["status"]),
+        (200, &json!("allowed")),
+        "{result}"
+    );
+    assert_eq!(ws.read("b.txt").as_deref(), Some("new\n"));
+    assert_eq!(audited(&ws, "write_file_apply", &id).len(), 1);
+    assert_eq!(audited(&ws, "hitl_decision", &id).len(), 1);
+    // C, which took no part, told its subscriber every step.
+    let seen = events_of(&watched, &id, "applied");
+    assert_eq!(seen, ["created", "decided", "applied"]);
+    assert_eq!(store.get(&id).unwrap().status, ApprovalStatus::Applied);
+}
+
+#[test]
+fn two_approvers_on_two_instances_deciding_at_once_make_one_decision() {
+    let Some(url) = database("instances") else {
+        return;
+    };
+    let ws = workspace(&url, "security:\n  hitl:\n    approval_mode: defer\n");
+    let a = Serving::start(&ws, &[]);
+    let b = Serving::start(&ws, &[]);
+    let c = Serving::start(&ws, &[]);
+    for round in 0..10 {
+        let path = format!("r{round}.txt");
+        let (status, pending) = post(&a, "/v1/tools/call", AGENT, &write_call(&path));
+        assert_eq!(status, 202, "{pending}");
+        let id = pending["approval_id"].as_str().unwrap().to_owned();
+        let barrier = std::sync::Barrier::new(2);
+        let mut outcomes: Vec<(u16, &str, Value)> = std::thread::scope(|scope| {
+            let deciders: Vec<_> = [(&b, APPROVER, "approve"), (&c, ADMIN, "deny")]
+                .into_iter()
+                .map(|(instance, token, decision)| {
+                    let (id, barrier) = (&id, &barrier);
+                    scope.spawn(move || {
+                        barrier.wait();
+                        let (status, answer) = post(
+                            instance,
+                            &format!("/hitl/decide/{id}"),
+                            token,
+                            &json!({"decision": decision}),
+                        );
+                        (status, decision, answer)
+                    })
+                })
+                .collect();
+            deciders.into_iter().map(|d| d.join().unwrap()).collect()
+        });
+        outcomes.sort_by_key(|(status, _, _)| *status);
+        let statuses: Vec<u16> = outcomes.iter().map(|(status, _, _)| *status).collect();
+        assert_eq!(statuses, [200, 409], "round {round}: {outcomes:?}");
+        assert_eq!(
+            outcomes[1].2["error"]["code"], "already_decided",
+            "{outcomes:?}"
+        );
+        let winner = outcomes[0].1;
+        assert_eq!(
+            ws.read(&path).is_some(),
+            winner == "approve",
+            "{outcomes:?}"
+        );
+        assert_eq!(audited(&ws, "hitl_decision", &id).len(), 1);
+        let applied = audited(&ws, "write_file_apply", &id).len();
+        assert_eq!(applied, usize::from(winner == "approve"));
+    }
+}
+
+#[test]
+fn expiry_is_claimed_by_one_instance_per_approval() {
+    let Some(url) = database("instances") else {
+        return;
+    };
+    let ws = workspace(
+        &url,
+        "security:\n  hitl:\n    approval_mode: defer\n    policies:\n      medium: {timeout: 5}\n",
+    );
+    let a = Serving::start(&ws, &[]);
+    let _b = Serving::start(&ws, &[]);
+    let _c = Serving::start(&ws, &[]);
+    let mut ids = Vec::new();
+    for n in 0..20 {
+        let (status, pending) = post(
+            &a,
+            "/v1/tools/call",
+            AGENT,
+            &write_call(&format!("e{n}.txt")),
+        );
+        assert_eq!(status, 202, "{pending}");
+        ids.push(pending["approval_id"].as_str().unwrap().to_owned());
+    }
+    // Past every approval's timeout: the three instances' sweeps race.
+    ws.advance(6_000);
+    let store = open_store(&url);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while ids
+        .iter()
+        .any(|id| store.get(id).unwrap().status == ApprovalStatus::Pending)
+    {
+        assert!(Instant::now() < deadline, "not all expired");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut timeouts: BTreeMap<String, usize> = BTreeMap::new();
+    for record in ws.audit() {
+        if record["event"] == "hitl_timeout" {
+            *timeouts
+                .entry(record["hitl_id"].as_str().unwrap().to_owned())
+                .or_default() += 1;
+        }
+    }
+    for id in &ids {
+        assert_eq!(store.get(id).unwrap().status, ApprovalStatus::Expired);
+        assert_eq!(timeouts.get(id), Some(&1), "{id}: {timeouts:?}");
+    }
+    let expired = store
+        .events_after(0, 10_000)
+        .unwrap()
+        .into_iter()
+        .filter(|event| event.kind == EventKind::ApprovalExpired)
+        .count();
+    assert_eq!(expired, ids.len());
+}
