@@ -48,6 +48,10 @@ pub enum AuditError {
     /// the record again.
     #[error("event seq {seq} is in the log, but the head store failed: {reason}")]
     HeadNotSaved { seq: u64, reason: HeadStoreError },
+    /// The database that keeps the chain (several instances share it) failed;
+    /// none of the group's records is known to be in the chain.
+    #[error("the audit chain in the database: {0}")]
+    Database(String),
     /// The thread writing a group of appends panicked; none of them is known to be in
     /// the log.
     #[error("the audit log writer stopped unexpectedly")]

@@ -55,8 +55,8 @@ pub use canonical_line::LineError;
 pub use chain::{HMAC_PREFIX, SHA256_PREFIX};
 pub use error::{AuditError, HeadStoreError};
 pub use log::{
-    Appended, AuditLog, Durability, Head, HeadStore, Recovery, SYNC_WITHIN, TORN_LINE_EVENT,
-    TRUNCATED_TAIL_EVENT, TornLine, TruncatedTail,
+    Appended, AuditLog, ChainLine, ChainStore, Durability, Head, HeadStore, Recovery, SYNC_WITHIN,
+    TORN_LINE_EVENT, TRUNCATED_TAIL_EVENT, TornLine, TruncatedTail,
 };
 pub use read::{Follower, Query, query, tail_lines};
 pub use time::rfc3339_millis;

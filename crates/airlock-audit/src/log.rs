@@ -46,6 +46,35 @@ pub trait HeadStore: Send + Sync {
     fn save_head(&self, head: &Head) -> Result<(), HeadStoreError>;
 }
 
+/// A chain kept in a database that several airlock instances share
+/// (DESIGN §7.2): one chain for all of them, its appends serialised by the
+/// database. [`AuditLog::open_chain`] appends to it instead of a file; the
+/// records are the same lines, hashed the same way.
+pub trait ChainStore: Send + Sync {
+    /// Locks the chain, gives `encode` its head (`None`: empty), and stores
+    /// the lines `encode` returns and the new head in one transaction; the
+    /// lock is held until then, so no other appender chains after the same
+    /// head. `encode` may be called again if the store retries.
+    fn append(
+        &self,
+        encode: &mut dyn FnMut(Option<Head>) -> Result<Vec<ChainLine>, AuditError>,
+    ) -> Result<(), AuditError>;
+    /// The chain's head now.
+    fn head(&self) -> Result<Option<Head>, AuditError>;
+}
+
+/// One record of a chain kept in a database: its line (the exact JSONL
+/// text, without the `\n`) and what a database indexes it by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainLine {
+    pub seq: u64,
+    pub ts: String,
+    pub event: Option<String>,
+    pub hitl_id: Option<String>,
+    pub event_hash: String,
+    pub line: String,
+}
+
 /// What [`AuditLog::open`] found and repaired. The caller appends
 /// [`Recovery::records`] so the log itself says what happened.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -143,7 +172,10 @@ pub struct AuditLog {
     hasher: ChainHasher,
     head_store: Option<Arc<dyn HeadStore>>,
     queue: Mutex<Queue>,
-    writer: Mutex<Writer>,
+    /// The file's writer; `None` when the chain is in a database.
+    writer: Option<Mutex<Writer>>,
+    /// The database the chain is in, when it is not a file.
+    chain: Option<Arc<dyn ChainStore>>,
     /// Syncs records appended with [`Durability::Soon`].
     flusher: Arc<Flusher>,
 }
@@ -232,7 +264,8 @@ impl AuditLog {
             hasher,
             head_store,
             queue: Mutex::new(Queue::default()),
-            writer: Mutex::new(writer),
+            writer: Some(Mutex::new(writer)),
+            chain: None,
             flusher: Arc::default(),
         };
         let recovery = Recovery {
@@ -243,7 +276,47 @@ impl AuditLog {
         Ok((log, recovery))
     }
 
-    /// The path the log was opened at.
+    /// A log whose chain is in `store` (a database several instances
+    /// share): every append commits in the database before it returns, so
+    /// there is no torn line or cut-off tail to recover. `key` as for
+    /// [`AuditLog::open`]; a chain keyed otherwise is refused.
+    pub fn open_chain(
+        store: Arc<dyn ChainStore>,
+        key: Option<Vec<u8>>,
+    ) -> Result<AuditLog, AuditError> {
+        let hasher = ChainHasher::new(key.as_deref())?;
+        if let Some(head) = store.head()? {
+            let keyed = head.event_hash.starts_with(crate::HMAC_PREFIX);
+            if keyed != hasher.is_keyed() {
+                let reason = if keyed {
+                    "the chain is keyed (hmac-sha256) but no key was given"
+                } else {
+                    "a key was given but the chain is not keyed"
+                };
+                return Err(AuditError::KeyMismatch {
+                    path: PathBuf::from("the database"),
+                    reason: reason.to_owned(),
+                });
+            }
+        }
+        Ok(AuditLog {
+            path: PathBuf::new(),
+            hasher,
+            head_store: None,
+            queue: Mutex::new(Queue::default()),
+            writer: None,
+            chain: Some(store),
+            flusher: Arc::default(),
+        })
+    }
+
+    /// Whether the chain is in a database rather than the file at
+    /// [`AuditLog::path`].
+    pub fn in_database(&self) -> bool {
+        self.chain.is_some()
+    }
+
+    /// The path the log was opened at (empty for a chain in a database).
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -336,7 +409,16 @@ impl AuditLog {
     }
 
     fn write_batch(&self, batch: Vec<(u64, Map<String, Value>)>, sync_now: bool) -> Outcomes {
-        let mut writer = self.writer.lock().unwrap_or_else(|poisoned| {
+        let (Some(writer), None) = (&self.writer, &self.chain) else {
+            return match &self.chain {
+                Some(chain) => self.write_chain(chain.as_ref(), batch),
+                None => batch
+                    .into_iter()
+                    .map(|(ticket, _)| (ticket, Err(AuditError::WriterStopped)))
+                    .collect(),
+            };
+        };
+        let mut writer = writer.lock().unwrap_or_else(|poisoned| {
             // A writer that panicked may have left the file ahead of what it knows.
             let mut writer = poisoned.into_inner();
             writer.state.known_len = None;
@@ -375,6 +457,62 @@ impl AuditLog {
 }
 
 impl AuditLog {
+    /// Appends a group to a chain in a database: encoded after the head the
+    /// database holds, under its lock, committed together.
+    fn write_chain(
+        &self,
+        chain: &dyn ChainStore,
+        batch: Vec<(u64, Map<String, Value>)>,
+    ) -> Outcomes {
+        let now = rfc3339_millis(now_unix_ms());
+        let mut results = Vec::new();
+        let mut canonical = Vec::with_capacity(4096);
+        let mut out = Vec::with_capacity(4096);
+        let appended = chain.append(&mut |mut head| {
+            results.clear();
+            let mut lines = Vec::with_capacity(batch.len());
+            for (ticket, record) in &batch {
+                let event = record
+                    .get("event")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                let hitl_id = record
+                    .get("hitl_id")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                out.clear();
+                let result = encode_line(
+                    record.clone(),
+                    &mut head,
+                    &now,
+                    &self.hasher,
+                    &mut canonical,
+                    &mut out,
+                );
+                if let Ok(appended) = &result {
+                    lines.push(ChainLine {
+                        seq: appended.seq,
+                        ts: appended.ts.clone(),
+                        event,
+                        hitl_id,
+                        event_hash: appended.event_hash.clone(),
+                        line: String::from_utf8_lossy(&out[..out.len().saturating_sub(1)])
+                            .into_owned(),
+                    });
+                }
+                results.push((*ticket, result));
+            }
+            Ok(lines)
+        });
+        match appended {
+            Ok(()) => results,
+            Err(error) => batch
+                .into_iter()
+                .map(|(ticket, _)| (ticket, Err(error.clone())))
+                .collect(),
+        }
+    }
+
     /// Syncs the records still waiting for the flusher, now: a process about
     /// to exit calls it (dropping the log does it too).
     pub fn flush(&self) {
@@ -816,54 +954,74 @@ impl WriterState {
         now: &str,
         hasher: &ChainHasher,
     ) -> Result<Appended, AuditError> {
-        let seq = head.as_ref().map_or(1, |head| head.seq + 1);
-        let prev_hash = head
-            .as_ref()
-            .map_or(ZERO_HASH, |head| head.event_hash.as_str())
-            .to_owned();
-        let ts = match record.get("ts") {
-            None => now.to_owned(),
-            Some(Value::String(ts)) => ts.clone(),
-            Some(_) => {
-                return Err(AuditError::InvalidRecord {
-                    field: "ts",
-                    reason: "must be an RFC 3339 string".to_owned(),
-                });
-            }
-        };
-        let mut line = Map::with_capacity(record.len() + 4);
-        line.insert("seq".to_owned(), seq.into());
-        line.insert("ts".to_owned(), ts.clone().into());
-        for (name, value) in record {
-            if !matches!(name.as_str(), "seq" | "ts" | "prev_hash" | "event_hash") {
-                line.insert(name, value);
-            }
-        }
-        line.insert("prev_hash".to_owned(), prev_hash.clone().into());
-        self.canonical.clear();
-        canonical::write_canonical_object(&line, &mut self.canonical);
-        let event_hash = hasher.event_hash(&prev_hash, &self.canonical);
-        line.insert("event_hash".to_owned(), event_hash.clone().into());
-        let line_start = self.lines.len();
-        if let Err(error) = serde_json::to_writer(&mut self.lines, &line) {
-            self.lines.truncate(line_start);
+        encode_line(
+            record,
+            head,
+            now,
+            hasher,
+            &mut self.canonical,
+            &mut self.lines,
+        )
+    }
+}
+
+/// Chains `record` after `head` (moving `head` to it) and writes its line,
+/// with its `\n`, to the end of `out`; `canonical` is scratch space.
+fn encode_line(
+    record: Map<String, Value>,
+    head: &mut Option<Head>,
+    now: &str,
+    hasher: &ChainHasher,
+    canonical: &mut Vec<u8>,
+    out: &mut Vec<u8>,
+) -> Result<Appended, AuditError> {
+    let seq = head.as_ref().map_or(1, |head| head.seq + 1);
+    let prev_hash = head
+        .as_ref()
+        .map_or(ZERO_HASH, |head| head.event_hash.as_str())
+        .to_owned();
+    let ts = match record.get("ts") {
+        None => now.to_owned(),
+        Some(Value::String(ts)) => ts.clone(),
+        Some(_) => {
             return Err(AuditError::InvalidRecord {
-                field: "record",
-                reason: error.to_string(),
+                field: "ts",
+                reason: "must be an RFC 3339 string".to_owned(),
             });
         }
-        self.lines.push(b'\n');
-        *head = Some(Head {
-            seq,
-            event_hash: event_hash.clone(),
-        });
-        Ok(Appended {
-            seq,
-            ts,
-            prev_hash,
-            event_hash,
-        })
+    };
+    let mut line = Map::with_capacity(record.len() + 4);
+    line.insert("seq".to_owned(), seq.into());
+    line.insert("ts".to_owned(), ts.clone().into());
+    for (name, value) in record {
+        if !matches!(name.as_str(), "seq" | "ts" | "prev_hash" | "event_hash") {
+            line.insert(name, value);
+        }
     }
+    line.insert("prev_hash".to_owned(), prev_hash.clone().into());
+    canonical.clear();
+    canonical::write_canonical_object(&line, canonical);
+    let event_hash = hasher.event_hash(&prev_hash, canonical);
+    line.insert("event_hash".to_owned(), event_hash.clone().into());
+    let line_start = out.len();
+    if let Err(error) = serde_json::to_writer(&mut *out, &line) {
+        out.truncate(line_start);
+        return Err(AuditError::InvalidRecord {
+            field: "record",
+            reason: error.to_string(),
+        });
+    }
+    out.push(b'\n');
+    *head = Some(Head {
+        seq,
+        event_hash: event_hash.clone(),
+    });
+    Ok(Appended {
+        seq,
+        ts,
+        prev_hash,
+        event_hash,
+    })
 }
 
 /// The `seq` and `event_hash` of a log line.

@@ -339,7 +339,7 @@ impl Broker {
             ],
             since: None,
         };
-        let records = airlock_audit::query(&self.audit_path(), &query).ok()?;
+        let records = self.audit_source().query(&query).ok()?;
         let record = records.last()?;
         Some(airlock_core::envelope::AuditRef {
             prev_hash: record.get("prev_hash")?.as_str()?.to_owned(),

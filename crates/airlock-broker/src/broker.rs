@@ -130,9 +130,18 @@ impl Broker {
             .and_then(|name| std::env::var(name).ok())
             .filter(|key| !key.is_empty())
             .map(String::into_bytes);
-        let audit_path = root.join(&config.audit.path);
-        let (audit, recovery) =
-            AuditLog::open(&audit_path, key, Some(Arc::new(HeadInStore(store.clone()))))?;
+        // One chain for every instance of a shared store, in it; else the
+        // JSONL file, with its head mirrored in the store.
+        let (audit, recovery) = if store.is_shared() {
+            let chain = Arc::new(crate::audit_source::ChainInStore(store.clone()));
+            (
+                AuditLog::open_chain(chain, key)?,
+                airlock_audit::Recovery::default(),
+            )
+        } else {
+            let audit_path = root.join(&config.audit.path);
+            AuditLog::open(&audit_path, key, Some(Arc::new(HeadInStore(store.clone()))))?
+        };
         let sandbox = Sandbox::open(&root, &config.file_broker, policy.clone())?
             .with_blob_dir(state_dir.join("blobs"));
         let journal_dir = state_dir.join("journal");
@@ -306,6 +315,12 @@ impl Broker {
     /// The audit log's path.
     pub fn audit_path(&self) -> PathBuf {
         self.root.join(&self.config.audit.path)
+    }
+
+    /// Where this broker's audit chain is read from (the file, or the
+    /// shared store).
+    pub fn audit_source(&self) -> crate::AuditSource<'_> {
+        crate::AuditSource::of(&self.root, &self.config, Some(&self.store))
     }
 
     /// The audit chain head as the store last saw it.

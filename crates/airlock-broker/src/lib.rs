@@ -18,6 +18,7 @@
 //! one-time-apply guarantee hold for all of them.
 
 mod apply;
+mod audit_source;
 mod batch;
 mod broker;
 mod chat;
@@ -42,6 +43,7 @@ mod wait;
 pub use airlock_exec::{Cancel, CancelOnDrop};
 pub use airlock_store::{Approval, ApprovalStatus, ChatMessage, GrantRow};
 pub use airlock_store::{EventKind, FeedEvent, Notifier};
+pub use audit_source::{AuditFollower, AuditSource};
 pub use batch::{BatchOutcome, MAX_BATCH};
 pub use broker::{Broker, Workspace};
 pub use clock::{Clock, ManualClock, SystemClock, clock_from_env};

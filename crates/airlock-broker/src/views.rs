@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use airlock_audit::{Head, Query};
+use airlock_audit::Query;
 use airlock_core::config::Config;
 use airlock_store::{Approval, Store};
 
@@ -101,48 +101,45 @@ impl AuditCheck {
     }
 }
 
-/// Verifies the audit log of the workspace at `root` with `config` (its key
-/// from the environment, the head kept in the store: `store`, or the SQLite
-/// file of the state dir), writing nothing.
+/// Verifies the audit chain of the workspace at `root` with `config` (its
+/// key from the environment): the file against the head kept in the store
+/// (`store`, or the SQLite file of the state dir), or, with a shared store,
+/// the database's chain against its head row. Writes nothing.
 pub fn check_audit(
     root: &Path,
     config: &Config,
     store: Option<&Store>,
 ) -> Result<AuditCheck, BrokerError> {
-    let path = root.join(&config.audit.path);
     let database = root.join(&config.workspace.state_dir).join("airlock.db");
     if store.is_none() {
         crate::broker::refuse_unopened_shared_store(config)?;
     }
-    let head = || -> Result<Option<(u64, String)>, BrokerError> {
-        Ok(match store {
-            Some(store) => store.audit_head()?,
-            // Only read, and only when it exists.
-            None if database.exists() => Store::open(&database)?.audit_head()?,
-            None => None,
-        })
-    };
-    if !path.exists() {
-        // No log is fine only when none was ever written: the head kept in
-        // the store says whether records existed.
-        let stored = head()?;
-        return Ok(AuditCheck {
-            missing: stored.is_none(),
-            records: 0,
-            last_seq: 0,
-            repairs: Vec::new(),
-            problem: stored
-                .map(|(seq, _)| (1, 1, 0, format!("log missing; head says {seq} records"))),
-        });
-    }
+    let source = crate::AuditSource::of(root, config, store);
     let key = config
         .audit
         .hmac_key_env
         .as_deref()
         .and_then(|name| std::env::var(name).ok())
         .filter(|key| !key.is_empty());
-    let stored = head()?.map(|(seq, event_hash)| Head { seq, event_hash });
-    let report = airlock_audit::verify(&path, key.as_deref().map(str::as_bytes), stored.as_ref())?;
+    let (stored, report) = source.verify(key.as_deref().map(str::as_bytes), &database, store)?;
+    let Some(report) = report else {
+        // No log is fine only when none was ever written: the head kept in
+        // the store says whether records existed.
+        return Ok(AuditCheck {
+            missing: stored.is_none(),
+            records: 0,
+            last_seq: 0,
+            repairs: Vec::new(),
+            problem: stored.map(|head| {
+                (
+                    1,
+                    1,
+                    0,
+                    format!("log missing; head says {} records", head.seq),
+                )
+            }),
+        });
+    };
     let mut repairs = Vec::new();
     for event in [
         airlock_audit::TORN_LINE_EVENT,
@@ -152,7 +149,7 @@ pub fn check_audit(
             event_type: Some(event.to_owned()),
             ..Query::default()
         };
-        for record in airlock_audit::query(&path, &query)? {
+        for record in source.query(&query)? {
             let seq = record.get("seq").and_then(Value::as_u64).unwrap_or(0);
             repairs.push(format!("seq {seq}: {event}"));
         }
@@ -176,12 +173,13 @@ pub fn check_audit(
 /// A query of the audit log (re-exported for the channels).
 pub type AuditQuery = Query;
 
-/// The records of the log at `path` that match `query`, oldest first.
+/// The records of the broker's audit chain that match `query`, oldest
+/// first.
 pub fn query_audit(
-    path: &Path,
+    broker: &crate::Broker,
     query: &Query,
 ) -> Result<Vec<serde_json::Map<String, Value>>, BrokerError> {
-    Ok(airlock_audit::query(path, query)?)
+    broker.audit_source().query(query)
 }
 
 /// A grant as the CLI (`airlock grants --json`) and the API (`GET /hitl/grants`)

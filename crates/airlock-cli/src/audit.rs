@@ -1,9 +1,13 @@
-//! `airlock audit verify | query | tail`: reading the audit log. These commands
-//! never write to the log, so verifying cannot repair what it should report.
+//! `airlock audit verify | query | tail | export`: reading the audit chain,
+//! from the JSONL file or, with a shared store (`store.url`), from the
+//! database. These commands never write to the chain, so verifying cannot
+//! repair what it should report.
 
+use std::io::Write as _;
 use std::time::Duration;
 
-use airlock_audit::{Follower, Query};
+use airlock_audit::Query;
+use airlock_broker::AuditSource;
 use anyhow::anyhow;
 use clap::Subcommand;
 use serde_json::Value;
@@ -43,18 +47,27 @@ pub(crate) enum AuditCommand {
         #[arg(short = 'n', long, default_value_t = 20)]
         lines: usize,
     },
+    /// Every record as JSON lines, oldest first: the JSONL file, or the
+    /// chain a shared store keeps, byte for byte as the file would be (so
+    /// `airlock audit verify` of a copy checks it anywhere).
+    Export {
+        /// Where to write it (default: standard output).
+        #[arg(value_name = "FILE")]
+        file: Option<std::path::PathBuf>,
+    },
 }
 
 pub(crate) fn run(workspace: &Workspace, command: &AuditCommand) -> Result<u8, Failure> {
     let config = &workspace.loaded.config;
-    let path = workspace.root.join(&config.audit.path);
+    let store = crate::store::shared_store(config)?;
+    let source = AuditSource::of(&workspace.root, config, store.as_deref());
+    let failed = |error: airlock_broker::BrokerError| Failure::internal(anyhow!("{error}"));
     match command {
         AuditCommand::Verify { json } => {
-            let store = crate::store::shared_store(config)?;
             let check = airlock_broker::check_audit(&workspace.root, config, store.as_deref())
                 .map_err(|error| Failure::internal(anyhow!("{error}")))?;
             if check.missing {
-                print(&format!("{}: no audit log yet", path.display()));
+                print(&format!("{}: no audit log yet", source.describe()));
                 return Ok(0);
             }
             let last = check.last_seq;
@@ -99,11 +112,7 @@ pub(crate) fn run(workspace: &Workspace, command: &AuditCommand) -> Result<u8, F
                 filters: parsed,
                 since: since.clone(),
             };
-            let records = if path.exists() {
-                airlock_audit::query(&path, &query).map_err(Failure::internal)?
-            } else {
-                Vec::new()
-            };
+            let records = source.query(&query).map_err(failed)?;
             if *json {
                 let list: Vec<Value> = records.into_iter().map(Value::Object).collect();
                 print_json(&serde_json::to_string_pretty(&list).map_err(Failure::internal)?);
@@ -115,15 +124,11 @@ pub(crate) fn run(workspace: &Workspace, command: &AuditCommand) -> Result<u8, F
             Ok(0)
         }
         AuditCommand::Tail { follow, lines } => {
-            if !path.exists() && !follow {
+            if !source.exists() && !follow {
                 return Ok(0);
             }
-            let (last, offset) = if path.exists() {
-                airlock_audit::tail_lines(&path, *lines).map_err(Failure::internal)?
-            } else {
-                (Vec::new(), 0)
-            };
-            // Lines as the file holds them: a tampered one may carry raw
+            let (last, mut follower) = source.tail(*lines).map_err(failed)?;
+            // Lines as the chain holds them: a tampered one may carry raw
             // control characters, shown escaped.
             for line in last {
                 print_json(&line);
@@ -131,13 +136,38 @@ pub(crate) fn run(workspace: &Workspace, command: &AuditCommand) -> Result<u8, F
             if !follow {
                 return Ok(0);
             }
-            let mut follower = Follower::open(&path, offset).map_err(Failure::internal)?;
             loop {
-                for line in follower.poll().map_err(Failure::internal)? {
+                for line in follower.poll().map_err(failed)? {
                     print_json(&line);
                 }
                 std::thread::sleep(Duration::from_millis(200));
             }
+        }
+        AuditCommand::Export { file } => {
+            let written = match file {
+                Some(path) => {
+                    let mut out =
+                        std::io::BufWriter::new(std::fs::File::create(path).map_err(|error| {
+                            Failure::usage(anyhow!("cannot write {}: {error}", path.display()))
+                        })?);
+                    let count = source.export(&mut out).map_err(failed)?;
+                    out.flush().map_err(|error| {
+                        Failure::internal(anyhow!("writing {}: {error}", path.display()))
+                    })?;
+                    count
+                }
+                None => {
+                    let stdout = std::io::stdout();
+                    let mut out = std::io::BufWriter::new(stdout.lock());
+                    let count = source.export(&mut out).map_err(failed)?;
+                    out.flush().map_err(Failure::internal)?;
+                    count
+                }
+            };
+            if file.is_some() {
+                eprintln!("airlock: exported {written} records");
+            }
+            Ok(0)
         }
     }
 }

@@ -599,6 +599,23 @@ fn audit_query_filters_by_event_and_field() {
 }
 
 #[test]
+fn audit_export_writes_the_log_byte_for_byte() {
+    let ws = Ws::new("");
+    let approved = ws.propose("b.txt", "y");
+    ws.run(&["approve", &approved]);
+    let log = std::fs::read(ws.path(".airlock/audit.jsonl")).unwrap();
+    let to_stdout = ws.run(&["audit", "export"]);
+    assert_eq!(to_stdout.code, 0, "{}", to_stdout.stderr);
+    assert_eq!(to_stdout.stdout.as_bytes(), log.as_slice());
+    let file = ws.path("copy.jsonl");
+    let to_file = ws.run(&["audit", "export", file.to_str().unwrap()]);
+    assert_eq!(to_file.code, 0, "{}", to_file.stderr);
+    assert_eq!(std::fs::read(&file).unwrap(), log);
+    let records = log.iter().filter(|&&byte| byte == b'\n').count();
+    assert_eq!(to_file.stderr.trim(), format!("airlock: exported {records} records"));
+}
+
+#[test]
 fn killing_applies_at_random_points_leaves_old_or_new_and_a_verifying_audit() {
     let ws = Ws::new("");
     let contents: Vec<String> = (0..40)

@@ -62,9 +62,20 @@ fn get(instance: &Serving, path: &str, token: &str) -> (u16, Value) {
     request(&instance.addr, "GET", path, Some(token), b"")
 }
 
+/// Every record of the one audit chain the instances share (in the
+/// database), as `airlock audit export` writes it.
+fn audit(ws: &Workspace) -> Vec<Value> {
+    let run = ws.run(&["audit", "export"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    run.stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
 /// The audit records of `event` for approval `id`.
 fn audited(ws: &Workspace, event: &str, id: &str) -> Vec<Value> {
-    ws.audit()
+    audit(ws)
         .into_iter()
         .filter(|record| record["event"] == event && record["hitl_id"] == id)
         .collect()
@@ -232,7 +243,7 @@ fn expiry_is_claimed_by_one_instance_per_approval() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let mut timeouts: BTreeMap<String, usize> = BTreeMap::new();
-    for record in ws.audit() {
+    for record in audit(&ws) {
         if record["event"] == "hitl_timeout" {
             *timeouts
                 .entry(record["hitl_id"].as_str().unwrap().to_owned())
@@ -250,4 +261,116 @@ fn expiry_is_claimed_by_one_instance_per_approval() {
         .filter(|event| event.kind == EventKind::ApprovalExpired)
         .count();
     assert_eq!(expired, ids.len());
+}
+
+#[test]
+fn every_instance_appends_to_one_chain_which_verifies_exports_and_shows_tampering() {
+    let Some(url) = database("instances") else {
+        return;
+    };
+    let ws = workspace(&url, "security:\n  hitl:\n    approval_mode: defer\n");
+    let instances = [
+        Serving::start(&ws, &[]),
+        Serving::start(&ws, &[]),
+        Serving::start(&ws, &[]),
+    ];
+    // Reads, proposals and decisions on every instance, at once.
+    std::thread::scope(|scope| {
+        for (n, instance) in instances.iter().enumerate() {
+            scope.spawn(move || {
+                for round in 0..5 {
+                    let read = json!({"tool": "read_file", "arguments": {"path": "a.txt"}});
+                    assert_eq!(post(instance, "/v1/tools/call", AGENT, &read).0, 200);
+                    let path = format!("i{n}-{round}.txt");
+                    let (status, pending) =
+                        post(instance, "/v1/tools/call", AGENT, &write_call(&path));
+                    assert_eq!(status, 202, "{pending}");
+                    let id = pending["approval_id"].as_str().unwrap();
+                    let (status, decided) = post(
+                        instance,
+                        &format!("/hitl/decide/{id}"),
+                        APPROVER,
+                        &json!({"decision": "approve"}),
+                    );
+                    assert_eq!(status, 200, "{decided}");
+                }
+            });
+        }
+    });
+    // No file: the chain is in the database.
+    assert!(!ws.path(".airlock/audit.jsonl").exists());
+    let records = audit(&ws);
+    let seqs: Vec<u64> = records.iter().map(|r| r["seq"].as_u64().unwrap()).collect();
+    assert_eq!(
+        seqs,
+        (1..=seqs.len() as u64).collect::<Vec<_>>(),
+        "one chain, no gap"
+    );
+    for pair in records.windows(2) {
+        assert_eq!(pair[1]["prev_hash"], pair[0]["event_hash"]);
+    }
+    let applies = records
+        .iter()
+        .filter(|r| r["event"] == "write_file_apply")
+        .count();
+    assert_eq!(applies, 15);
+    let run = ws.run(&["audit", "verify", "--json"]);
+    assert_eq!(run.code, 0, "{}{}", run.stdout, run.stderr);
+    assert_eq!(run.json["records"], seqs.len(), "{}", run.stdout);
+    // The export is the JSONL file it would be: it verifies anywhere.
+    let export = ws.path("export.jsonl");
+    assert_eq!(
+        ws.run(&["audit", "export", export.to_str().unwrap()]).code,
+        0
+    );
+    let report = airlock_audit::verify(&export, None, None).unwrap();
+    assert!(report.is_ok(), "{report:?}");
+    assert_eq!(report.records, seqs.len() as u64);
+    // An instance's query and the API see the same chain.
+    let query = ws.run(&[
+        "audit",
+        "query",
+        "--event-type",
+        "write_file_apply",
+        "--json",
+    ]);
+    assert_eq!(query.json.as_array().unwrap().len(), 15, "{}", query.stdout);
+    let (status, listed) = get(&instances[1], "/audit?event_type=hitl_decision", ADMIN);
+    assert_eq!(status, 200);
+    assert_eq!(listed["records"].as_array().unwrap().len(), 15);
+
+    // A record changed in the database breaks the chain at its seq.
+    let name = url.rsplit('/').next().unwrap();
+    let server = PgServer::shared();
+    server.psql(
+        name,
+        "UPDATE airlock.audit_records SET line = replace(line, 'a.txt', 'b.txt') WHERE seq = 2",
+    );
+    let run = ws.run(&["audit", "verify", "--json"]);
+    assert_eq!(run.code, 6, "{}{}", run.stdout, run.stderr);
+    assert_eq!(run.json["first_bad_seq"], 2, "{}", run.stdout);
+    // Put back, then the newest records cut off: the head row says so.
+    server.psql(
+        name,
+        "UPDATE airlock.audit_records SET line = replace(line, 'b.txt', 'a.txt') WHERE seq = 2",
+    );
+    assert_eq!(ws.run(&["audit", "verify"]).code, 0);
+    let last = seqs.len();
+    server.psql(
+        name,
+        &format!(
+            "DELETE FROM airlock.audit_records WHERE seq >= {}",
+            last - 1
+        ),
+    );
+    let run = ws.run(&["audit", "verify", "--json"]);
+    assert_eq!(run.code, 6, "{}{}", run.stdout, run.stderr);
+    assert!(
+        run.json["problem"]
+            .as_str()
+            .unwrap_or("")
+            .contains("truncat"),
+        "{}",
+        run.stdout
+    );
 }

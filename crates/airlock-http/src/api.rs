@@ -892,14 +892,9 @@ async fn audit_query(
     }
     let query = airlock_audit_query(params.event_type, filters, params.since);
     let limit = params.limit.unwrap_or(200).min(5000);
-    let path = api.runtime.broker().audit_path();
-    let found = tokio::task::spawn_blocking(move || {
-        if !path.exists() {
-            return Ok(Vec::new());
-        }
-        airlock_broker::query_audit(&path, &query)
-    })
-    .await;
+    let broker = api.runtime.broker();
+    let found =
+        tokio::task::spawn_blocking(move || airlock_broker::query_audit(&broker, &query)).await;
     match joined(found) {
         Ok(Ok(mut records)) => {
             let skip = records.len().saturating_sub(limit);

@@ -39,6 +39,7 @@ use std::time::Duration;
 use rusqlite::{Connection, TransactionBehavior};
 
 mod approvals;
+mod audit;
 mod chat;
 mod error;
 mod feed;
@@ -54,6 +55,7 @@ use sql::{Conn, args, first};
 use sqlite::{Lite, is_busy};
 
 pub use approvals::{Approval, ApprovalStatus, Created, EditedPlan, Limits, NewApproval, Verdict};
+pub use audit::AuditRow;
 pub use chat::ChatMessage;
 pub use error::StoreError;
 pub use feed::{EVENT_FORMAT, EventKind, FeedEvent, Notifier};
@@ -272,6 +274,24 @@ impl Store {
             Notifier::get().bump();
         }
         result
+    }
+
+    /// Runs `f` in one transaction that writes no event (on PostgreSQL,
+    /// without the feed lock).
+    fn in_transaction<T>(
+        &self,
+        f: impl FnOnce(&mut dyn Conn) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        match &self.engine {
+            Engine::Sqlite { conn, .. } => {
+                let mut conn = conn.lock().map_err(|_| StoreError::Poisoned)?;
+                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                let result = f(&mut Lite(&tx))?;
+                tx.commit()?;
+                Ok(result)
+            }
+            Engine::Postgres(pg) => pg.transaction(f),
+        }
     }
 
     /// Whether this is the embedded engine (some tables of old SQLite
