@@ -59,7 +59,10 @@ impl Broker {
 
     /// Finishes journaled commits that were interrupted, and audits each.
     pub(crate) fn recover_journals(&self) -> Result<(), BrokerError> {
-        for recovered in airlock_fs::recover(&self.sandbox, &self.journal_dir)? {
+        let recovered = self
+            .store
+            .with_apply_lock(|| airlock_fs::recover(&self.sandbox, &self.journal_dir))??;
+        for recovered in recovered {
             let label = recovered.label.clone().unwrap_or_default();
             let (id, kind) = label.rsplit_once(':').unwrap_or((label.as_str(), ""));
             if kind == "undo" {
@@ -233,13 +236,32 @@ impl Broker {
         if let Err(error) = self.store.insert_snapshot(&snapshot) {
             return fail(ErrorCode::IoError, error.to_string());
         }
+        #[cfg(feature = "test-clock")]
+        test_stall::at("claimed");
         let label = format!("{}:apply", approval.id);
         let options = CommitOptions {
             journal_dir: Some(&self.journal_dir),
             label: Some(&label),
             interrupt_after: None,
         };
-        match airlock_fs::commit(&self.sandbox, plan, options) {
+        #[cfg(feature = "test-clock")]
+        let options = CommitOptions {
+            interrupt_after: test_stall::committing(options.interrupt_after),
+            ..options
+        };
+        let committed = match self
+            .store
+            .with_apply_lock(|| airlock_fs::commit(&self.sandbox, plan, options))
+        {
+            Ok(committed) => committed,
+            Err(error) => return fail(ErrorCode::IoError, error.to_string()),
+        };
+        #[cfg(feature = "test-clock")]
+        {
+            test_stall::at("journaled");
+            test_stall::at("committed");
+        }
+        match committed {
             Ok(done) => {
                 let files = done
                     .into_iter()
@@ -370,6 +392,42 @@ impl Broker {
     pub(crate) fn store_result(&self, id: &str, status: ApprovalStatus, envelope: &Envelope) {
         if let Err(error) = self.store.finish(id, status, envelope, self.now_ms()) {
             eprintln!("airlock: the result of {id} could not be stored: {error}");
+        }
+    }
+}
+
+/// Testing crash recovery across processes (`test-clock` builds only):
+/// `AIRLOCK_TEST_STALL_APPLY=POINT:MARKER` makes an apply stop at `POINT`
+/// for good, after creating the file `MARKER`, so a test can kill the
+/// process there. Points: `claimed` (the approval claimed, nothing written),
+/// `journaled` (a multi-file commit past its commit point, half its renames
+/// done), `committed` (the files written, nothing settled or audited).
+#[cfg(feature = "test-clock")]
+mod test_stall {
+    fn wanted() -> Option<(String, std::path::PathBuf)> {
+        let value = std::env::var("AIRLOCK_TEST_STALL_APPLY").ok()?;
+        let (point, marker) = value.split_once(':')?;
+        Some((point.to_owned(), std::path::PathBuf::from(marker)))
+    }
+
+    /// Stops here for good when `point` is the one asked for.
+    pub(super) fn at(point: &str) {
+        if let Some((wanted, marker)) = wanted()
+            && wanted == point
+        {
+            let _ = std::fs::write(&marker, std::process::id().to_string());
+            loop {
+                std::thread::park();
+            }
+        }
+    }
+
+    /// For `journaled`: the commit stops after its first step (past the
+    /// commit point), and the process stays there.
+    pub(super) fn committing(asked: Option<usize>) -> Option<usize> {
+        match wanted() {
+            Some((point, _)) if point == "journaled" => Some(1),
+            _ => asked,
         }
     }
 }

@@ -320,8 +320,9 @@ impl Runtime {
 /// once they are approved elsewhere: woken by the feed and by the next
 /// deadline, on a thread of its own while the runtime lives.
 fn sweep(runtime: Weak<Runtime>) -> Result<(), BrokerError> {
+    let mut last_recovery = std::time::Instant::now();
     // No pause between steps: each parks on the feed until there is work.
-    spawn_loop("airlock-sweep", Duration::ZERO, runtime, |runtime| {
+    spawn_loop("airlock-sweep", Duration::ZERO, runtime, move |runtime| {
         let broker = runtime.broker();
         let Ok(cursor) = broker.cursor() else {
             std::thread::sleep(crate::FEED_POLL);
@@ -329,6 +330,17 @@ fn sweep(runtime: Weak<Runtime>) -> Result<(), BrokerError> {
         };
         if let Err(error) = broker.expire_overdue() {
             eprintln!("airlock: expiring approvals: {error}");
+        }
+        // With a shared store, an instance that stopped mid-apply leaves a
+        // claim no waiting call of this process may be watching: once its
+        // lease has run out, one of the others finishes it.
+        if let Some(lease) = broker.store_handle().lease()
+            && last_recovery.elapsed() >= lease / 4
+        {
+            last_recovery = std::time::Instant::now();
+            if let Err(error) = broker.recover_applies() {
+                eprintln!("airlock: recovering applies: {error}");
+            }
         }
         broker.apply_held_forwards();
         // A deadline already past (an approval that could not be expired)

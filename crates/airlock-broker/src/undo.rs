@@ -54,7 +54,9 @@ impl Broker {
             label: Some(&label),
             interrupt_after: None,
         };
-        let result = airlock_fs::undo(&self.sandbox, &files, options);
+        let result = self
+            .store
+            .with_apply_lock(|| airlock_fs::undo(&self.sandbox, &files, options))?;
         let path = approval.path.as_deref();
         let record = Record::for_approval(&approval)
             .event("undo")

@@ -612,7 +612,10 @@ fn audit_export_writes_the_log_byte_for_byte() {
     assert_eq!(to_file.code, 0, "{}", to_file.stderr);
     assert_eq!(std::fs::read(&file).unwrap(), log);
     let records = log.iter().filter(|&&byte| byte == b'\n').count();
-    assert_eq!(to_file.stderr.trim(), format!("airlock: exported {records} records"));
+    assert_eq!(
+        to_file.stderr.trim(),
+        format!("airlock: exported {records} records")
+    );
 }
 
 #[test]

@@ -374,3 +374,122 @@ fn every_instance_appends_to_one_chain_which_verifies_exports_and_shows_tamperin
         run.stdout
     );
 }
+
+/// An instance stopped for good at `point` of an apply (the test build's
+/// `AIRLOCK_TEST_STALL_APPLY`), then killed: another instance finishes the
+/// apply (or rolls its journal forward) exactly once, after the lease.
+fn an_instance_killed_mid_apply_is_finished_by_another(point: &str, multi_file: bool) {
+    let Some(url) = database("instances") else {
+        return;
+    };
+    let ws = workspace(&url, "security:\n  hitl:\n    approval_mode: defer\n");
+    let files = ["k1.txt", "src/k2.txt", "src/k3.txt"];
+    for file in files {
+        ws.write(file, "version 0\n");
+    }
+    let marker = ws.path("stalled");
+    let stall = format!("{point}:{}", marker.display());
+    let a = Serving::start(&ws, &[]);
+    let mut b = Serving::start_command_with_env(
+        &ws,
+        &["serve", "--http", "127.0.0.1:0"],
+        &[("AIRLOCK_TEST_STALL_APPLY", stall.as_str())],
+    );
+    let _c = Serving::start(&ws, &[]);
+    let call = if multi_file {
+        let mut patch = String::from("*** Begin Patch\n");
+        for file in files {
+            patch.push_str(&format!(
+                "*** Update File: {file}\n@@\n-version 0\n+version 1\n"
+            ));
+        }
+        patch.push_str("*** End Patch\n");
+        json!({"tool": "apply_patch", "arguments": {"patch": patch}})
+    } else {
+        json!({"tool": "write_file", "arguments": {"path": files[0], "content": "version 1\n"}})
+    };
+    let (status, pending) = post(&a, "/v1/tools/call", AGENT, &call);
+    assert_eq!(status, 202, "{pending}");
+    let id = pending["approval_id"].as_str().unwrap().to_owned();
+
+    // B decides, claims the apply and stops at the point; then it dies.
+    let b_addr = b.addr.clone();
+    let decide_path = format!("/hitl/decide/{id}");
+    std::thread::spawn(move || {
+        let body = json!({"decision": "approve"}).to_string();
+        let _ = request(
+            &b_addr,
+            "POST",
+            &decide_path,
+            Some(APPROVER),
+            body.as_bytes(),
+        );
+    });
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !marker.exists() {
+        assert!(Instant::now() < deadline, "B never reached {point}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    b.kill();
+    let killed_at = Instant::now();
+
+    // A or C takes over once B's lease (2 s) has run out.
+    let store = open_store(&url);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = store.get(&id).unwrap().status;
+        if status == ApprovalStatus::Applied {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{point}: still {status} 30 s after the kill"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        killed_at.elapsed() >= Duration::from_millis(1_500),
+        "taken over before the lease ran out"
+    );
+    let touched: &[&str] = if multi_file { &files } else { &files[..1] };
+    for file in touched {
+        assert_eq!(
+            ws.read(file).as_deref(),
+            Some("version 1\n"),
+            "{point}: {file}"
+        );
+    }
+    let applies = audited(&ws, "write_file_apply", &id);
+    assert_eq!(applies.len(), 1, "{point}: {applies:?}");
+    assert_eq!(applies[0]["status"], "allowed", "{point}");
+    assert_eq!(audited(&ws, "hitl_decision", &id).len(), 1);
+    assert_eq!(ws.run(&["audit", "verify"]).code, 0);
+    let open = store
+        .pending(None, u64::MAX)
+        .unwrap()
+        .into_iter()
+        .chain(store.history(0, 1000).unwrap())
+        .filter(|approval| {
+            matches!(
+                approval.status,
+                ApprovalStatus::Approved | ApprovalStatus::Applying
+            )
+        })
+        .count();
+    assert_eq!(open, 0, "{point}: an apply was left half done");
+}
+
+#[test]
+fn an_instance_killed_after_claiming_an_apply_is_finished_by_another() {
+    an_instance_killed_mid_apply_is_finished_by_another("claimed", false);
+}
+
+#[test]
+fn an_instance_killed_after_writing_but_before_settling_is_finished_once() {
+    an_instance_killed_mid_apply_is_finished_by_another("committed", false);
+}
+
+#[test]
+fn an_instance_killed_past_a_multi_file_commit_point_is_rolled_forward_by_another() {
+    an_instance_killed_mid_apply_is_finished_by_another("journaled", true);
+}

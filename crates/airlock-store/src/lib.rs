@@ -225,6 +225,18 @@ impl Store {
         }
     }
 
+    /// Runs `apply` (a commit to the workspace's files, an undo, a
+    /// recovery) holding the workspace's apply lock across instances: on
+    /// PostgreSQL a database lock, so two hosts sharing the workspace never
+    /// apply at once; on SQLite (one host) the file lock the apply itself
+    /// takes is the lock, and this adds nothing.
+    pub fn with_apply_lock<T>(&self, apply: impl FnOnce() -> T) -> Result<T, StoreError> {
+        match &self.engine {
+            Engine::Sqlite { .. } => Ok(apply()),
+            Engine::Postgres(pg) => pg.with_apply_lock(apply),
+        }
+    }
+
     /// The schema version of the database: the number of migrations
     /// applied (`PRAGMA user_version` on SQLite).
     pub fn schema_version(&self) -> Result<usize, StoreError> {

@@ -42,6 +42,7 @@ const FEED_CHANNEL: &str = "airlock_feed";
 const LOCK_CLASS: i32 = 0x6169_7200;
 const LOCK_MIGRATE: i32 = 1;
 const LOCK_FEED: i32 = 2;
+const LOCK_APPLY: i32 = 3;
 
 /// What a PostgreSQL driver offers the store. Work may be called again
 /// only if an earlier call of it never reached the database (a pooled
@@ -386,6 +387,19 @@ impl PgEngine {
         work: impl FnOnce(&mut dyn Conn) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         once(|call| self.driver.autocommit(call), work)
+    }
+
+    /// Runs `apply` holding the workspace's apply lock: a transaction-level
+    /// advisory lock on a connection of its own, released when the
+    /// transaction ends, or by the server when the holder dies.
+    pub(crate) fn with_apply_lock<T>(&self, apply: impl FnOnce() -> T) -> Result<T, StoreError> {
+        self.transaction(|conn| {
+            conn.execute(
+                &format!("SELECT pg_advisory_xact_lock({LOCK_CLASS}, {LOCK_APPLY})"),
+                &[],
+            )?;
+            Ok(apply())
+        })
     }
 
     /// Runs `work` in one transaction, without the feed lock (what it

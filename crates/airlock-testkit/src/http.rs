@@ -38,8 +38,14 @@ impl Serving {
     /// `airlock ARGS` (a `serve` or `wrap` with `--http`) in `ws`, once it
     /// listens.
     pub fn start_command(ws: &Workspace, args: &[&str]) -> Serving {
+        Serving::start_command_with_env(ws, args, &[])
+    }
+
+    /// [`Serving::start_command`] with `env` set for this process only.
+    pub fn start_command_with_env(ws: &Workspace, args: &[&str], env: &[(&str, &str)]) -> Serving {
         let mut child = ws
             .command(args)
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -71,6 +77,12 @@ impl Serving {
             addr,
             banner,
         }
+    }
+
+    /// Kills the server at once (SIGKILL): no clean shutdown, as a crash.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// The MCP endpoint: `http://<addr>/mcp`.
