@@ -493,3 +493,142 @@ fn an_instance_killed_after_writing_but_before_settling_is_finished_once() {
 fn an_instance_killed_past_a_multi_file_commit_point_is_rolled_forward_by_another() {
     an_instance_killed_mid_apply_is_finished_by_another("journaled", true);
 }
+
+#[test]
+fn a_thousand_concurrent_proposals_across_instances_lose_and_duplicate_nothing() {
+    const CALLS: usize = 1_000;
+    let Some(url) = database("instances") else {
+        return;
+    };
+    let ws = workspace(
+        &url,
+        "security:\n  hitl:\n    approval_mode: defer\n    max_pending: 2000\n",
+    );
+    let instances = [
+        Serving::start(&ws, &[]),
+        Serving::start(&ws, &[]),
+        Serving::start(&ws, &[]),
+    ];
+    // A reader follows the feed from a cursor the whole time.
+    let reader_store = open_store(&url);
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (ids, seen) = std::thread::scope(|scope| {
+        let reader = scope.spawn(|| {
+            let mut cursor = 0;
+            let mut seen = Vec::new();
+            loop {
+                let done = stop.load(std::sync::atomic::Ordering::SeqCst);
+                let events = reader_store.events_after(cursor, 500).unwrap();
+                if let Some(last) = events.last() {
+                    cursor = last.seq;
+                }
+                let empty = events.is_empty();
+                seen.extend(events);
+                if done && empty {
+                    return seen;
+                }
+                if empty {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        });
+        // A failing client must not leave the reader running for good.
+        let load = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let clients: Vec<_> = (0..30)
+                .map(|client| {
+                    let instances = &instances;
+                    scope.spawn(move || {
+                        let mut ids = Vec::new();
+                        for call in (client..CALLS).step_by(30) {
+                            let instance = &instances[call % 3];
+                            let (status, pending) = post(
+                                instance,
+                                "/v1/tools/call",
+                                AGENT,
+                                &write_call(&format!("src/load-{call}.txt")),
+                            );
+                            assert_eq!(status, 202, "{pending}");
+                            ids.push(pending["approval_id"].as_str().unwrap().to_owned());
+                        }
+                        ids
+                    })
+                })
+                .collect();
+            let ids: Vec<String> = clients
+                .into_iter()
+                .flat_map(|client| client.join().unwrap())
+                .collect();
+            // Every one decided, spread over the instances: each applied once.
+            let deciders: Vec<_> = ids
+                .chunks(CALLS / 12)
+                .enumerate()
+                .map(|(n, chunk)| {
+                    let instances = &instances;
+                    let chunk = chunk.to_vec();
+                    scope.spawn(move || {
+                        for id in chunk {
+                            let (status, decided) = post(
+                                &instances[n % 3],
+                                &format!("/hitl/decide/{id}"),
+                                APPROVER,
+                                &json!({"decision": "approve"}),
+                            );
+                            assert_eq!(status, 200, "{decided}");
+                        }
+                    })
+                })
+                .collect();
+            for decider in deciders {
+                decider.join().unwrap();
+            }
+            ids
+        }));
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let seen = reader.join().unwrap();
+        match load {
+            Ok(ids) => (ids, seen),
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    });
+    let distinct: std::collections::BTreeSet<&String> = ids.iter().collect();
+    assert_eq!(distinct.len(), CALLS, "an approval per call");
+    for call in 0..CALLS {
+        assert_eq!(
+            ws.read(&format!("src/load-{call}.txt")).as_deref(),
+            Some("new\n")
+        );
+    }
+    // The feed: each approval created, decided and applied once, in seq
+    // order, as the reader saw it while it was written.
+    assert!(seen.windows(2).all(|pair| pair[0].seq < pair[1].seq));
+    let store = open_store(&url);
+    assert_eq!(store.events_after(0, 100_000).unwrap(), seen);
+    for kind in [
+        EventKind::ApprovalCreated,
+        EventKind::ApprovalDecided,
+        EventKind::ApprovalApplied,
+    ] {
+        let subjects: Vec<&str> = seen
+            .iter()
+            .filter(|event| event.kind == kind)
+            .filter_map(|event| event.subject.as_deref())
+            .collect();
+        let unique: std::collections::BTreeSet<&str> = subjects.iter().copied().collect();
+        assert_eq!((subjects.len(), unique.len()), (CALLS, CALLS), "{kind}");
+    }
+    // The audit: one proposal, one decision, one apply record each, in one
+    // chain that verifies.
+    let records = audit(&ws);
+    for event in ["write_file_propose", "hitl_decision", "write_file_apply"] {
+        let of: Vec<&str> = records
+            .iter()
+            .filter(|record| record["event"] == event)
+            .filter_map(|record| record["hitl_id"].as_str())
+            .collect();
+        let unique: std::collections::BTreeSet<&str> = of.iter().copied().collect();
+        assert_eq!((of.len(), unique.len()), (CALLS, CALLS), "{event}");
+    }
+    let seqs: Vec<u64> = records.iter().map(|r| r["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+    assert_eq!(ws.run(&["audit", "verify"]).code, 0);
+}
