@@ -25,16 +25,22 @@ pub(crate) fn to_value<T: serde::Serialize>(data: T) -> Value {
     serde_json::to_value(data).unwrap_or(Value::Null)
 }
 
-/// The result when the audit log cannot be written: nothing goes unaudited.
-pub(crate) fn audit_unwritable(method: &str, tool: &str, path: Option<&str>) -> Envelope {
-    Envelope::failure(
-        Status::Error,
-        method,
-        tool,
-        path,
-        ErrorCode::IoError,
-        "the audit log could not be written",
-    )
+/// The result when the audit log cannot be written (`error`): nothing goes
+/// unaudited. A shared store that is away says so, and can be tried again.
+pub(crate) fn audit_unwritable(
+    method: &str,
+    tool: &str,
+    path: Option<&str>,
+    error: &airlock_audit::AuditError,
+) -> Envelope {
+    let (code, message) = match error {
+        airlock_audit::AuditError::Database(_) => (
+            ErrorCode::StoreUnavailable,
+            "the shared store cannot be reached now, so the call could not be audited and was not made; try again",
+        ),
+        _ => (ErrorCode::IoError, "the audit log could not be written"),
+    };
+    Envelope::failure(Status::Error, method, tool, path, code, message)
 }
 
 /// Sandbox refusals and capability limits are denials (exit 4), like the

@@ -45,6 +45,11 @@ impl BrokerError {
                 Some(self.to_string())
             }
             BrokerError::Upstream { .. } => Some(self.to_string()),
+            BrokerError::Store(StoreError::Unavailable(_))
+            | BrokerError::Audit(airlock_audit::AuditError::Database(_)) => Some(
+                "the shared store cannot be reached now; nothing more was done, try again"
+                    .to_owned(),
+            ),
             BrokerError::Store(_)
             | BrokerError::Audit(_)
             | BrokerError::Sandbox(_)
@@ -59,6 +64,10 @@ impl BrokerError {
             BrokerError::Store(StoreError::AlreadyDecided { .. }) => ErrorCode::AlreadyDecided,
             BrokerError::Store(StoreError::Expired(_)) => ErrorCode::Expired,
             BrokerError::Store(StoreError::RateLimited { .. }) => ErrorCode::RateLimited,
+            BrokerError::Store(StoreError::Unavailable(_))
+            | BrokerError::Audit(airlock_audit::AuditError::Database(_)) => {
+                ErrorCode::StoreUnavailable
+            }
             BrokerError::Refused { code, .. } => *code,
             BrokerError::Sandbox(error) => error.code(),
             BrokerError::Upstream { .. } => ErrorCode::UpstreamError,

@@ -283,11 +283,14 @@ impl Broker {
         if deduplicated {
             record = record.flag("deduplicated", true);
         }
-        let Some(propose_audit) = self.log(record) else {
-            if !deduplicated {
-                self.cancel(&approval.id);
+        let propose_audit = match self.append_record(record, airlock_audit::Durability::Now) {
+            Ok(audit) => audit,
+            Err(error) => {
+                if !deduplicated {
+                    self.cancel_unaudited(&approval.id);
+                }
+                return crate::envelopes::audit_unwritable(METHOD, &call.tool, None, &error);
             }
-            return crate::envelopes::audit_unwritable(METHOD, &call.tool, None);
         };
         match handling {
             Handling::Wait => {

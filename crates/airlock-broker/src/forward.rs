@@ -340,13 +340,16 @@ impl Broker {
         if deduplicated {
             record = record.flag("deduplicated", true);
         }
-        let Some(propose_audit) = self.log(record) else {
-            // No approval is left pending that the log does not show; one
-            // that an identical call made earlier stays its caller's.
-            if !deduplicated {
-                self.cancel(&approval.id);
+        let propose_audit = match self.append_record(record, airlock_audit::Durability::Now) {
+            Ok(audit) => audit,
+            Err(error) => {
+                // No approval is left pending that the log does not show;
+                // one that an identical call made earlier stays its caller's.
+                if !deduplicated {
+                    self.cancel_unaudited(&approval.id);
+                }
+                return audit_unwritable(method, &call.tool, path, &error);
             }
-            return audit_unwritable(method, &call.tool, path);
         };
         match handling {
             Handling::Wait => {

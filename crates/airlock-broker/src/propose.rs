@@ -338,12 +338,16 @@ impl Broker {
                 if deduplicated {
                     record = record.flag("deduplicated", true);
                 }
-                let Some(audit) = self.log(record) else {
-                    // No approval is left pending that the log does not show.
-                    if !deduplicated {
-                        self.cancel(&approval.id);
+                let audit = match self.append_record(record, airlock_audit::Durability::Now) {
+                    Ok(audit) => audit,
+                    Err(error) => {
+                        // No approval is left pending that the log does not
+                        // show.
+                        if !deduplicated {
+                            self.cancel_unaudited(&approval.id);
+                        }
+                        return audit_unwritable(method, &call.tool, path, &error);
                     }
-                    return audit_unwritable(method, &call.tool, path);
                 };
                 (approval, (plan, audit))
             }
@@ -375,15 +379,16 @@ impl Broker {
                     None => (DecidedBy::Policy, None),
                 };
             if let Some(grant) = &grant {
-                let used = self.log(
+                let used = self.append_record(
                     Record::for_call(call, decision)
                         .event("grant_used")
                         .text("grant_id", grant)
                         .text("hitl_id", &approval.id),
+                    airlock_audit::Durability::Now,
                 );
-                if used.is_none() {
-                    self.cancel(&approval.id);
-                    return audit_unwritable(method, &call.tool, path);
+                if let Err(error) = used {
+                    self.cancel_unaudited(&approval.id);
+                    return audit_unwritable(method, &call.tool, path, &error);
                 }
             }
             let verdict = Verdict {

@@ -129,13 +129,21 @@ impl Broker {
         record: Record,
         durability: Durability,
     ) -> Option<airlock_core::envelope::AuditRef> {
-        match self.audit.append_with(record.into_map(), durability) {
-            Ok(appended) => Some(airlock_core::envelope::AuditRef {
+        self.append_record(record, durability).ok()
+    }
+
+    /// Appends `record` to the audit chain.
+    pub(crate) fn append_record(
+        &self,
+        record: Record,
+        durability: Durability,
+    ) -> Result<airlock_core::envelope::AuditRef, airlock_audit::AuditError> {
+        self.audit
+            .append_with(record.into_map(), durability)
+            .map(|appended| airlock_core::envelope::AuditRef {
                 prev_hash: appended.prev_hash,
                 event_hash: appended.event_hash,
-            }),
-            Err(_) => None,
-        }
+            })
     }
 
     /// Audits `record` and stamps the envelope with it. If the audit log cannot
@@ -158,15 +166,16 @@ impl Broker {
         record: Record,
         durability: Durability,
     ) -> Envelope {
-        match self.log_with(record, durability) {
-            Some(audit) => {
+        match self.append_record(record, durability) {
+            Ok(audit) => {
                 envelope.audit = Some(audit);
                 envelope
             }
-            None => audit_unwritable(
+            Err(error) => audit_unwritable(
                 &envelope.op.method,
                 &envelope.op.tool,
                 envelope.op.path.as_deref(),
+                &error,
             ),
         }
     }

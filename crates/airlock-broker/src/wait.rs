@@ -10,6 +10,39 @@ use crate::envelopes::{failure_for, hitl_ref, settled_from_row};
 use crate::error::BrokerError;
 use crate::record::Record;
 
+/// Waiting out a shared store that cannot be reached: with a growing pause,
+/// for a minute, or until the approval's expiry as last seen when that is
+/// later.
+struct Away {
+    until_ms: u64,
+    pause: std::time::Duration,
+}
+
+impl Away {
+    fn new(now_ms: u64) -> Away {
+        Away {
+            until_ms: now_ms.saturating_add(60_000),
+            pause: std::time::Duration::from_millis(50),
+        }
+    }
+
+    fn back(&mut self, expires_ms: u64, now_ms: u64) {
+        self.until_ms = expires_ms.max(now_ms.saturating_add(60_000));
+        self.pause = std::time::Duration::from_millis(50);
+    }
+
+    /// Whether to look again after a pause (taken here): the store is only
+    /// away, and there is time left.
+    fn wait_out(&mut self, error: &BrokerError, now_ms: u64) -> bool {
+        if error.code() != ErrorCode::StoreUnavailable || now_ms >= self.until_ms {
+            return false;
+        }
+        std::thread::sleep(self.pause);
+        self.pause = (self.pause * 2).min(std::time::Duration::from_secs(1));
+        true
+    }
+}
+
 impl Broker {
     /// Blocks until the approval is settled or its time is up (then it expires,
     /// which denies: a timeout never approves). It never waits for a process that
@@ -17,14 +50,24 @@ impl Broker {
     /// row, and an apply whose owner died is recovered here.
     pub fn wait(&self, id: &str) -> Envelope {
         let mut last_recovery = std::time::Instant::now();
+        // A shared store that is away for a moment (a database restart) is
+        // waited out, up to the approval's expiry as last seen.
+        let mut away = Away::new(self.now_ms());
         loop {
-            let cursor = match self.cursor() {
-                Ok(cursor) => cursor,
-                Err(error) => return failure_for(id, &error),
-            };
-            let approval = match self.store.get(id) {
-                Ok(approval) => approval,
-                Err(error) => return failure_for(id, &BrokerError::from(error)),
+            let looked = self
+                .cursor()
+                .and_then(|cursor| Ok((cursor, self.store.get(id)?)));
+            let (cursor, approval) = match looked {
+                Ok(looked) => {
+                    away.back(looked.1.expires_ms, self.now_ms());
+                    looked
+                }
+                Err(error) => {
+                    if away.wait_out(&error, self.now_ms()) {
+                        continue;
+                    }
+                    return failure_for(id, &error);
+                }
             };
             match approval.status {
                 ApprovalStatus::Pending => {
@@ -154,6 +197,31 @@ impl Broker {
     /// Cancels every pending approval this process waits for: an interrupted
     /// call, even one interrupted between creating its approval and reporting
     /// it. Returns their ids.
+    /// Cancels a new approval whose proposal could not be audited, so none
+    /// stays pending that the log does not show. The audit and the store
+    /// fail together when a shared store is away: the cancel is tried again
+    /// for a while, until the approval is no longer pending.
+    pub(crate) fn cancel_unaudited(&self, id: &str) {
+        let mut pause = std::time::Duration::from_millis(50);
+        let give_up = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            if self.cancel(id).is_some() {
+                return;
+            }
+            match self.store.get(id) {
+                Ok(approval) if approval.status != ApprovalStatus::Pending => return,
+                Err(airlock_store::StoreError::NotFound(_)) => return,
+                _ => {}
+            }
+            if std::time::Instant::now() >= give_up {
+                eprintln!("airlock: {id} stays pending without its proposal's audit record");
+                return;
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(std::time::Duration::from_secs(1));
+        }
+    }
+
     pub fn cancel_own_waits(&self) -> Vec<String> {
         let me = self.store.me();
         let abandoned = self.store.abandoned(&|holder| holder != me);

@@ -632,3 +632,131 @@ fn a_thousand_concurrent_proposals_across_instances_lose_and_duplicate_nothing()
     assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
     assert_eq!(ws.run(&["audit", "verify"]).code, 0);
 }
+
+#[test]
+fn a_database_restarted_mid_run_loses_nothing_that_was_answered() {
+    if !require("instances", &[Peer::Postgres]) {
+        return;
+    }
+    // A server of its own: this test stops it.
+    let server = PgServer::start();
+    let url = server.new_database();
+    let ws = workspace(
+        &url,
+        "security:\n  hitl:\n    approval_mode: defer\n    max_pending: 5000\n",
+    );
+    let instances = [
+        Serving::start(&ws, &[]),
+        Serving::start(&ws, &[]),
+        Serving::start(&ws, &[]),
+    ];
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let proposed = std::sync::atomic::AtomicUsize::new(0);
+    let (answers, refused) = std::thread::scope(|scope| {
+        let clients: Vec<_> = (0..12)
+            .map(|client| {
+                let (instances, stop, proposed) = (&instances, &stop, &proposed);
+                scope.spawn(move || {
+                    let mut answers = Vec::new();
+                    let mut refused = 0;
+                    let mut call = 0;
+                    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                        call += 1;
+                        let path = format!("src/r-{client}-{call}.txt");
+                        let (status, body) = post(
+                            &instances[call % 3],
+                            "/v1/tools/call",
+                            AGENT,
+                            &write_call(&path),
+                        );
+                        match status {
+                            202 => {
+                                proposed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                                answers
+                                    .push((path, body["approval_id"].as_str().unwrap().to_owned()));
+                            }
+                            // The database is away: the call is refused,
+                            // with its reason, and may be tried again.
+                            503 => {
+                                assert_eq!(body["error"]["code"], "store_unavailable", "{body}");
+                                refused += 1;
+                                std::thread::sleep(Duration::from_millis(20));
+                            }
+                            _ => panic!("{status}: {body}"),
+                        }
+                    }
+                    (answers, refused)
+                })
+            })
+            .collect();
+        let wait_for = |count: usize| {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while proposed.load(std::sync::atomic::Ordering::SeqCst) < count {
+                assert!(Instant::now() < deadline, "stuck at {count}");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        };
+        wait_for(60);
+        // A crash of the database (no shutdown), and back after a while.
+        server.kill();
+        std::thread::sleep(Duration::from_millis(1_500));
+        server.restart();
+        let after = proposed.load(std::sync::atomic::Ordering::SeqCst);
+        wait_for(after + 60);
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let mut answers = Vec::new();
+        let mut refused = 0;
+        for client in clients {
+            let (mine, none) = client.join().unwrap();
+            answers.extend(mine);
+            refused += none;
+        }
+        (answers, refused)
+    });
+    assert!(refused > 0, "the outage was never seen");
+
+    // Every call answered 202 has its approval, once.
+    let store = open_store(&url);
+    let ids: std::collections::BTreeSet<&str> = answers.iter().map(|(_, id)| id.as_str()).collect();
+    assert_eq!(ids.len(), answers.len());
+    for id in &ids {
+        assert_eq!(store.get(id).unwrap().status, ApprovalStatus::Pending);
+    }
+    // A subscriber on C hears B's decisions (the listener reconnected).
+    let watched = subscribe(&instances[2].addr, APPROVER, None);
+    for (n, (path, id)) in answers.iter().enumerate() {
+        let (status, decided) = post(
+            &instances[n % 2],
+            &format!("/hitl/decide/{id}"),
+            APPROVER,
+            &json!({"decision": "approve"}),
+        );
+        assert_eq!(status, 200, "{decided}");
+        assert_eq!(ws.read(path).as_deref(), Some("new\n"));
+    }
+    let (_, last) = answers.last().unwrap();
+    events_of(&watched, last, "applied");
+    // The feed and the chain: nothing twice, and the chain verifies.
+    let events = store.events_after(0, 1_000_000).unwrap();
+    assert!(events.windows(2).all(|pair| pair[0].seq < pair[1].seq));
+    let mut seen = std::collections::BTreeSet::new();
+    for event in &events {
+        if let Some(subject) = &event.subject {
+            assert!(
+                seen.insert((event.kind.as_str(), subject.clone())),
+                "twice: {event:?}"
+            );
+        }
+    }
+    let records = audit(&ws);
+    for (_, id) in &answers {
+        for event in ["write_file_propose", "hitl_decision", "write_file_apply"] {
+            let count = records
+                .iter()
+                .filter(|record| record["event"] == event && record["hitl_id"] == id.as_str())
+                .count();
+            assert_eq!(count, 1, "{event} of {id}");
+        }
+    }
+    assert_eq!(ws.run(&["audit", "verify"]).code, 0);
+}

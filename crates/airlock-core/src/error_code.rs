@@ -36,6 +36,10 @@ pub enum ErrorCode {
     UpstreamUnavailable,
     /// `exec`: the kernel offers no sandbox (and `exec.sandbox` is not `none`).
     SandboxUnavailable,
+    /// The shared store (`store.url`, PostgreSQL) cannot be reached now;
+    /// nothing was decided or changed that the store did not record. Try
+    /// again.
+    StoreUnavailable,
     /// `exec`: the command ran past its timeout and was killed.
     ExecTimeout,
     /// `exec`: the command could not be started.
@@ -86,6 +90,7 @@ impl ErrorCode {
             ErrorCode::UpstreamError => "upstream_error",
             ErrorCode::UpstreamUnavailable => "upstream_unavailable",
             ErrorCode::SandboxUnavailable => "sandbox_unavailable",
+            ErrorCode::StoreUnavailable => "store_unavailable",
             ErrorCode::ExecTimeout => "exec_timeout",
             ErrorCode::ExecFailed => "exec_failed",
             ErrorCode::RateLimited => "rate_limited",

@@ -111,6 +111,15 @@ pub(crate) fn failure(status: StatusCode, code: ErrorCode, message: impl Into<St
         "status": "error",
         "error": {"code": code.as_str(), "message": message.into()},
     });
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        // The shared store is away for now: a client may try again soon.
+        return (
+            status,
+            [(axum::http::header::RETRY_AFTER, "1")],
+            axum::Json(body),
+        )
+            .into_response();
+    }
     (status, axum::Json(body)).into_response()
 }
 
@@ -226,6 +235,7 @@ pub(crate) fn status_for(code: ErrorCode) -> StatusCode {
         }
         ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
         ErrorCode::IoError => StatusCode::INTERNAL_SERVER_ERROR,
+        ErrorCode::StoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         _ => StatusCode::BAD_REQUEST,
     }
 }
@@ -462,13 +472,22 @@ async fn tools_call(
 }
 
 /// An envelope as an answer: 202 for `hitl_required`, 400 for input the
-/// tool refused as malformed, 429 when too many approvals are pending, 200
+/// tool refused as malformed, 429 when too many approvals are pending, 503
+/// (with `Retry-After`) when the shared store cannot be reached, 200
 /// otherwise.
 fn envelope_response(envelope: &Envelope) -> Response {
     let value = serde_json::to_value(envelope).unwrap_or(Value::Null);
     let code = envelope.error.as_ref().map(|error| error.code);
     if code == Some(ErrorCode::RateLimited) {
         return (StatusCode::TOO_MANY_REQUESTS, axum::Json(value)).into_response();
+    }
+    if code == Some(ErrorCode::StoreUnavailable) {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(axum::http::header::RETRY_AFTER, "1")],
+            axum::Json(value),
+        )
+            .into_response();
     }
     match envelope.status {
         Status::HitlRequired => {

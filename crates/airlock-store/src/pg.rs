@@ -364,14 +364,22 @@ impl PgEngine {
     }
 
     /// Whether the instance `holder` holds its lease now (database time).
+    /// This instance is alive to itself. In the first lease after the
+    /// database (re)started nobody is taken for dead: every live instance
+    /// needs that long to renew a lease that ran out while the database was
+    /// away.
     pub(crate) fn alive(&self, holder: u32) -> bool {
         if holder == self.instance {
-            return self.holding();
+            return true;
         }
+        let lease_ms = i64::try_from(self.lease.as_millis()).unwrap_or(i64::MAX);
         self.autocommit(|conn| {
             Ok(first(
                 conn,
-                "SELECT 1 AS alive FROM instances WHERE id = ?1 AND lease_until > clock_timestamp()",
+                &format!(
+                    "SELECT 1 AS alive FROM instances WHERE id = ?1 AND (lease_until > clock_timestamp() \
+                     OR clock_timestamp() < pg_postmaster_start_time() + {lease_ms} * interval '1 millisecond')"
+                ),
                 args![holder],
             )?
             .is_some())
