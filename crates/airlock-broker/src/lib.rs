@@ -31,6 +31,7 @@ mod feed;
 mod forward;
 mod grants;
 mod hook;
+mod migrate;
 mod presence;
 mod propose;
 mod record;
@@ -54,6 +55,7 @@ pub use feed::{Cursor, FEED_POLL};
 pub use forward::{ForwardError, ForwardNow, Forwarder};
 pub use grants::{GrantTerms, duration_words};
 pub use hook::HOOK_MARGIN;
+pub use migrate::{Migrated, migrate_store};
 pub use presence::{LiveChannel, Presence};
 pub use record::Record;
 pub use runtime::{

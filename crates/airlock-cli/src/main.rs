@@ -108,6 +108,10 @@ enum Command {
     /// (event on stdin, the agent's answer on stdout).
     #[command(subcommand)]
     Hook(hook::HookCommand),
+    /// The state store: move a workspace's state into a shared PostgreSQL
+    /// database.
+    #[command(subcommand)]
+    Store(store::StoreCommand),
 }
 
 #[derive(Debug, Subcommand)]
@@ -182,7 +186,9 @@ fn run(cli: Cli) -> Result<u8, Failure> {
     // Every command first loads the configuration: an invalid one stops them all.
     let need = match &cli.command {
         Command::Init { .. } => Need::Creating,
-        Command::Config(ConfigCommand::Schema) | Command::Tools(_) => Need::Optional,
+        Command::Config(ConfigCommand::Schema) | Command::Tools(_) | Command::Store(_) => {
+            Need::Optional
+        }
         _ => Need::Existing,
     };
     let workspace = Workspace::load(&cli.global, need)?;
@@ -226,6 +232,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Token(command) => token::run(workspace, &command),
         Command::Channels(command) => channels::run(workspace, &command),
         Command::Hook(_) => Ok(2),
+        Command::Store(command) => store::run(&workspace, &command),
     }
 }
 

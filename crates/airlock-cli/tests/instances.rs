@@ -760,3 +760,128 @@ fn a_database_restarted_mid_run_loses_nothing_that_was_answered() {
     }
     assert_eq!(ws.run(&["audit", "verify"]).code, 0);
 }
+
+#[test]
+fn a_sqlite_state_dir_migrates_into_postgres_with_its_chain_and_undo() {
+    let Some(url) = database("instances") else {
+        return;
+    };
+    // A SQLite workspace with history: applied, undone, denied, a grant,
+    // and a keyed audit chain.
+    let ws = Workspace::new("").with_env("AIRLOCK_AUDIT_KEY", "migration-key");
+    ws.write("a.txt", "hello\n");
+    let kept = ws.propose("a.txt", "kept\n");
+    assert_eq!(ws.run(&["approve", &kept]).code, 0);
+    let undone = ws.propose("src/u.txt", "undone\n");
+    assert_eq!(ws.run(&["approve", &undone]).code, 0);
+    assert_eq!(ws.run(&["undo", &undone]).code, 0);
+    let denied = ws.propose("src/d.txt", "no\n");
+    assert_eq!(ws.run(&["deny", &denied]).code, 4);
+    let granted = ws.propose("src/g.txt", "grant\n");
+    assert_eq!(ws.run(&["approve", &granted, "--always"]).code, 0);
+    let before = |ws: &Workspace| {
+        (
+            ws.run(&["history", "--json"]).json,
+            ws.run(&["grants", "--json"]).json,
+            ws.run(&["audit", "verify", "--json"]).json,
+        )
+    };
+    let (history, grants, verified) = before(&ws);
+    assert_eq!(verified["problem"], Value::Null, "{verified}");
+    let last_event = airlock_store::Store::open(&ws.path(".airlock/airlock.db"))
+        .unwrap()
+        .last_event()
+        .unwrap();
+
+    let migrate = ws.run(&[
+        "store",
+        "migrate",
+        "--from",
+        "sqlite:.airlock",
+        "--to",
+        &url,
+    ]);
+    assert_eq!(migrate.code, 0, "{}{}", migrate.stdout, migrate.stderr);
+    assert!(
+        migrate.stdout.contains("4 approvals") && migrate.stdout.contains("1 grants"),
+        "{}",
+        migrate.stdout
+    );
+
+    // The chain's head moved with it.
+    let original = std::fs::read_to_string(ws.path(".airlock/audit.jsonl")).unwrap();
+    let last: Value = serde_json::from_str(original.lines().last().unwrap()).unwrap();
+    let head = open_store(&url).audit_chain_head().unwrap().unwrap();
+    assert_eq!(
+        (json!(head.0), json!(head.1)),
+        (last["seq"].clone(), last["event_hash"].clone())
+    );
+    assert_eq!(last["seq"], verified["last_seq"]);
+
+    // The same workspace on the shared store: the same history and grants,
+    // the chain continued (a new configuration is recorded), and undo of an
+    // apply made before.
+    let config = format!("store:\n  url: \"{url}\"\n  lease: 2s\n");
+    ws.write("airlock.yaml", &config);
+    let (history_after, grants_after, verified_after) = before(&ws);
+    assert_eq!(history_after, history);
+    assert_eq!(grants_after, grants);
+    assert_eq!(verified_after["problem"], Value::Null, "{verified_after}");
+    let exported = ws.run(&["audit", "export"]).stdout;
+    assert!(exported.starts_with(&original), "the copied chain is the file's");
+    assert_eq!(ws.run(&["undo", &kept]).code, 0);
+    assert_eq!(ws.read("a.txt").as_deref(), Some("hello\n"));
+    // New state continues after the copied: events, approvals, the chain.
+    let next = ws.propose("src/n.txt", "next\n");
+    let store = open_store(&url);
+    let created = store
+        .events_after(last_event, 100)
+        .unwrap()
+        .into_iter()
+        .find(|event| event.subject.as_deref() == Some(next.as_str()))
+        .expect("the new approval's event");
+    assert!(created.seq > last_event);
+    assert_eq!(ws.run(&["audit", "verify"]).code, 0);
+
+    // A second migration into the database now in use is refused, and
+    // changes nothing.
+    let approvals = store.history(0, 1_000).unwrap().len() + store.pending(None, 0).unwrap().len();
+    let again = ws.run(&[
+        "store",
+        "migrate",
+        "--from",
+        "sqlite:.airlock",
+        "--to",
+        &url,
+    ]);
+    assert_eq!(again.code, 2, "{}{}", again.stdout, again.stderr);
+    assert!(
+        again.stderr.contains("already holds airlock state"),
+        "{}",
+        again.stderr
+    );
+    assert_eq!(
+        store.history(0, 1_000).unwrap().len() + store.pending(None, 0).unwrap().len(),
+        approvals
+    );
+    // A chain that does not verify is not copied.
+    let empty = PgServer::shared().new_database();
+    let log = ws.path(".airlock/audit.jsonl");
+    let text = std::fs::read_to_string(&log).unwrap();
+    std::fs::write(&log, text.replacen("kept", "KEPT", 1)).unwrap();
+    let broken = ws.run(&[
+        "store",
+        "migrate",
+        "--from",
+        "sqlite:.airlock",
+        "--to",
+        &empty,
+    ]);
+    assert_eq!(broken.code, 2, "{}{}", broken.stdout, broken.stderr);
+    assert!(
+        broken.stderr.contains("does not verify"),
+        "{}",
+        broken.stderr
+    );
+    assert!(!open_store(&empty).holds_state().unwrap());
+}

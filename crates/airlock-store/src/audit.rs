@@ -158,7 +158,11 @@ fn rows(conn: &mut dyn Conn, sql: &str, args: &[Value]) -> Result<Vec<AuditRow>,
 }
 
 /// Inserts `chunk` in one statement.
-fn insert_rows(conn: &mut dyn Conn, chunk: &[AuditRow], instance: u32) -> Result<(), StoreError> {
+pub(crate) fn insert_rows(
+    conn: &mut dyn Conn,
+    chunk: &[AuditRow],
+    instance: u32,
+) -> Result<(), StoreError> {
     let mut sql = String::from(
         "INSERT INTO audit_records (seq, ts, event, hitl_id, event_hash, line, instance) VALUES ",
     );

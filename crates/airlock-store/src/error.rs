@@ -36,6 +36,9 @@ pub enum StoreError {
         limit: u64,
         scope: &'static str,
     },
+    /// A migration's target already holds airlock state.
+    #[error("the target database already holds airlock state; migrate into an empty one")]
+    NotEmpty,
     #[error("the store lock is poisoned")]
     Poisoned,
     #[error("corrupt row: {0}")]

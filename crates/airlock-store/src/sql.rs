@@ -100,6 +100,13 @@ impl Row {
         self.at(at)
     }
 
+    /// The value at `index` as it is.
+    pub(crate) fn value(&self, index: usize) -> Result<&Value, StoreError> {
+        self.values
+            .get(index)
+            .ok_or_else(|| StoreError::Corrupt(format!("no column {index}")))
+    }
+
     /// The value at `index`, read as `T`.
     pub(crate) fn at<T: FromValue>(&self, index: usize) -> Result<T, StoreError> {
         let value = self
