@@ -30,6 +30,18 @@ pub struct Cursor {
 }
 
 impl Broker {
+    /// How often a reader looks for changes the notifier may not have told
+    /// it of: [`FEED_POLL`] with the embedded store (another process's
+    /// change wakes no one here); with a shared store, whose listener wakes
+    /// the notifier for every instance's change, only as a safety net.
+    pub fn feed_poll(&self) -> Duration {
+        if self.store.is_shared() {
+            LOOK_AROUND
+        } else {
+            FEED_POLL
+        }
+    }
+
     /// The events after `seq`, oldest first, at most `limit`.
     pub fn events_after(&self, seq: u64, limit: usize) -> Result<Vec<FeedEvent>, BrokerError> {
         Ok(self.store.events_after(seq, limit)?)
@@ -51,20 +63,24 @@ impl Broker {
     pub fn park(&self, cursor: Cursor, deadline_ms: Option<u64>) {
         let notifier = Notifier::get();
         let started = Instant::now();
+        let poll = self.feed_poll();
         loop {
             let now = self.now_ms();
             let slice = match deadline_ms {
                 Some(deadline) if now >= deadline => return,
-                Some(deadline) => FEED_POLL.min(Duration::from_millis(deadline - now)),
-                None => FEED_POLL,
+                Some(deadline) => poll.min(Duration::from_millis(deadline - now)),
+                None => poll,
             };
             if notifier.wait_past(cursor.generation, slice) != cursor.generation {
                 return;
             }
-            if self
-                .store
-                .last_event()
-                .map_or(true, |seq| seq != cursor.seq)
+            // A shared store wakes the notifier for every instance's change;
+            // only the embedded one needs a look at the newest event.
+            if !self.store.is_shared()
+                && self
+                    .store
+                    .last_event()
+                    .map_or(true, |seq| seq != cursor.seq)
             {
                 return;
             }

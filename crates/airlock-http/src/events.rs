@@ -11,7 +11,7 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use airlock_broker::{EventKind, FEED_POLL, FeedEvent, LiveChannel, Runtime, approval_view};
+use airlock_broker::{EventKind, FeedEvent, LiveChannel, Runtime, approval_view};
 use airlock_core::Principal;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use serde_json::{Value, json};
@@ -130,9 +130,10 @@ impl Events {
             if !read.is_empty() {
                 return read;
             }
+            let poll = self.runtime.broker().feed_poll();
             tokio::select! {
                 () = woken => {}
-                () = tokio::time::sleep(FEED_POLL) => {}
+                () = tokio::time::sleep(poll) => {}
             }
         }
     }
