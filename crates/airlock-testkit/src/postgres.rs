@@ -129,6 +129,8 @@ pub struct PgServer {
     data: PathBuf,
     log: PathBuf,
     port: u16,
+    /// Whether commits reach the disk (`fsync`); tests run without.
+    durable: bool,
 }
 
 impl PgServer {
@@ -139,8 +141,20 @@ impl PgServer {
         SHARED.get_or_init(PgServer::start)
     }
 
-    /// A server of its own (a test that restarts it, or measures it).
+    /// A server of its own (a test that restarts it). It does not sync to
+    /// disk: a crash of the server process loses nothing, one of the
+    /// machine would.
     pub fn start() -> PgServer {
+        PgServer::start_with(false)
+    }
+
+    /// A server that syncs every commit to disk, as a deployment does: for
+    /// benchmarks.
+    pub fn start_durable() -> PgServer {
+        PgServer::start_with(true)
+    }
+
+    fn start_with(durable: bool) -> PgServer {
         let bin = pg_bin().expect("PostgreSQL (apt-get install postgresql)");
         let base = tempfile::tempdir().expect("tempdir");
         let run_dir = owned_dir(base.path(), "run");
@@ -154,6 +168,7 @@ impl PgServer {
             bin,
             data,
             port: 0,
+            durable,
         };
         server.boot()
     }
@@ -169,8 +184,9 @@ impl PgServer {
             .args(["-w", "-t", "60", "-o"])
             .arg(format!(
                 "-p {} -c listen_addresses=127.0.0.1 -c unix_socket_directories='' \
-                 -c fsync=off -c max_connections=300",
-                self.port
+                 -c fsync={} -c max_connections=300",
+                self.port,
+                if self.durable { "on" } else { "off" }
             ))
             .arg("start")
             .stdin(Stdio::null());
