@@ -42,6 +42,12 @@ impl Broker {
         }
     }
 
+    /// Whether this process sends event `seq` to the webhook at `url`: with
+    /// a shared store, exactly one instance does.
+    pub fn claim_delivery(&self, seq: u64, url: &str) -> Result<bool, BrokerError> {
+        Ok(self.store.claim_delivery(seq, url)?)
+    }
+
     /// The events after `seq`, oldest first, at most `limit`.
     pub fn events_after(&self, seq: u64, limit: usize) -> Result<Vec<FeedEvent>, BrokerError> {
         Ok(self.store.events_after(seq, limit)?)

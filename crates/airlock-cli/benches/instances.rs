@@ -164,7 +164,11 @@ fn main() {
     for instances in 1..=3 {
         let url = server.new_database();
         let store = format!("store:\n  url: \"{url}\"\n");
-        rows.push(("postgres", instances, measure(&store, instances, per_agent, samples)));
+        rows.push((
+            "postgres",
+            instances,
+            measure(&store, instances, per_agent, samples),
+        ));
     }
     println!(
         "{AGENTS} agents x {per_agent} proposals; {samples} waiting calls decided on another instance"

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use airlock_store::{ApprovalStatus, EventKind};
 use airlock_testkit::Workspace;
-use airlock_testkit::http::{Serving, request, subscribe};
+use airlock_testkit::http::{Serving, hook_receiver, request, subscribe};
 use airlock_testkit::peers::{Peer, require};
 use airlock_testkit::postgres::{PgServer, open_store};
 use airlock_testkit::token_sha256 as sha;
@@ -828,7 +828,10 @@ fn a_sqlite_state_dir_migrates_into_postgres_with_its_chain_and_undo() {
     assert_eq!(grants_after, grants);
     assert_eq!(verified_after["problem"], Value::Null, "{verified_after}");
     let exported = ws.run(&["audit", "export"]).stdout;
-    assert!(exported.starts_with(&original), "the copied chain is the file's");
+    assert!(
+        exported.starts_with(&original),
+        "the copied chain is the file's"
+    );
     assert_eq!(ws.run(&["undo", &kept]).code, 0);
     assert_eq!(ws.read("a.txt").as_deref(), Some("hello\n"));
     // New state continues after the copied: events, approvals, the chain.
@@ -884,4 +887,72 @@ fn a_sqlite_state_dir_migrates_into_postgres_with_its_chain_and_undo() {
         broken.stderr
     );
     assert!(!open_store(&empty).holds_state().unwrap());
+}
+
+#[test]
+fn a_webhook_hears_each_event_once_whichever_instances_read_it() {
+    let Some(url) = database("instances") else {
+        return;
+    };
+    let (hook, received) = hook_receiver(0);
+    let ws = workspace(
+        &url,
+        &format!(
+            "security:\n  hitl:\n    approval_mode: defer\n\
+             notify:\n  webhooks:\n    - {{url: \"{hook}\", events: [created, decided]}}\n"
+        ),
+    );
+    let instances = [
+        Serving::start(&ws, &[]),
+        Serving::start(&ws, &[]),
+        Serving::start(&ws, &[]),
+    ];
+    let mut ids = Vec::new();
+    for n in 0..5 {
+        let (status, pending) = post(
+            &instances[n % 3],
+            "/v1/tools/call",
+            AGENT,
+            &write_call(&format!("src/h{n}.txt")),
+        );
+        assert_eq!(status, 202, "{pending}");
+        let id = pending["approval_id"].as_str().unwrap().to_owned();
+        let (status, _) = post(
+            &instances[(n + 1) % 3],
+            &format!("/hitl/decide/{id}"),
+            APPROVER,
+            &json!({"decision": "approve"}),
+        );
+        assert_eq!(status, 200);
+        ids.push(id);
+    }
+    // Ten deliveries (created and applied for each), then nothing more.
+    let mut heard: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for _ in 0..10 {
+        let Ok(body) = received.recv_timeout(Duration::from_secs(20)) else {
+            let name = url.rsplit('/').next().unwrap();
+            panic!(
+                "no delivery after {heard:?}; deliveries: {}",
+                PgServer::shared().psql(name, "SELECT * FROM airlock.deliveries")
+            );
+        };
+        let key = (
+            body["event"].as_str().unwrap_or("?").to_owned(),
+            body["approval"]["id"].as_str().unwrap_or("?").to_owned(),
+        );
+        *heard.entry(key).or_default() += 1;
+    }
+    assert!(
+        received.recv_timeout(Duration::from_secs(2)).is_err(),
+        "a delivery twice: {heard:?}"
+    );
+    for id in &ids {
+        for event in ["created", "decided"] {
+            assert_eq!(
+                heard.get(&(event.to_owned(), id.clone())),
+                Some(&1),
+                "{heard:?}"
+            );
+        }
+    }
 }

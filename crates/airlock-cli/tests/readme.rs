@@ -3,7 +3,9 @@
 //! - `sh` blocks: each `airlock` line runs through bash, in order, in one
 //!   fresh project (the files the examples name are there), with the
 //!   approvals a waiting call makes approved as a person at `airlock watch`
-//!   would; `hitl-…` and `grant-…` stand for the newest id. A line with
+//!   would; `hitl-…` and `grant-…` stand for the newest id, and
+//!   `postgres://airlock@db.example/airlock` for a new database on a
+//!   throwaway PostgreSQL server. A line with
 //!   `--defer` must exit 3, every other one 0. A server line is started and
 //!   must print the `# airlock: …` lines that follow it. Lines that build or
 //!   test airlock itself (`cargo …`, `bash scripts/…`) or move about
@@ -121,6 +123,9 @@ fn path_env() -> String {
     )
 }
 
+/// The database URL the README's examples name.
+const README_DATABASE: &str = "postgres://airlock@db.example/airlock";
+
 struct Runner<'a> {
     ws: &'a Workspace,
     last_approval: Option<String>,
@@ -151,6 +156,11 @@ impl Runner<'_> {
                 .expect("no grant for grant-…")
                 .to_owned();
             line = line.replace("grant-…", &id);
+        }
+        // The README's PostgreSQL server is a fresh database on the test's.
+        if line.contains(README_DATABASE) {
+            let url = airlock_testkit::postgres::PgServer::shared().new_database();
+            line = line.replace(README_DATABASE, &url);
         }
         assert!(
             !line.contains('…'),
@@ -247,7 +257,7 @@ impl Runner<'_> {
 fn every_shell_example_in_the_readme_runs_as_written() {
     if !require(
         "every_shell_example_in_the_readme_runs_as_written",
-        &[Peer::Jq],
+        &[Peer::Jq, Peer::Postgres],
     ) {
         return;
     }

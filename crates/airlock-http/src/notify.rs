@@ -110,6 +110,16 @@ async fn deliver_all(
     }
     let body = Arc::new(payload(change, event, links, base).to_string());
     for url in hooks {
+        // Several instances on one store read the same event: one sends it.
+        let claim = {
+            let (broker, url, seq) = (runtime.broker(), url.clone(), change.seq);
+            tokio::task::spawn_blocking(move || broker.claim_delivery(seq, &url)).await
+        };
+        match claim {
+            Ok(Ok(false)) => continue,
+            // Unsure whether another sends it: better twice than never.
+            Ok(Ok(true) | Err(_)) | Err(_) => {}
+        }
         // A slot before the task: when hooks are slow, reading the feed
         // waits (the events stay in the feed), rather than tasks piling up.
         let Ok(slot) = slots.clone().acquire_owned().await else {

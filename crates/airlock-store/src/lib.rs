@@ -364,6 +364,23 @@ impl Store {
         })
     }
 
+    /// Claims the delivery of event `seq` to `target` (a webhook's URL):
+    /// `true` for the one instance of a shared store that should send it.
+    /// On SQLite (one host) every serving process delivers what it reads.
+    pub fn claim_delivery(&self, seq: u64, target: &str) -> Result<bool, StoreError> {
+        if !self.is_shared() {
+            return Ok(true);
+        }
+        let me = self.me();
+        self.with(|conn| {
+            Ok(conn.execute(
+                "INSERT INTO deliveries (seq, target, instance) VALUES (?1, ?2, ?3) \
+                 ON CONFLICT DO NOTHING",
+                args![i64::try_from(seq).unwrap_or(i64::MAX), target, me],
+            )? == 1)
+        })
+    }
+
     /// A small key-value setting.
     pub fn get_kv(&self, key: &str) -> Result<Option<String>, StoreError> {
         self.with(|conn| {

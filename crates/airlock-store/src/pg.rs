@@ -242,6 +242,15 @@ CREATE TABLE audit_records (
 );
 CREATE INDEX audit_records_event ON audit_records (event, hitl_id);
 ",
+    // 3: which instance delivers an event to a webhook (one does).
+    "
+CREATE TABLE deliveries (
+    seq bigint NOT NULL,
+    target text NOT NULL,
+    instance bigint NOT NULL,
+    PRIMARY KEY (seq, target)
+);
+",
 ];
 
 /// One instance's connection to the shared database.
@@ -278,6 +287,17 @@ impl PgEngine {
                          RETURNING id"
                     ),
                     args![options.host, std::process::id(), now_ms as i64],
+                )
+            },
+        )?;
+        // Instances gone for a day hold nothing any more (their claims were
+        // taken over long ago): their rows go.
+        once(
+            |work| driver.autocommit(work),
+            |conn| {
+                conn.execute(
+                    "DELETE FROM instances WHERE lease_until < clock_timestamp() - interval '1 day'",
+                    &[],
                 )
             },
         )?;

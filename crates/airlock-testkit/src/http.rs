@@ -310,3 +310,64 @@ pub fn refusing_hook() -> String {
     });
     format!("http://{addr}/hook")
 }
+
+/// A webhook receiver on loopback: each POST's JSON body goes to the
+/// channel; the first `fail_first` requests are answered 503.
+pub fn hook_receiver(fail_first: usize) -> (String, std::sync::mpsc::Receiver<Value>) {
+    let (url, receiver, release) = held_hook_receiver(fail_first);
+    release.send(()).unwrap();
+    (url, receiver)
+}
+
+/// [`hook_receiver`] that answers nothing until the sender it returns is
+/// sent `()`.
+pub fn held_hook_receiver(
+    fail_first: usize,
+) -> (
+    String,
+    std::sync::mpsc::Receiver<Value>,
+    std::sync::mpsc::Sender<()>,
+) {
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/hook", listener.local_addr().unwrap());
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for (n, stream) in listener.incoming().enumerate() {
+            let Ok(stream) = stream else { return };
+            let mut reader = BufReader::new(stream);
+            let mut length = 0usize;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                    break;
+                }
+                if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                    length = value.trim().parse().unwrap_or(0);
+                }
+                if line == "\r\n" {
+                    break;
+                }
+            }
+            let mut body = vec![0; length];
+            let _ = reader.read_exact(&mut body);
+            if n == 0 && held.recv().is_err() {
+                return;
+            }
+            let status = if n < fail_first {
+                "503 Service Unavailable"
+            } else {
+                "200 OK"
+            };
+            let mut stream = reader.into_inner();
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+            if n >= fail_first {
+                let _ = sender.send(serde_json::from_slice(&body).unwrap_or(Value::Null));
+            }
+        }
+    });
+    (url, receiver, release)
+}
