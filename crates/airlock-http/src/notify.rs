@@ -115,10 +115,10 @@ async fn deliver_all(
             let (broker, url, seq) = (runtime.broker(), url.clone(), change.seq);
             tokio::task::spawn_blocking(move || broker.claim_delivery(seq, &url)).await
         };
-        match claim {
-            Ok(Ok(false)) => continue,
-            // Unsure whether another sends it: better twice than never.
-            Ok(Ok(true) | Err(_)) | Err(_) => {}
+        // Unsure whether another sends it (the claim failed): better twice
+        // than never.
+        if let Ok(Ok(false)) = claim {
+            continue;
         }
         // A slot before the task: when hooks are slow, reading the feed
         // waits (the events stay in the feed), rather than tasks piling up.
