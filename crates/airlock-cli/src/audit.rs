@@ -59,7 +59,7 @@ pub(crate) enum AuditCommand {
 
 pub(crate) fn run(workspace: &Workspace, command: &AuditCommand) -> Result<u8, Failure> {
     let config = &workspace.loaded.config;
-    let store = crate::store::shared_store(config)?;
+    let store = crate::store::shared_store(config, &workspace.root)?;
     let source = AuditSource::of(&workspace.root, config, store.as_deref());
     let failed = |error: airlock_broker::BrokerError| Failure::internal(anyhow!("{error}"));
     match command {

@@ -150,7 +150,7 @@ pub(crate) fn run(workspace: &Workspace, args: &CheckArgs) -> Result<(), Failure
     let broker_workspace = airlock_broker::Workspace {
         root: workspace.root.clone(),
         loaded: workspace.loaded.clone(),
-        store: crate::store::shared_store(&workspace.loaded.config)?,
+        store: crate::store::shared_store(&workspace.loaded.config, &workspace.root)?,
     };
     let (decision, grants) = airlock_broker::explain(&broker_workspace, &call, now_ms())
         .map_err(|error| Failure::internal(anyhow!("cannot read the workspace: {error}")))?;

@@ -68,7 +68,7 @@ pub(crate) fn run(workspace: &Workspace, command: &StoreCommand) -> Result<u8, F
     }
     let mut target_config = config.clone();
     target_config.store.url = Some(url.clone());
-    let target = join(&url, &target_config)?;
+    let target = join(&url, &target_config, &workspace.root)?;
     let key = config
         .audit
         .hmac_key_env
@@ -110,7 +110,10 @@ static CHOSEN: Mutex<Option<Chosen>> = Mutex::new(None);
 
 /// The shared store `config.store` names, joined once per process; `None`
 /// when the state is in the state dir's SQLite file.
-pub(crate) fn shared_store(config: &Config) -> Result<Option<Arc<Store>>, Failure> {
+pub(crate) fn shared_store(
+    config: &Config,
+    root: &std::path::Path,
+) -> Result<Option<Arc<Store>>, Failure> {
     let url = config.store.url.clone();
     let mut chosen = CHOSEN
         .lock()
@@ -125,19 +128,22 @@ pub(crate) fn shared_store(config: &Config) -> Result<Option<Arc<Store>>, Failur
     }
     let store = match &url {
         None => None,
-        Some(url) => Some(join(url, config)?),
+        Some(url) => Some(join(url, config, root)?),
     };
     *chosen = Some((url, store.clone()));
     Ok(store)
 }
 
-/// Joins the PostgreSQL database at `url` (`${VAR}` from the environment).
-fn join(url: &str, config: &Config) -> Result<Arc<Store>, Failure> {
+/// Joins the PostgreSQL database at `url` (`${VAR}` from the environment),
+/// trusting `tls.ca_file` (relative to the workspace root) besides the
+/// platform's roots.
+fn join(url: &str, config: &Config, root: &std::path::Path) -> Result<Arc<Store>, Failure> {
     let expanded = expand_env(url, |name| std::env::var(name).ok())
         .map_err(|error| Failure::usage(anyhow!("store.url: {error}")))?;
     let shown = airlock_pg::redacted(&expanded);
     let pool_size = usize::try_from(config.store.pool_size).unwrap_or(16);
-    let driver = airlock_pg::Postgres::connect(&expanded, pool_size)
+    let ca_file = config.tls.ca_file.as_deref().map(|file| root.join(file));
+    let driver = airlock_pg::Postgres::connect(&expanded, pool_size, ca_file.as_deref())
         .map_err(|error| Failure::usage(anyhow!("store.url: {error}")))?;
     let options = PgOptions {
         lease: Duration::from_secs(config.store.lease_seconds().unwrap_or(10)),

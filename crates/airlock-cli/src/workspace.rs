@@ -239,7 +239,7 @@ impl Workspace {
     /// The broker's view of this workspace, with the store `store.url`
     /// names (joined once per process; `None`: the state dir's SQLite).
     pub fn into_broker_workspace(self) -> Result<airlock_broker::Workspace, Failure> {
-        let store = crate::store::shared_store(&self.loaded.config)?;
+        let store = crate::store::shared_store(&self.loaded.config, &self.root)?;
         Ok(airlock_broker::Workspace {
             root: self.root,
             loaded: self.loaded,

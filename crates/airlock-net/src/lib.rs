@@ -12,9 +12,11 @@
 //! # Ok(()) }
 //! ```
 
+mod stream;
 mod tls;
 mod ws;
 
+pub use stream::{TlsClientStream, tls_over};
 pub use tls::{MAX_CA_FILE_BYTES, TlsError, client_config};
 /// A WebSocket error.
 pub use tokio_tungstenite::tungstenite::Error as WsError;

@@ -16,15 +16,20 @@
 //! [deadpool-postgres]: https://docs.rs/deadpool-postgres
 
 use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::str::FromStr;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use airlock_store::{PG_SCHEMA, PgDriver, SqlConn, SqlRow, SqlValue, StoreError};
 use bytes::BytesMut;
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio_postgres::tls::{ChannelBinding, MakeTlsConnect, TlsConnect, TlsStream};
 use tokio_postgres::types::{IsNull, ToSql, Type, to_sql_checked};
-use tokio_postgres::{AsyncMessage, NoTls};
+use tokio_postgres::{AsyncMessage, Socket};
 
 /// How long a connection attempt or a wait for a pooled connection may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -34,6 +39,7 @@ pub struct Postgres {
     runtime: Option<tokio::runtime::Runtime>,
     pool: Pool,
     config: tokio_postgres::Config,
+    tls: Tls,
 }
 
 impl std::fmt::Debug for Postgres {
@@ -56,12 +62,109 @@ pub fn redacted(url: &str) -> String {
     }
 }
 
+/// TLS to the database through airlock's one outbound client
+/// (airlock-net): the server's certificate is always checked, against the
+/// platform's roots and `tls.ca_file`, for the host name of the URL.
+#[derive(Debug, Clone)]
+pub struct Tls {
+    ca_file: Option<PathBuf>,
+}
+
+/// A TLS handshake on one connection.
+#[derive(Debug)]
+pub struct TlsTo {
+    host: String,
+    ca_file: Option<PathBuf>,
+}
+
+/// A connection to the database over TLS.
+#[derive(Debug)]
+pub struct PgTlsStream(airlock_net::TlsClientStream<Socket>);
+
+impl MakeTlsConnect<Socket> for Tls {
+    type Stream = PgTlsStream;
+    type TlsConnect = TlsTo;
+    type Error = std::io::Error;
+
+    fn make_tls_connect(&mut self, host: &str) -> Result<TlsTo, std::io::Error> {
+        Ok(TlsTo {
+            host: host.to_owned(),
+            ca_file: self.ca_file.clone(),
+        })
+    }
+}
+
+impl TlsConnect<Socket> for TlsTo {
+    type Stream = PgTlsStream;
+    type Error = std::io::Error;
+    type Future = Pin<Box<dyn Future<Output = std::io::Result<PgTlsStream>> + Send>>;
+
+    fn connect(self, stream: Socket) -> Self::Future {
+        Box::pin(async move {
+            airlock_net::tls_over(stream, &self.host, self.ca_file.as_deref())
+                .await
+                .map(PgTlsStream)
+        })
+    }
+}
+
+impl TlsStream for PgTlsStream {
+    fn channel_binding(&self) -> ChannelBinding {
+        ChannelBinding::none()
+    }
+}
+
+impl AsyncRead for PgTlsStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for PgTlsStream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.0).poll_shutdown(cx)
+    }
+}
+
+/// libpq's `sslmode` values that check the server, which tokio-postgres
+/// does not name: here every TLS connection checks it, so they are
+/// `require`.
+fn with_sslmode_tokio_knows(url: &str) -> String {
+    url.replace("sslmode=verify-full", "sslmode=require")
+        .replace("sslmode=verify-ca", "sslmode=require")
+}
+
 impl Postgres {
     /// A pool of at most `pool_size` connections to the database at `url`
     /// (`postgres://user[:password]@host[:port]/database[?…]`). Nothing is
     /// connected yet: the first statement connects, and a database that
-    /// cannot be reached is [`StoreError::Unavailable`] then.
-    pub fn connect(url: &str, pool_size: usize) -> Result<Arc<Postgres>, StoreError> {
+    /// cannot be reached is [`StoreError::Unavailable`] then. `sslmode`:
+    /// `disable` (plain), `prefer` (the default: TLS when the server offers
+    /// it), `require` (TLS or nothing); a TLS server's certificate is
+    /// always checked, against the platform's roots and `ca_file`.
+    pub fn connect(
+        url: &str,
+        pool_size: usize,
+        ca_file: Option<&Path>,
+    ) -> Result<Arc<Postgres>, StoreError> {
+        let url = with_sslmode_tokio_knows(url);
+        let url = url.as_str();
         let mut config = tokio_postgres::Config::from_str(url).map_err(|error| {
             StoreError::Unavailable(format!(
                 "{} is not a PostgreSQL URL: {error}",
@@ -88,9 +191,12 @@ impl Postgres {
             .enable_all()
             .build()
             .map_err(|error| StoreError::Unavailable(format!("cannot start a runtime: {error}")))?;
+        let tls = Tls {
+            ca_file: ca_file.map(Path::to_path_buf),
+        };
         let manager = Manager::from_config(
             config.clone(),
-            NoTls,
+            tls.clone(),
             ManagerConfig {
                 recycling_method: RecyclingMethod::Fast,
             },
@@ -110,6 +216,7 @@ impl Postgres {
             runtime: Some(runtime),
             pool,
             config,
+            tls,
         }))
     }
 
@@ -137,7 +244,7 @@ impl Postgres {
     fn checkout(&self) -> Result<Object, StoreError> {
         let pool = self.pool.clone();
         self.run(async move { pool.get().await })?
-            .map_err(|error| StoreError::Unavailable(error.to_string()))
+            .map_err(|error| StoreError::Unavailable(with_causes(&error)))
     }
 }
 
@@ -188,8 +295,24 @@ fn failed(error: tokio_postgres::Error) -> StoreError {
             message: db.message().to_owned(),
             code: Some(db.code().code().to_owned()),
         },
-        None => StoreError::Unavailable(error.to_string()),
+        None => StoreError::Unavailable(with_causes(&error)),
     }
+}
+
+/// An error and what caused it, down to the root ("error performing TLS
+/// handshake: invalid peer certificate: UnknownIssuer").
+fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(inner) = cause {
+        let said = inner.to_string();
+        if !text.ends_with(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        cause = inner.source();
+    }
+    text
 }
 
 /// One column of a result row as a store value.
@@ -362,15 +485,16 @@ impl PgDriver for Postgres {
 
     fn listen(&self, listen: &str, wake: Box<dyn Fn() + Send + Sync>) -> Result<(), StoreError> {
         let config = self.config.clone();
+        let tls = self.tls.clone();
         let listen = listen.to_owned();
         let wake: Arc<dyn Fn() + Send + Sync> = Arc::from(wake);
         // The first connection is made here, so a wrong URL or a database
         // that is away is an error at start, not a silent retry loop.
         let first = self.run({
-            let config = config.clone();
+            let (config, tls) = (config.clone(), tls.clone());
             let listen = listen.clone();
             let wake = Arc::clone(&wake);
-            async move { listen_once(&config, &listen, wake).await }
+            async move { listen_once(&config, tls, &listen, wake).await }
         })?;
         let finished = first?;
         self.handle()?.spawn(async move {
@@ -381,7 +505,7 @@ impl PgDriver for Postgres {
                 let _ = (&mut finished).await;
                 loop {
                     tokio::time::sleep(backoff).await;
-                    match listen_once(&config, &listen, Arc::clone(&wake)).await {
+                    match listen_once(&config, tls.clone(), &listen, Arc::clone(&wake)).await {
                         Ok(next) => {
                             finished = next;
                             backoff = Duration::from_millis(50);
@@ -403,10 +527,11 @@ impl PgDriver for Postgres {
 /// connection is lost.
 async fn listen_once(
     config: &tokio_postgres::Config,
+    tls: Tls,
     listen: &str,
     wake: Arc<dyn Fn() + Send + Sync>,
 ) -> Result<tokio::task::JoinHandle<()>, StoreError> {
-    let (client, mut connection) = config.connect(NoTls).await.map_err(failed)?;
+    let (client, mut connection) = config.connect(tls).await.map_err(failed)?;
     let driver = tokio::spawn(async move {
         // The client lives as long as the connection is driven.
         let _client_alive = futures_util::future::poll_fn(|cx| {

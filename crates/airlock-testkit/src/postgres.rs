@@ -131,6 +131,9 @@ pub struct PgServer {
     port: u16,
     /// Whether commits reach the disk (`fsync`); tests run without.
     durable: bool,
+    /// Whether it speaks TLS (`ssl=on`, with the files `server.crt` and
+    /// `server.key` in its data dir).
+    tls: bool,
 }
 
 impl PgServer {
@@ -145,16 +148,22 @@ impl PgServer {
     /// disk: a crash of the server process loses nothing, one of the
     /// machine would.
     pub fn start() -> PgServer {
-        PgServer::start_with(false)
+        PgServer::start_with(false, None)
     }
 
     /// A server that syncs every commit to disk, as a deployment does: for
     /// benchmarks.
     pub fn start_durable() -> PgServer {
-        PgServer::start_with(true)
+        PgServer::start_with(true, None)
     }
 
-    fn start_with(durable: bool) -> PgServer {
+    /// A server that offers TLS with the certificate `ca` signed for
+    /// `localhost` and `127.0.0.1`.
+    pub fn start_tls(ca: &crate::tls::TestCa) -> PgServer {
+        PgServer::start_with(false, Some(ca))
+    }
+
+    fn start_with(durable: bool, tls: Option<&crate::tls::TestCa>) -> PgServer {
         let bin = pg_bin().expect("PostgreSQL (apt-get install postgresql)");
         let base = tempfile::tempdir().expect("tempdir");
         let run_dir = owned_dir(base.path(), "run");
@@ -162,6 +171,20 @@ impl PgServer {
         let mut copy = Command::new("cp");
         copy.arg("-a").arg(template()).arg(&data);
         run(copy, "copying the template cluster");
+        if let Some(ca) = tls {
+            use std::os::unix::fs::PermissionsExt as _;
+            let (cert, key) = ca.server_pem();
+            for (name, pem) in [("server.crt", cert), ("server.key", key)] {
+                let path = data.join(name);
+                std::fs::write(&path, pem).expect("write a TLS file");
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+                    .expect("chmod");
+                if is_root() {
+                    let (uid, gid) = postgres_user();
+                    std::os::unix::fs::chown(&path, Some(uid), Some(gid)).expect("chown");
+                }
+            }
+        }
         let server = PgServer {
             log: run_dir.join("log"),
             _base: base,
@@ -169,6 +192,7 @@ impl PgServer {
             data,
             port: 0,
             durable,
+            tls: tls.is_some(),
         };
         server.boot()
     }
@@ -184,9 +208,10 @@ impl PgServer {
             .args(["-w", "-t", "60", "-o"])
             .arg(format!(
                 "-p {} -c listen_addresses=127.0.0.1 -c unix_socket_directories='' \
-                 -c fsync={} -c max_connections=300",
+                 -c fsync={} -c max_connections=300{}",
                 self.port,
-                if self.durable { "on" } else { "off" }
+                if self.durable { "on" } else { "off" },
+                if self.tls { " -c ssl=on" } else { "" }
             ))
             .arg("start")
             .stdin(Stdio::null());
@@ -307,7 +332,7 @@ impl Drop for PgServer {
 /// A store on the PostgreSQL database at `url`, as an instance joins it
 /// (its own pool, a 2 s lease).
 pub fn open_store(url: &str) -> airlock_store::Store {
-    let driver = airlock_pg::Postgres::connect(url, 4).expect("a PostgreSQL driver");
+    let driver = airlock_pg::Postgres::connect(url, 4, None).expect("a PostgreSQL driver");
     let options = airlock_store::PgOptions {
         lease: std::time::Duration::from_secs(2),
         host: "test".into(),

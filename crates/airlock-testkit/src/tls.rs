@@ -16,6 +16,10 @@ use tokio::net::{TcpListener, TcpStream};
 pub struct TestCa {
     ca_pem: String,
     server: Arc<rustls::ServerConfig>,
+    /// The server certificate (for `localhost` and `127.0.0.1`) and its
+    /// key, PEM: for a server that reads them from files.
+    server_cert_pem: String,
+    server_key_pem: String,
 }
 
 impl TestCa {
@@ -46,12 +50,19 @@ impl TestCa {
         TestCa {
             ca_pem: ca_cert.pem(),
             server: Arc::new(server),
+            server_cert_pem: leaf.pem(),
+            server_key_pem: key.serialize_pem(),
         }
     }
 
     /// The CA's certificate, PEM: what `tls.ca_file` names.
     pub fn pem(&self) -> &str {
         &self.ca_pem
+    }
+
+    /// The server certificate the CA signed, and its private key (PEM).
+    pub fn server_pem(&self) -> (&str, &str) {
+        (&self.server_cert_pem, &self.server_key_pem)
     }
 
     /// Writes the CA's certificate to `path`.
