@@ -761,6 +761,11 @@ fn a_database_restarted_mid_run_loses_nothing_that_was_answered() {
     assert_eq!(ws.run(&["audit", "verify"]).code, 0);
 }
 
+/// `airlock store migrate` of the workspace's state dir into `url`.
+fn migrate(ws: &Workspace, url: &str) -> airlock_testkit::Run {
+    ws.run(&["store", "migrate", "--from", "sqlite:.airlock", "--to", url])
+}
+
 #[test]
 fn a_sqlite_state_dir_migrates_into_postgres_with_its_chain_and_undo() {
     let Some(url) = database("instances") else {
@@ -793,19 +798,12 @@ fn a_sqlite_state_dir_migrates_into_postgres_with_its_chain_and_undo() {
         .last_event()
         .unwrap();
 
-    let migrate = ws.run(&[
-        "store",
-        "migrate",
-        "--from",
-        "sqlite:.airlock",
-        "--to",
-        &url,
-    ]);
-    assert_eq!(migrate.code, 0, "{}{}", migrate.stdout, migrate.stderr);
+    let moved = migrate(&ws, &url);
+    assert_eq!(moved.code, 0, "{}{}", moved.stdout, moved.stderr);
     assert!(
-        migrate.stdout.contains("4 approvals") && migrate.stdout.contains("1 grants"),
+        moved.stdout.contains("4 approvals") && moved.stdout.contains("1 grants"),
         "{}",
-        migrate.stdout
+        moved.stdout
     );
 
     // The chain's head moved with it.
@@ -849,14 +847,7 @@ fn a_sqlite_state_dir_migrates_into_postgres_with_its_chain_and_undo() {
     // A second migration into the database now in use is refused, and
     // changes nothing.
     let approvals = store.history(0, 1_000).unwrap().len() + store.pending(None, 0).unwrap().len();
-    let again = ws.run(&[
-        "store",
-        "migrate",
-        "--from",
-        "sqlite:.airlock",
-        "--to",
-        &url,
-    ]);
+    let again = migrate(&ws, &url);
     assert_eq!(again.code, 2, "{}{}", again.stdout, again.stderr);
     assert!(
         again.stderr.contains("already holds airlock state"),
@@ -872,14 +863,7 @@ fn a_sqlite_state_dir_migrates_into_postgres_with_its_chain_and_undo() {
     let log = ws.path(".airlock/audit.jsonl");
     let text = std::fs::read_to_string(&log).unwrap();
     std::fs::write(&log, text.replacen("kept", "KEPT", 1)).unwrap();
-    let broken = ws.run(&[
-        "store",
-        "migrate",
-        "--from",
-        "sqlite:.airlock",
-        "--to",
-        &empty,
-    ]);
+    let broken = migrate(&ws, &empty);
     assert_eq!(broken.code, 2, "{}{}", broken.stdout, broken.stderr);
     assert!(
         broken.stderr.contains("does not verify"),

@@ -383,6 +383,11 @@ fn params(args: &[SqlValue]) -> Vec<Param> {
     args.iter().cloned().map(Param).collect()
 }
 
+/// The driver's view of the bound values.
+fn refs(params: &[Param]) -> Vec<&(dyn ToSql + Sync)> {
+    params.iter().map(|p| p as &(dyn ToSql + Sync)).collect()
+}
+
 impl SqlConn for Session<'_> {
     fn query(&mut self, sql: &str, args: &[SqlValue]) -> Result<Vec<SqlRow>, StoreError> {
         let sql = sql.to_owned();
@@ -390,9 +395,7 @@ impl SqlConn for Session<'_> {
         let rows = self.on(|client| async move {
             let result = async {
                 let statement = client.prepare_cached(&sql).await?;
-                let refs: Vec<&(dyn ToSql + Sync)> =
-                    params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
-                client.query(&statement, &refs).await
+                client.query(&statement, &refs(&params)).await
             }
             .await;
             (client, result)
@@ -424,9 +427,7 @@ impl SqlConn for Session<'_> {
         self.on(|client| async move {
             let result = async {
                 let statement = client.prepare_cached(&sql).await?;
-                let refs: Vec<&(dyn ToSql + Sync)> =
-                    params.iter().map(|p| p as &(dyn ToSql + Sync)).collect();
-                client.execute(&statement, &refs).await
+                client.execute(&statement, &refs(&params)).await
             }
             .await;
             (client, result)

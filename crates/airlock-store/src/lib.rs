@@ -275,13 +275,8 @@ impl Store {
         f: impl FnOnce(&mut dyn Conn) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let result = match &self.engine {
-            Engine::Sqlite { conn, .. } => {
-                let mut conn = conn.lock().map_err(|_| StoreError::Poisoned)?;
-                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-                let result = f(&mut Lite(&tx))?;
-                tx.commit()?;
-                Ok(result)
-            }
+            // One writer at a time already: `BEGIN IMMEDIATE`.
+            Engine::Sqlite { .. } => self.in_transaction(f),
             Engine::Postgres(pg) => pg.changing(f),
         };
         if result.is_ok() {
@@ -290,8 +285,8 @@ impl Store {
         result
     }
 
-    /// Runs `f` in one transaction that writes no event (on PostgreSQL,
-    /// without the feed lock).
+    /// Runs `f` in one transaction, one writer at a time on SQLite; on
+    /// PostgreSQL without the feed lock (what it changes is no event).
     fn in_transaction<T>(
         &self,
         f: impl FnOnce(&mut dyn Conn) -> Result<T, StoreError>,

@@ -461,18 +461,21 @@ impl PgEngine {
 
     /// The schema version of the database.
     pub(crate) fn schema_version(&self) -> Result<usize, StoreError> {
-        self.autocommit(|conn| {
-            let version: Option<String> = match first(
-                conn,
-                "SELECT value FROM meta WHERE key = 'schema_version'",
-                &[],
-            )? {
-                Some(row) => row.at(0)?,
-                None => None,
-            };
-            Ok(version.and_then(|v| v.parse().ok()).unwrap_or(0))
-        })
+        self.autocommit(stored_version)
     }
+}
+
+/// The schema version `meta` records (0 when it records none).
+fn stored_version(conn: &mut dyn Conn) -> Result<usize, StoreError> {
+    let version: Option<String> = match first(
+        conn,
+        "SELECT value FROM meta WHERE key = 'schema_version'",
+        &[],
+    )? {
+        Some(row) => row.at(0)?,
+        None => None,
+    };
+    Ok(version.and_then(|v| v.parse().ok()).unwrap_or(0))
 }
 
 impl Drop for PgEngine {
@@ -509,19 +512,7 @@ fn migrate(driver: &dyn PgDriver) -> Result<(), StoreError> {
                 args![PG_SCHEMA],
             )?
             .is_some();
-            let version: usize = if has_meta {
-                let value: Option<String> = match first(
-                    conn,
-                    "SELECT value FROM meta WHERE key = 'schema_version'",
-                    &[],
-                )? {
-                    Some(row) => row.at(0)?,
-                    None => None,
-                };
-                value.and_then(|v| v.parse().ok()).unwrap_or(0)
-            } else {
-                0
-            };
+            let version = if has_meta { stored_version(conn)? } else { 0 };
             if version > PG_MIGRATIONS.len() {
                 return Err(StoreError::NewerSchema {
                     found: version,
