@@ -56,6 +56,29 @@ pub enum AuditError {
     /// the log.
     #[error("the audit log writer stopped unexpectedly")]
     WriterStopped,
+    /// A leaf or tree size past the end of the tree.
+    #[error("record index {index} is not in a tree of {size} records")]
+    OutOfRange { index: u64, size: u64 },
+    /// The Merkle index covers records the log no longer has: records were
+    /// cut off the end of the log.
+    #[error(
+        "audit log {path}: the Merkle index covers {indexed} records, more than the log holds: records were cut off its end"
+    )]
+    IndexAhead { path: PathBuf, indexed: u64 },
+    /// The record where the Merkle index continues is not the one it expects.
+    #[error("audit log {path}: the record at byte {offset} is not seq {seq}")]
+    IndexMismatch {
+        path: PathBuf,
+        seq: u64,
+        offset: u64,
+    },
+    /// The tree the log gives now does not extend a checkpoint signed
+    /// before: records covered by it were changed or removed. Nothing is
+    /// signed.
+    #[error(
+        "the audit log no longer matches the checkpoint of {size} records signed before: records it covers were changed or removed; no checkpoint is signed"
+    )]
+    CheckpointConflict { size: u64 },
 }
 
 /// Why a head store could not load or save the head: the store's own

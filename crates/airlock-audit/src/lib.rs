@@ -21,6 +21,12 @@
 //! - [`verify`] walks the chain and names the first bad `seq`; given the head kept in
 //!   the store ([`HeadStore`]) it also catches a truncated tail.
 //! - [`query`] filters records; [`Follower`] and [`tail_lines`] serve `audit tail [-f]`.
+//! - Over the chain, the RFC 9162 Merkle tree ([`merkle`]): [`MerkleIndex`]
+//!   stores its hashes beside the log, [`Checkpointer`] signs tree heads as
+//!   C2SP checkpoint notes ([`note`]) with the instance's Ed25519 key and
+//!   proves records ([`inclusion_text`]) and growth ([`consistency_text`]);
+//!   [`check_log`], [`InclusionProof::check`] and [`ConsistencyProof::check`]
+//!   verify offline with only the public key.
 //!
 //! Redaction of parameters is the caller's job ([`airlock_core::redact`]).
 //!
@@ -43,8 +49,12 @@
 
 mod canonical_line;
 mod chain;
+mod checkpoint;
 mod error;
 mod log;
+pub mod merkle;
+mod merkle_index;
+pub mod note;
 mod read;
 mod tail;
 mod time;
@@ -53,11 +63,16 @@ mod verify;
 pub use airlock_core::canonical::ZERO_HASH;
 pub use canonical_line::LineError;
 pub use chain::{HMAC_PREFIX, SHA256_PREFIX};
+pub use checkpoint::{
+    CONSISTENCY_HEADER, CheckError, Checkpointer, ConsistencyProof, INCLUSION_HEADER,
+    InclusionProof, SignedCheckpoint, check_log, consistency_text, inclusion_text,
+};
 pub use error::{AuditError, HeadStoreError};
 pub use log::{
     Appended, AuditLog, ChainLine, ChainStore, Durability, Head, HeadStore, Recovery, SYNC_WITHIN,
     TORN_LINE_EVENT, TRUNCATED_TAIL_EVENT, TornLine, TruncatedTail,
 };
+pub use merkle_index::{FileLeaves, LeafSource, MerkleIndex, line_seq};
 pub use read::{Follower, Query, query, tail_lines};
 pub use time::rfc3339_millis;
 pub use verify::{Problem, ProblemKind, VerifyReport, verify};

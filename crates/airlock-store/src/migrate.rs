@@ -123,6 +123,10 @@ const TABLES: &[Table] = &[
         name: "kv",
         columns: &["key", "value"],
     },
+    Table {
+        name: "audit_checkpoints",
+        columns: &["size", "key_id", "root", "note", "created_ms"],
+    },
 ];
 
 impl Store {

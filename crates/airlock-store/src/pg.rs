@@ -130,7 +130,7 @@ fn once<T>(
 
 /// The schema, step by step: step `n` takes a database at
 /// `meta.schema_version` `n` to `n + 1`. Never edit a step; add one. The
-/// tables are SQLite's (version 7), typed for PostgreSQL, and the
+/// tables are SQLite's (version 8), typed for PostgreSQL, and the
 /// instances that share them.
 const PG_MIGRATIONS: &[&str] = &[
     "
@@ -249,6 +249,17 @@ CREATE TABLE deliveries (
     target text NOT NULL,
     instance bigint NOT NULL,
     PRIMARY KEY (seq, target)
+);
+",
+    // 4: the audit log's signed checkpoints (one per tree size and key).
+    "
+CREATE TABLE audit_checkpoints (
+    size bigint NOT NULL,
+    key_id text NOT NULL,
+    root text NOT NULL,
+    note text NOT NULL,
+    created_ms bigint NOT NULL,
+    PRIMARY KEY (size, key_id)
 );
 ",
 ];

@@ -115,6 +115,15 @@ const MIGRATIONS: &[&str] = &[
      CREATE INDEX chat_messages_open ON chat_messages (platform, settled);",
     // 7: an agent's hook finds its call again by the agent's id of it.
     "CREATE INDEX approvals_tool_call ON approvals (tool_call_id);",
+    // 8: the audit log's signed checkpoints (one per tree size and key).
+    "CREATE TABLE audit_checkpoints (
+         size INTEGER NOT NULL,
+         key_id TEXT NOT NULL,
+         root TEXT NOT NULL,
+         note TEXT NOT NULL,
+         created_ms INTEGER NOT NULL,
+         PRIMARY KEY (size, key_id)
+     );",
 ];
 
 /// The schema version this build writes: the number of migrations.
