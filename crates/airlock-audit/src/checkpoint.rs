@@ -87,6 +87,14 @@ impl Checkpointer {
         let mut rebuilt = false;
         loop {
             let covered = self.index.catch_up(source, size.unwrap_or(u64::MAX))?;
+            // The log holds fewer records than were signed before: cut short.
+            if let Some(previous) = previous
+                && previous.size > covered
+            {
+                return Err(AuditError::CheckpointConflict {
+                    size: previous.size,
+                });
+            }
             let size = size.unwrap_or(covered);
             if size > covered {
                 return Err(AuditError::OutOfRange {

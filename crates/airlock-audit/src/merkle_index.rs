@@ -43,6 +43,14 @@ pub trait LeafSource {
         last: u64,
         each: &mut dyn FnMut(&[u8]),
     ) -> Result<u64, AuditError>;
+
+    /// The line of record `seq`, if the source has it. Reads from the start
+    /// unless the source knows better.
+    fn line(&mut self, seq: u64) -> Result<Option<Vec<u8>>, AuditError> {
+        let mut found = None;
+        self.read(1, 0, seq, &mut |line| found = Some(line.to_vec()))?;
+        Ok(found.filter(|line| line_seq(line) == Some(seq)))
+    }
 }
 
 /// The records of a JSONL log file; the cursor is a byte offset.
@@ -98,6 +106,67 @@ impl LeafSource for FileLeaves {
             seq += 1;
         }
         Ok(position)
+    }
+
+    /// Finds the line by bisecting the file on the seqs lines start with
+    /// (they grow by one per line): O(log n) reads.
+    fn line(&mut self, seq: u64) -> Result<Option<Vec<u8>>, AuditError> {
+        let io = |error| AuditError::io(&self.path, error);
+        let file = match File::open(&self.path) {
+            Ok(file) => file,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(error) => return Err(io(error)),
+        };
+        let length = file.metadata().map_err(io)?.len();
+        // The first whole line starting at or after `at`: (start, line).
+        let line_from = |at: u64| -> Result<Option<(u64, Vec<u8>)>, AuditError> {
+            let mut reader = BufReader::with_capacity(8192, &file);
+            reader.seek(SeekFrom::Start(at)).map_err(io)?;
+            let mut start = at;
+            let mut line = Vec::new();
+            if at > 0 {
+                // Skip to the start of the next line unless `at` is one.
+                let mut before = [0u8; 1];
+                file.read_exact_at(&mut before, at - 1).map_err(io)?;
+                if before[0] != b'\n' {
+                    start += reader.read_until(b'\n', &mut line).map_err(io)? as u64;
+                    line.clear();
+                }
+            }
+            let read = reader.read_until(b'\n', &mut line).map_err(io)?;
+            if read == 0 || line.last() != Some(&b'\n') {
+                return Ok(None);
+            }
+            line.pop();
+            Ok(Some((start, line)))
+        };
+        // Invariant: every line starting before `low` has a seq below `seq`.
+        let (mut low, mut high) = (0u64, length);
+        while low < high {
+            let middle = low + (high - low) / 2;
+            match line_from(middle)? {
+                Some((start, line)) => match line_seq(&line) {
+                    Some(found) if found == seq => return Ok(Some(line)),
+                    Some(found) if found < seq => low = start + line.len() as u64 + 1,
+                    Some(_) => high = middle,
+                    // Not a record line: fall back to reading from the start.
+                    None => return self.read_line_from_start(seq),
+                },
+                None => high = middle,
+            }
+        }
+        match line_from(low)? {
+            Some((_, line)) if line_seq(&line) == Some(seq) => Ok(Some(line)),
+            _ => Ok(None),
+        }
+    }
+}
+
+impl FileLeaves {
+    fn read_line_from_start(&mut self, seq: u64) -> Result<Option<Vec<u8>>, AuditError> {
+        let mut found = None;
+        self.read(1, 0, seq, &mut |line| found = Some(line.to_vec()))?;
+        Ok(found.filter(|line| line_seq(line) == Some(seq)))
     }
 }
 

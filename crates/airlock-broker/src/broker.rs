@@ -73,6 +73,8 @@ pub struct Broker {
     pub(crate) sandbox: Sandbox,
     pub(crate) store: Arc<Store>,
     pub(crate) audit: AuditLog,
+    /// The audit log's signed checkpoints.
+    pub(crate) checkpoints: crate::Checkpoints,
     pub(crate) root: PathBuf,
     /// Where multi-file applies keep their journal and the apply lock.
     pub(crate) journal_dir: PathBuf,
@@ -145,7 +147,11 @@ impl Broker {
         let sandbox = Sandbox::open(&root, &config.file_broker, policy.clone())?
             .with_blob_dir(state_dir.join("blobs"));
         let journal_dir = state_dir.join("journal");
+        let checkpoints = crate::Checkpoints::of(&root, &config, store.clone());
+        // The instance's checkpoint key is made at its first start.
+        checkpoints.ensure_key()?;
         let broker = Broker {
+            checkpoints,
             config,
             policy,
             sandbox,

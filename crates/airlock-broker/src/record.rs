@@ -138,12 +138,12 @@ impl Broker {
         record: Record,
         durability: Durability,
     ) -> Result<airlock_core::envelope::AuditRef, airlock_audit::AuditError> {
-        self.audit
-            .append_with(record.into_map(), durability)
-            .map(|appended| airlock_core::envelope::AuditRef {
-                prev_hash: appended.prev_hash,
-                event_hash: appended.event_hash,
-            })
+        let appended = self.audit.append_with(record.into_map(), durability)?;
+        self.after_append(appended.seq);
+        Ok(airlock_core::envelope::AuditRef {
+            prev_hash: appended.prev_hash,
+            event_hash: appended.event_hash,
+        })
     }
 
     /// Audits `record` and stamps the envelope with it. If the audit log cannot

@@ -10,6 +10,7 @@ mod channels;
 mod check;
 mod grants;
 mod hook;
+mod publish;
 mod serve;
 mod store;
 mod token;
@@ -189,6 +190,15 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         Command::Config(ConfigCommand::Schema) | Command::Tools(_) | Command::Store(_) => {
             Need::Optional
         }
+        // Checking a log, proof or checkpoint someone handed over needs no
+        // workspace.
+        Command::Audit(audit::AuditCommand::Verify {
+            checkpoint: Some(_),
+            log,
+            proof,
+            consistency,
+            ..
+        }) if log.is_some() || proof.is_some() || consistency.is_some() => Need::Optional,
         _ => Need::Existing,
     };
     let workspace = Workspace::load(&cli.global, need)?;

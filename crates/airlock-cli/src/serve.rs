@@ -323,6 +323,7 @@ fn run(
             .await
             .map_err(|error| Failure::internal(anyhow!("{error}")))?;
         let runtime = face.runtime().clone();
+        crate::publish::start(runtime.clone());
         reloader.prime();
         runtime
             .watch_config(Box::new(move || reloader.check()))
@@ -369,6 +370,7 @@ fn run(
                     tokio::select! {
                         result = served => result.map_err(|error| Failure::usage(anyhow!("{error}"))),
                         _ = tokio::signal::ctrl_c() => Ok(()),
+                        () = terminated() => Ok(()),
                     }
                 }
             }
@@ -381,13 +383,35 @@ fn run(
             let broker = runtime.broker();
             broker.cancel_own_waits();
             broker.flush_audit();
+            // A tree head over everything this server saw (DESIGN §8.1).
+            if let Err(error) = broker.checkpoint_now() {
+                eprintln!("airlock: no audit checkpoint at shutdown: {error}");
+            }
         })
         .await;
         if let Err(error) = stopped {
             eprintln!("airlock: stopping: {error}");
         }
+        // The shutdown checkpoint goes out now rather than with the next
+        // server, if the hook answers in time.
+        let _ = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            crate::publish::publish_pending(&face.runtime().clone()),
+        )
+        .await;
         result.map(|()| 0)
     })
+}
+
+/// Resolves when the process is asked to stop (SIGTERM), so a server run
+/// by a service manager stops as cleanly as one stopped with Ctrl-C.
+async fn terminated() {
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut signal) => {
+            signal.recv().await;
+        }
+        Err(_) => std::future::pending::<()>().await,
+    }
 }
 
 /// Re-reads the configuration file when it changes.

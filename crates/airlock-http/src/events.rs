@@ -75,6 +75,7 @@ pub(crate) fn stream_name(kind: EventKind) -> &'static str {
         EventKind::GrantRevoked => "grant_revoked",
         EventKind::ConfigReloaded => "config_reloaded",
         EventKind::ConfigRejected => "config_rejected",
+        EventKind::CheckpointSigned => "checkpoint_signed",
     }
 }
 

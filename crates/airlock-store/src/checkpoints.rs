@@ -1,6 +1,7 @@
 //! The audit log's signed checkpoints (DESIGN §8.1): one row per tree size
 //! and signing key, the signed note exactly as it was published.
 
+use crate::feed::{EventKind, NewEvent, write_event};
 use crate::sql::{Conn, Value, args, first};
 use crate::{Millis, Store, StoreError};
 
@@ -20,10 +21,11 @@ pub struct CheckpointRow {
 const COLUMNS: &str = "size, key_id, root, note, created_ms";
 
 impl Store {
-    /// Stores a checkpoint; `false` when this key already signed this size.
+    /// Stores a checkpoint, with its `checkpoint_signed` event; `false`
+    /// when this key already signed this size.
     pub fn save_checkpoint(&self, row: &CheckpointRow) -> Result<bool, StoreError> {
-        self.with(|conn| {
-            Ok(conn.execute(
+        self.changing(|conn| {
+            let inserted = conn.execute(
                 "INSERT INTO audit_checkpoints (size, key_id, root, note, created_ms) \
                  VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
                 args![
@@ -33,7 +35,20 @@ impl Store {
                     row.note.clone(),
                     i64::try_from(row.created_ms).unwrap_or(i64::MAX)
                 ],
-            )? == 1)
+            )? == 1;
+            if inserted {
+                write_event(
+                    conn,
+                    NewEvent {
+                        kind: EventKind::CheckpointSigned,
+                        subject: None,
+                        owner: None,
+                        at_ms: row.created_ms,
+                        data: serde_json::json!({"size": row.size, "key_id": row.key_id}),
+                    },
+                )?;
+            }
+            Ok(inserted)
         })
     }
 

@@ -47,10 +47,13 @@ pub enum EventKind {
     ConfigReloaded,
     /// A new configuration was refused; the old one stays.
     ConfigRejected,
+    /// A signed checkpoint of the audit log was stored; `data.size` is its
+    /// tree size.
+    CheckpointSigned,
 }
 
 impl EventKind {
-    const ALL: [EventKind; 13] = [
+    const ALL: [EventKind; 14] = [
         EventKind::ApprovalCreated,
         EventKind::ApprovalDecided,
         EventKind::ApprovalApplied,
@@ -64,6 +67,7 @@ impl EventKind {
         EventKind::GrantRevoked,
         EventKind::ConfigReloaded,
         EventKind::ConfigRejected,
+        EventKind::CheckpointSigned,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -81,6 +85,7 @@ impl EventKind {
             EventKind::GrantRevoked => "grant_revoked",
             EventKind::ConfigReloaded => "config_reloaded",
             EventKind::ConfigRejected => "config_rejected",
+            EventKind::CheckpointSigned => "checkpoint_signed",
         }
     }
 

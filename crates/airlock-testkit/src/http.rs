@@ -85,6 +85,15 @@ impl Serving {
         let _ = self.child.wait();
     }
 
+    /// Asks the server to stop (SIGTERM, as a service manager does) and
+    /// waits for it to exit; its exit code.
+    pub fn stop(&mut self) -> Option<i32> {
+        if let Some(pid) = rustix::process::Pid::from_raw(self.child.id() as i32) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+        }
+        self.child.wait().ok().and_then(|status| status.code())
+    }
+
     /// The MCP endpoint: `http://<addr>/mcp`.
     pub fn mcp_url(&self) -> String {
         format!("http://{}/mcp", self.addr)

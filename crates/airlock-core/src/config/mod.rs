@@ -493,6 +493,19 @@ fn validate(config: &Config) -> Vec<ConfigIssue> {
         );
     }
 
+    if let Some(url) = &config.audit.checkpoints.webhook {
+        check(is_http_url(url), "audit.checkpoints.webhook", NOT_HTTP_URL);
+    }
+    if let Some(origin) = &config.audit.checkpoints.origin {
+        check(
+            !origin.is_empty()
+                && !origin
+                    .chars()
+                    .any(|c| c.is_whitespace() || c == '+' || c.is_control()),
+            "audit.checkpoints.origin",
+            "must be a name without spaces or '+' (a schema-less URL such as example.com/airlock)",
+        );
+    }
     for (i, hook) in config.notify.webhooks.iter().enumerate() {
         let base = format!("notify.webhooks[{i}]");
         check(is_http_url(&hook.url), &format!("{base}.url"), NOT_HTTP_URL);

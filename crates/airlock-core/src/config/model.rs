@@ -385,6 +385,35 @@ pub struct AuditConfig {
     pub path: String,
     /// Environment variable holding an HMAC key; when set, the chain is keyed.
     pub hmac_key_env: Option<String>,
+    /// Signed checkpoints of the log's Merkle tree (DESIGN §8.1).
+    pub checkpoints: CheckpointsConfig,
+}
+
+/// Signed tree heads: made every `every` records and when a server stops,
+/// signed with `<state_dir>/audit.key`, kept in the store, written to
+/// `<state_dir>/audit.checkpoint` and POSTed to `webhook`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct CheckpointsConfig {
+    /// A checkpoint every this many records; 0 turns checkpoints off.
+    pub every: u64,
+    /// A URL that receives each new checkpoint: a JSON POST with its size,
+    /// root, key and the signed note (`event: audit_checkpoint`).
+    pub webhook: Option<String>,
+    /// The log's name in every checkpoint (a schema-less URL such as
+    /// `example.com/airlock/repo`); null: made once for the log and kept in
+    /// the store.
+    pub origin: Option<String>,
+}
+
+impl Default for CheckpointsConfig {
+    fn default() -> CheckpointsConfig {
+        CheckpointsConfig {
+            every: 1000,
+            webhook: None,
+            origin: None,
+        }
+    }
 }
 
 /// Notifications of new approvals.
@@ -769,6 +798,7 @@ impl Default for AuditConfig {
         AuditConfig {
             path: ".airlock/audit.jsonl".to_owned(),
             hmac_key_env: Some("AIRLOCK_AUDIT_KEY".to_owned()),
+            checkpoints: CheckpointsConfig::default(),
         }
     }
 }

@@ -92,6 +92,10 @@ auth:                        # HTTP only; tokens stored as sha256
 audit:
   path: .airlock/audit.jsonl
   hmac_key_env: AIRLOCK_AUDIT_KEY   # when this variable is set, the chain is keyed (HMAC-SHA256)
+  checkpoints:                # signed Merkle tree heads (airlock audit key | checkpoint | prove)
+    every: 1000              # one every N records and when a server stops; 0: none
+    webhook: null            # POST each signed checkpoint (JSON with the note) here
+    origin: null             # the log's name in checkpoints; null: made once and kept
 
 notify:
   webhooks: []               # POST each new approval, with signed approve/deny links; for example:
