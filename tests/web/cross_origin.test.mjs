@@ -182,6 +182,11 @@ try {
 } finally {
   await browser.close();
   attacker.close();
+  // SIGTERM stops the server cleanly: wait for it before removing its state.
+  const exited = server.exitCode !== null || server.signalCode !== null
+    ? Promise.resolve()
+    : new Promise((resolve) => server.on("exit", resolve));
   server.kill();
+  await exited;
   rmSync(workspace, { recursive: true, force: true });
 }

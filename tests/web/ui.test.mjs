@@ -473,6 +473,12 @@ try {
   console.log(`ok: ${steps.length} steps; screenshots in ${shots}`);
 } finally {
   await browser.close();
+  // SIGTERM stops the server cleanly (it signs a last checkpoint): wait for
+  // it to exit before removing its state.
+  const exited = server.exitCode !== null || server.signalCode !== null
+    ? Promise.resolve()
+    : new Promise((resolve) => server.on("exit", resolve));
   server.kill();
+  await exited;
   rmSync(workspace, { recursive: true, force: true });
 }

@@ -62,7 +62,11 @@ fn design_defaults() -> Value {
         "profiles": {},
         "upstreams": [],
         "auth": {"tokens": []},
-        "audit": {"path": ".airlock/audit.jsonl", "hmac_key_env": "AIRLOCK_AUDIT_KEY"},
+        "audit": {
+            "path": ".airlock/audit.jsonl",
+            "hmac_key_env": "AIRLOCK_AUDIT_KEY",
+            "checkpoints": {"every": 1000, "webhook": null, "origin": null}
+        },
         "notify": {"webhooks": []},
         "http": {"allowed_hosts": [], "allowed_origins": []},
         "mcp": {"max_message_bytes": 16777216},
