@@ -222,6 +222,18 @@ impl Checkpoints {
         size: Option<u64>,
         now_ms: u64,
     ) -> Result<Option<CheckpointRow>, BrokerError> {
+        self.make_with(size, now_ms, true)
+    }
+
+    /// [`Checkpoints::make`]; `sync: false` when the records it covers are
+    /// known to be on disk already (the last one was appended durably: its
+    /// sync covered every line before it in the file).
+    pub(crate) fn make_with(
+        &self,
+        size: Option<u64>,
+        now_ms: u64,
+        sync: bool,
+    ) -> Result<Option<CheckpointRow>, BrokerError> {
         let latest = self.latest()?;
         if let (Some(size), Some(latest)) = (size, &latest)
             && latest.size >= size
@@ -231,6 +243,7 @@ impl Checkpoints {
         // A record must be on disk before a checkpoint covers it: one
         // that a crash then lost would make every later checkpoint refuse.
         if let Some(path) = &self.log
+            && sync
             && let Ok(file) = std::fs::File::open(path)
         {
             file.sync_data().map_err(|error| {
@@ -416,14 +429,20 @@ impl crate::Broker {
     /// After record `seq` was appended: the checkpoint of the first `seq`
     /// records when `seq` is a multiple of `audit.checkpoints.every`. A
     /// failure is reported, never the call's failure.
-    pub(crate) fn after_append(&self, seq: u64) {
+    pub(crate) fn after_append(&self, seq: u64, durability: airlock_audit::Durability) {
         let every = self.checkpoints.every();
         if every == 0 || !seq.is_multiple_of(every) {
             return;
         }
-        if let Err(error) =
-            self.refused_if_conflict(self.checkpoints.make(Some(seq), self.clock.now_ms()))
-        {
+        // A record that is only written is synced first (with every line
+        // before it: one file); a durable one already was.
+        if durability == airlock_audit::Durability::Soon {
+            self.audit.flush();
+        }
+        let made = self
+            .checkpoints
+            .make_with(Some(seq), self.clock.now_ms(), false);
+        if let Err(error) = self.refused_if_conflict(made) {
             eprintln!("airlock: no audit checkpoint at {seq} records: {error}");
         }
     }

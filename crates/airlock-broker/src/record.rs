@@ -139,7 +139,7 @@ impl Broker {
         durability: Durability,
     ) -> Result<airlock_core::envelope::AuditRef, airlock_audit::AuditError> {
         let appended = self.audit.append_with(record.into_map(), durability)?;
-        self.after_append(appended.seq);
+        self.after_append(appended.seq, durability);
         Ok(airlock_core::envelope::AuditRef {
             prev_hash: appended.prev_hash,
             event_hash: appended.event_hash,
