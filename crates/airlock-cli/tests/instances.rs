@@ -940,3 +940,95 @@ fn a_webhook_hears_each_event_once_whichever_instances_read_it() {
         }
     }
 }
+
+/// Two instances (each its own state dir and key) on one database: one
+/// chain, one origin, checkpoints every 4 records signed by whichever
+/// instance appended the 4th; each checks against the exported chain with
+/// its signer's key, and a record one instance wrote is proved by the other.
+#[test]
+fn instances_sign_checkpoints_of_the_one_chain_that_check_against_its_export() {
+    let Some(url) = database("instances") else {
+        return;
+    };
+    let extra = "audit:\n  checkpoints: {every: 4}\n";
+    let (a, b) = (workspace(&url, extra), workspace(&url, extra));
+    for round in 0..6 {
+        let ws = if round % 2 == 0 { &a } else { &b };
+        let run = ws.call("read_file", &json!({"path": "a.txt"}), &[]);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+    }
+    let keys: Vec<String> = [&a, &b]
+        .iter()
+        .map(|ws| ws.run(&["audit", "key"]).stdout.trim().to_owned())
+        .collect();
+    assert_ne!(keys[0], keys[1], "each instance has its own key");
+    let name = |key: &str| key.split('+').next().unwrap().to_owned();
+    assert_eq!(name(&keys[0]), name(&keys[1]), "one log, one origin");
+    let list = a.run(&["audit", "checkpoint", "--list", "--json"]);
+    assert_eq!(list.code, 0, "{}", list.stderr);
+    assert_eq!(
+        list.json,
+        b.run(&["audit", "checkpoint", "--list", "--json"]).json
+    );
+    let records = audit(&a).len() as u64;
+    let rows = list.json.as_array().unwrap();
+    let sizes: Vec<u64> = rows
+        .iter()
+        .map(|row| row["size"].as_u64().unwrap())
+        .collect();
+    assert_eq!(sizes, (1..=records / 4).map(|n| n * 4).collect::<Vec<_>>());
+
+    let away = tempfile::tempdir().unwrap();
+    let export = away.path().join("chain.jsonl");
+    assert_eq!(
+        a.run(&["audit", "export", export.to_str().unwrap()]).code,
+        0
+    );
+    for row in rows {
+        let note = row["note"].as_str().unwrap();
+        std::fs::write(away.path().join("cp"), note).unwrap();
+        // Signed by one of the two keys; checked with that one.
+        let signer = keys
+            .iter()
+            .find(|key| row["key"].as_str().is_some_and(|id| key.starts_with(id)))
+            .expect("a checkpoint signed by one of the instances");
+        let check = a.run_from(
+            away.path(),
+            &[
+                "audit",
+                "verify",
+                "--checkpoint",
+                "cp",
+                "--key",
+                signer,
+                "--log",
+                "chain.jsonl",
+            ],
+        );
+        assert_eq!(check.code, 0, "{}{}", check.stdout, check.stderr);
+    }
+    // Record 1 (written by instance a) proved by instance b.
+    let proof = b.run(&["audit", "prove", "1"]);
+    assert_eq!(proof.code, 0, "{}", proof.stderr);
+    std::fs::write(away.path().join("proof"), &proof.stdout).unwrap();
+    let latest = rows.last().unwrap();
+    std::fs::write(away.path().join("cp"), latest["note"].as_str().unwrap()).unwrap();
+    let signer = keys
+        .iter()
+        .find(|key| latest["key"].as_str().is_some_and(|id| key.starts_with(id)))
+        .unwrap();
+    let check = b.run_from(
+        away.path(),
+        &[
+            "audit",
+            "verify",
+            "--checkpoint",
+            "cp",
+            "--key",
+            signer,
+            "--proof",
+            "proof",
+        ],
+    );
+    assert_eq!(check.code, 0, "{}{}", check.stdout, check.stderr);
+}
