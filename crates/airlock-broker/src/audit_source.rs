@@ -151,6 +151,20 @@ impl<'a> AuditSource<'a> {
         }
     }
 
+    /// Every record that is a JSON object, oldest first (a line that is
+    /// not is skipped: `audit verify` is what reports it).
+    pub(crate) fn each_record(
+        &self,
+        each: &mut dyn FnMut(&Map<String, Value>) -> Result<(), BrokerError>,
+    ) -> Result<(), BrokerError> {
+        self.each_line(
+            &mut |line| match serde_json::from_str::<Map<String, Value>>(line) {
+                Ok(record) => each(&record),
+                Err(_) => Ok(()),
+            },
+        )
+    }
+
     /// The records that match `query`, oldest first.
     pub fn query(&self, query: &Query) -> Result<Vec<Map<String, Value>>, BrokerError> {
         match self {

@@ -37,6 +37,7 @@ mod presence;
 mod propose;
 mod record;
 mod runtime;
+mod stats;
 mod submit;
 mod undo;
 mod views;
@@ -64,6 +65,7 @@ pub use runtime::{
     ConfigRefused, NoUpstreams, Notice, Reloader, Runtime, RuntimeOptions, UpstreamTool, Upstreams,
     offered_unprefixed,
 };
+pub use stats::{Bucket, Figures, Group, Percentiles, Stats, StatsBy, since_time};
 pub use submit::{ClientAsk, Mode, default_mode, deferred_ttl, explain};
 pub use views::{
     AuditCheck, AuditQuery, approval_view, check_audit, grant_view, proposed_content, query_audit,

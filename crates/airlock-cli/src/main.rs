@@ -12,6 +12,7 @@ mod grants;
 mod hook;
 mod publish;
 mod serve;
+mod stats;
 mod store;
 mod token;
 mod tools;
@@ -84,6 +85,9 @@ enum Command {
     Watch,
     /// Decided, applied, undone, expired and cancelled approvals, newest first.
     History(approvals::HistoryArgs),
+    /// Approval analytics: calls, asks, decisions, timeouts, undos and time
+    /// to decision, in all or by tool, risk, approver or session.
+    Stats(stats::StatsArgs),
     /// Restore the content an applied approval replaced.
     Undo(approvals::UndoArgs),
     /// List the "always allow" grants in force, or revoke them.
@@ -234,6 +238,7 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         }
         Command::Undo(args) => approvals::undo(&workspace.broker()?, &args),
         Command::History(args) => approvals::history(&workspace.broker()?, &args),
+        Command::Stats(args) => stats::run(&workspace.broker()?, &args),
         Command::Grants(args) => grants::run(&workspace.broker()?, &args),
         Command::Audit(command) => audit::run(&workspace, &command),
         Command::Serve(args) => serve::serve(workspace, &args),

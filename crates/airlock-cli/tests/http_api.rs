@@ -897,7 +897,12 @@ fn openapi_describes_every_route_and_each_one_is_served() {
             "POST /hitl/preview/{id}",
             "POST /v1/hooks/{agent}",
             "POST /v1/tools/call",
+            "GET /v1/stats",
         ]
+        .into_iter()
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect::<Vec<_>>()
     );
     // The request bodies are the handlers' own types, references resolved.
     let schemas = &document["components"]["schemas"];

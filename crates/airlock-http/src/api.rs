@@ -56,6 +56,7 @@ pub(crate) fn routes(runtime: Arc<Runtime>, events: Events) -> Router {
         .route("/hitl/result/{id}", get(result))
         .route("/hitl/grants", get(grants))
         .route("/hitl/grants/{id}", axum::routing::delete(revoke_grant))
+        .route("/v1/stats", get(stats))
         .route("/audit", get(audit_query))
         .route("/audit/verify", get(audit_verify))
         .with_state(Api { runtime, events })
@@ -925,6 +926,64 @@ async fn audit_query(
     }
 }
 
+#[derive(Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct StatsParams {
+    /// Records from this UTC time (RFC 3339) or this last while (`30m`,
+    /// `24h`, `7d`) on; all when absent.
+    #[serde(default)]
+    since: Option<String>,
+    /// `tool`, `risk`, `approver` or `session`.
+    #[serde(default)]
+    by: Option<String>,
+}
+
+/// `GET /v1/stats`: approval analytics over the audit chain.
+async fn stats(
+    State(api): State<Api>,
+    caller: Option<axum::Extension<Caller>>,
+    params: Result<Query<StatsParams>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    if let Err(refused) = admit(caller, Role::Approver) {
+        return refused;
+    }
+    let Ok(Query(params)) = params else {
+        return failure(
+            StatusCode::BAD_REQUEST,
+            ErrorCode::InvalidInput,
+            "query parameters: since, by",
+        );
+    };
+    let broker = api.runtime.broker();
+    let since = match params
+        .since
+        .as_deref()
+        .map(|text| airlock_broker::since_time(text, broker.now_ms()))
+        .transpose()
+    {
+        Ok(since) => since,
+        Err(message) => {
+            return failure(StatusCode::BAD_REQUEST, ErrorCode::InvalidInput, message);
+        }
+    };
+    let by = match params.by.as_deref().map(str::parse).transpose() {
+        Ok(by) => by,
+        Err(message) => {
+            return failure(
+                StatusCode::BAD_REQUEST,
+                ErrorCode::InvalidInput,
+                format!("by: {message}"),
+            );
+        }
+    };
+    let made = tokio::task::spawn_blocking(move || broker.stats(since.as_deref(), by)).await;
+    match joined(made) {
+        Ok(Ok(stats)) => axum::Json(stats).into_response(),
+        Ok(Err(error)) => broker_failure(&error),
+        Err(refused) => refused,
+    }
+}
+
 fn airlock_audit_query(
     event_type: Option<String>,
     filters: Vec<(String, String)>,
@@ -964,6 +1023,7 @@ pub(crate) async fn openapi_json() -> Response {
         schemars::schema_for!(PreviewBody),
         schemars::schema_for!(BatchBody),
         schemars::schema_for!(AuditParams),
+        schemars::schema_for!(StatsParams),
     ))
     .into_response()
 }

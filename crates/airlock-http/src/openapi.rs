@@ -162,6 +162,19 @@ const ROUTES: &[Route] = &[
     },
     Route {
         method: "get",
+        path: "/v1/stats",
+        role: "approver",
+        summary: "Approval analytics over the audit log: calls, asks, decisions, timeouts, undos, time to decision, a timeline of decisions; all or by tool, risk, approver or session",
+        body: None,
+        answers: &[
+            (200, "Stats"),
+            (400, "Error"),
+            (401, "Error"),
+            (403, "Error"),
+        ],
+    },
+    Route {
+        method: "get",
         path: "/audit",
         role: "admin",
         summary: "Audit records matching a query, oldest first",
@@ -224,6 +237,7 @@ pub(crate) fn document(
     preview: Schema,
     batch: Schema,
     audit_params: Schema,
+    stats_params: Schema,
 ) -> Value {
     let mut schemas = json!({
         "Error": {
@@ -336,6 +350,60 @@ pub(crate) fn document(
             "required": ["revoked"],
             "properties": {"revoked": {"$ref": "#/components/schemas/Grant"}},
         },
+        "Figures": {
+            "type": "object",
+            "required": ["calls", "allowed", "denied_by_policy", "asks", "approved", "edited", "denied", "timeouts", "cancelled", "undone", "decision_ms"],
+            "properties": {
+                "calls": {"type": "integer"},
+                "allowed": {"type": "integer"},
+                "denied_by_policy": {"type": "integer"},
+                "asks": {"type": "integer"},
+                "approved": {"type": "integer"},
+                "edited": {"type": "integer"},
+                "denied": {"type": "integer"},
+                "timeouts": {"type": "integer"},
+                "cancelled": {"type": "integer"},
+                "undone": {"type": "integer"},
+                "decision_ms": {
+                    "type": "object",
+                    "required": ["count"],
+                    "properties": {
+                        "count": {"type": "integer"},
+                        "p50": {"type": ["integer", "null"]},
+                        "p90": {"type": ["integer", "null"]},
+                        "p99": {"type": ["integer", "null"]},
+                        "max": {"type": ["integer", "null"]},
+                    },
+                },
+            },
+        },
+        "Stats": {
+            "type": "object",
+            "required": ["since", "by", "total", "groups", "grants_in_force", "timeline_unit", "timeline"],
+            "properties": {
+                "since": {"type": ["string", "null"]},
+                "by": {"enum": ["tool", "risk", "approver", "session", null]},
+                "total": {"$ref": "#/components/schemas/Figures"},
+                "groups": {"type": "array", "items": {
+                    "allOf": [{"$ref": "#/components/schemas/Figures"}],
+                    "type": "object",
+                    "required": ["key"],
+                    "properties": {"key": {"type": ["string", "null"]}},
+                }},
+                "grants_in_force": {"type": "integer"},
+                "timeline_unit": {"enum": ["hour", "day"]},
+                "timeline": {"type": "array", "items": {
+                    "type": "object",
+                    "required": ["at", "approved", "denied", "timeouts"],
+                    "properties": {
+                        "at": {"type": "string"},
+                        "approved": {"type": "integer"},
+                        "denied": {"type": "integer"},
+                        "timeouts": {"type": "integer"},
+                    },
+                }},
+            },
+        },
         "AuditRecords": {
             "type": "object",
             "required": ["records"],
@@ -443,6 +511,9 @@ pub(crate) fn document(
         }
         if route.path == "/audit" {
             parameters.extend(query_parameters(&audit_params));
+        }
+        if route.path == "/v1/stats" {
+            parameters.extend(query_parameters(&stats_params));
         }
         if !parameters.is_empty() {
             operation["parameters"] = Value::Array(parameters);
