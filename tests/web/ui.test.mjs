@@ -450,12 +450,36 @@ try {
   const decisions = await page.locator("#audit-table tbody tr td:nth-child(6)").allTextContents();
   assert.deepEqual(decisions, ["deny", "deny", "deny", "deny", "deny"]);
 
+  step("the stats view charts decisions over time, time to decision by risk and top tools asked");
+  const token = decodeURIComponent(new URL(login).hash.replace(/^#token=/, ""));
+  const expected = await (await fetch(base + "/v1/stats?since=7d", {
+    headers: { Authorization: "Bearer " + token },
+  })).json();
+  assert.ok(expected.total.approved > 0 && expected.total.denied > 0, JSON.stringify(expected.total));
+  await page.locator("#tab-stats").click();
+  const figure = (name) => page.locator(`#stats-totals dd[data-figure="${name}"]`);
+  await figure("approved").waitFor({ timeout: 10000 });
+  for (const [name, value] of [["approved", expected.total.approved], ["denied", expected.total.denied],
+    ["asked", expected.total.asks], ["calls", expected.total.calls]]) {
+    assert.equal(await figure(name).textContent(), String(value), name);
+  }
+  await page.locator("#chart-timeline rect.bar.approved").first().waitFor({ timeout: 10000 });
+  assert.ok((await page.locator("#chart-timeline rect.bar.denied").count()) > 0, "no denied bar");
+  assert.ok((await page.locator("#chart-risk rect.bar.p50").count()) > 0, "no time-to-decision bar");
+  const toolNames = await page.locator("#chart-tools text").allTextContents();
+  assert.ok(toolNames.includes("write_file"), `no write_file in ${toolNames}`);
+  await page.screenshot({ path: join(shots, "12-stats-phone.png"), fullPage: true });
+
   step("a wide screen");
   await page.setViewportSize({ width: 1280, height: 900 });
   await page.locator("#tab-pending").click();
   await propose("write_file", { path: "d.txt", content: "d\n" });
   await page.locator("li.card").first().waitFor({ timeout: 10000 });
   await page.screenshot({ path: join(shots, "06-desktop.png"), fullPage: true });
+  await page.locator("#tab-stats").click();
+  await page.locator("#chart-timeline rect.bar").first().waitFor({ timeout: 10000 });
+  await page.screenshot({ path: join(shots, "13-stats-desktop.png"), fullPage: true });
+  await page.locator("#tab-pending").click();
 
   step("a bad token is refused");
   const stranger = await context.newPage();

@@ -67,7 +67,7 @@ fn approvals_are_seen_and_decided_in_a_real_browser() {
     }
     let stdout = run_browser_script("ui.test.mjs");
     let shots = shots_dir();
-    assert!(stdout.contains("ok: 20 steps"), "{stdout}");
+    assert!(stdout.contains("ok: 21 steps"), "{stdout}");
     for shot in [
         "01-logged-in.png",
         "02-pending-write-phone.png",
@@ -78,6 +78,8 @@ fn approvals_are_seen_and_decided_in_a_real_browser() {
         "07-stale-outcome-phone.png",
         "08-large-diff-phone.png",
         "09-large-diff-expanded-phone.png",
+        "12-stats-phone.png",
+        "13-stats-desktop.png",
     ] {
         assert!(shots.join(shot).exists(), "no screenshot {shot}");
     }

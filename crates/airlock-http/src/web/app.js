@@ -89,6 +89,8 @@ function show(view) {
   $("#login-view").hidden = view !== "login";
   $("#pending-view").hidden = view !== "pending";
   $("#audit-view").hidden = view !== "audit";
+  $("#stats-view").hidden = view !== "stats";
+  $("#tab-stats").classList.toggle("active", view === "stats");
   $("#tab-pending").classList.toggle("active", view === "pending");
   $("#tab-audit").classList.toggle("active", view === "audit");
 }
@@ -600,6 +602,7 @@ function handleEvent(block) {
   else if (SETTLED.has(type) && payload.approval) settleCard(payload.approval, "");
   else if (type === "resync") loadPending().catch(() => {});
   if (state.view === "audit" && type !== "created") loadAudit().catch(() => {});
+  if (state.view === "stats" && type !== "created") loadStats().catch(() => {});
 }
 
 function setLive(on) {
@@ -670,6 +673,160 @@ function renderAudit(records) {
   }
 }
 
+// ---------------------------------------------------------------- stats
+
+const SVG = "http://www.w3.org/2000/svg";
+
+function svgElement(name, attributes, text) {
+  const element = document.createElementNS(SVG, name);
+  for (const [key, value] of Object.entries(attributes)) element.setAttribute(key, String(value));
+  // Names come from agents: only ever text.
+  if (text !== undefined) element.textContent = text;
+  return element;
+}
+
+function seconds(ms) {
+  if (ms === null || ms === undefined) return "-";
+  if (ms < 1000) return ms + " ms";
+  if (ms < 120000) return (ms / 1000).toFixed(1) + " s";
+  return (ms / 60000).toFixed(1) + " min";
+}
+
+function shortLabel(text, max) {
+  const chars = Array.from(text);
+  return chars.length > max ? chars.slice(0, max - 1).join("") + "…" : text;
+}
+
+async function loadStats() {
+  const error = $("#stats-error");
+  setText(error, "");
+  const since = $("#stats-since").value;
+  const query = (by) => {
+    const params = new URLSearchParams();
+    if (since) params.set("since", since);
+    if (by) params.set("by", by);
+    return "/v1/stats?" + params;
+  };
+  try {
+    const [all, byRisk, byTool] = await Promise.all([api(query()), api(query("risk")), api(query("tool"))]);
+    renderTotals(all);
+    renderTimeline(all.timeline, all.timeline_unit);
+    renderRisk(byRisk.groups);
+    renderTools(byTool.groups);
+  } catch (e) {
+    setText(error, e.message);
+  }
+}
+
+function renderTotals(stats) {
+  const t = stats.total;
+  const items = [
+    ["calls", t.calls], ["allowed", t.allowed], ["denied by policy", t.denied_by_policy],
+    ["asked", t.asks], ["approved", t.approved], ["edited", t.edited], ["denied", t.denied],
+    ["timed out", t.timeouts], ["undone", t.undone],
+    ["median decision", seconds(t.decision_ms.p50)], ["90th pct decision", seconds(t.decision_ms.p90)],
+    ["grants in force", stats.grants_in_force],
+  ];
+  const list = $("#stats-totals");
+  list.replaceChildren();
+  for (const [name, value] of items) {
+    const box = document.createElement("div");
+    const term = document.createElement("dt");
+    const data = document.createElement("dd");
+    setText(term, name);
+    setText(data, String(value));
+    data.dataset.figure = name;
+    box.append(term, data);
+    list.append(box);
+  }
+}
+
+// Drawn at the width it is shown at, so its text keeps its size on a phone.
+function chartWidth(svg) {
+  return Math.max(300, Math.round(svg.getBoundingClientRect().width) || 640);
+}
+
+function emptyChart(svg, message) {
+  svg.replaceChildren(svgElement("text", { x: 10, y: 24, class: "empty-chart" }, message));
+}
+
+function renderTimeline(buckets, unit) {
+  const svg = $("#chart-timeline");
+  const width = chartWidth(svg), height = 200, left = 34, bottom = 24;
+  svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+  if (!buckets.length) return emptyChart(svg, "No decisions in this period.");
+  const most = Math.max(...buckets.map((b) => b.approved + b.denied + b.timeouts), 1);
+  const slot = (width - left) / buckets.length;
+  const bar = Math.max(2, Math.min(40, slot * 0.7));
+  const scale = (height - bottom - 10) / most;
+  svg.replaceChildren(
+    svgElement("text", { x: 2, y: 12 }, String(most)),
+    svgElement("text", { x: 2, y: height - bottom }, "0"),
+  );
+  buckets.forEach((b, i) => {
+    const x = left + i * slot + (slot - bar) / 2;
+    let y = height - bottom;
+    for (const [kind, count] of [["approved", b.approved], ["denied", b.denied], ["timeout", b.timeouts]]) {
+      if (!count) continue;
+      const h = count * scale;
+      y -= h;
+      const rect = svgElement("rect", { x, y, width: bar, height: h, class: "bar " + kind });
+      rect.append(svgElement("title", {}, `${b.at}: ${count} ${kind === "timeout" ? "timed out" : kind}`));
+      svg.append(rect);
+    }
+    if (buckets.length <= 12 || i % Math.ceil(buckets.length / 12) === 0) {
+      const label = unit === "hour" ? b.at.slice(11, 16) : b.at.slice(5, 10);
+      svg.append(svgElement("text", { x: x, y: height - 8 }, label));
+    }
+  });
+}
+
+function renderRisk(groups) {
+  const svg = $("#chart-risk");
+  const width = chartWidth(svg), height = 200, left = 70;
+  svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+  const order = ["low", "medium", "high", "critical"];
+  const rows = groups
+    .filter((g) => g.decision_ms.count > 0)
+    .sort((a, b) => order.indexOf(a.key) - order.indexOf(b.key));
+  if (!rows.length) return emptyChart(svg, "No decisions in this period.");
+  const most = Math.max(...rows.map((g) => g.decision_ms.p90 || 0), 1);
+  const band = (height - 10) / rows.length;
+  const scale = (width - left - 90) / most;
+  svg.replaceChildren();
+  rows.forEach((g, i) => {
+    const y = 5 + i * band;
+    svg.append(svgElement("text", { x: 2, y: y + band / 2 + 4 }, shortLabel(g.key || "(none)", 10)));
+    const thick = Math.min(14, band / 3);
+    for (const [kind, value, dy] of [["p50", g.decision_ms.p50, band / 2 - thick - 1], ["p90", g.decision_ms.p90, band / 2 + 1]]) {
+      const w = Math.max(1, (value || 0) * scale);
+      const rect = svgElement("rect", { x: left, y: y + dy, width: w, height: thick, class: "bar " + kind });
+      rect.append(svgElement("title", {}, `${g.key}: ${kind} ${seconds(value)}`));
+      svg.append(rect, svgElement("text", { x: left + w + 4, y: y + dy + thick - 2 }, seconds(value)));
+    }
+  });
+}
+
+function renderTools(groups) {
+  const svg = $("#chart-tools");
+  const width = chartWidth(svg), height = 200, left = Math.min(150, Math.round(width * 0.35));
+  svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+  const rows = groups.filter((g) => g.asks > 0).sort((a, b) => b.asks - a.asks).slice(0, 8);
+  if (!rows.length) return emptyChart(svg, "Nothing was asked in this period.");
+  const most = Math.max(...rows.map((g) => g.asks), 1);
+  const band = (height - 10) / rows.length;
+  const scale = (width - left - 40) / most;
+  svg.replaceChildren();
+  rows.forEach((g, i) => {
+    const y = 5 + i * band;
+    const thick = Math.min(18, band * 0.7);
+    svg.append(svgElement("text", { x: 2, y: y + band / 2 + 4 }, shortLabel(g.key || "(none)", 24)));
+    const rect = svgElement("rect", { x: left, y: y + (band - thick) / 2, width: Math.max(1, g.asks * scale), height: thick, class: "bar asks" });
+    rect.append(svgElement("title", {}, `${g.key}: ${g.asks} asked`));
+    svg.append(rect, svgElement("text", { x: left + g.asks * scale + 4, y: y + band / 2 + 4 }, String(g.asks)));
+  });
+}
+
 // ---------------------------------------------------------------- start
 
 async function start() {
@@ -695,6 +852,16 @@ document.addEventListener("DOMContentLoaded", () => {
     if (!state.token) return;
     show("audit");
     loadAudit();
+  });
+  $("#tab-stats").addEventListener("click", () => {
+    if (!state.token) return;
+    show("stats");
+    loadStats();
+  });
+  $("#stats-since").addEventListener("change", () => loadStats());
+  $("#stats-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    loadStats();
   });
   $("#audit-form").addEventListener("submit", (event) => {
     event.preventDefault();
