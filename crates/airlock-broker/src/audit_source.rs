@@ -66,6 +66,10 @@ impl ChainStore for ChainInStore {
     }
 }
 
+/// Called with each record of the chain in turn.
+pub(crate) type RecordVisitor<'a> =
+    &'a mut dyn FnMut(&Map<String, Value>) -> Result<(), BrokerError>;
+
 /// Where a workspace's audit chain is read from.
 #[derive(Debug)]
 pub enum AuditSource<'a> {
@@ -153,10 +157,7 @@ impl<'a> AuditSource<'a> {
 
     /// Every record that is a JSON object, oldest first (a line that is
     /// not is skipped: `audit verify` is what reports it).
-    pub(crate) fn each_record(
-        &self,
-        each: &mut dyn FnMut(&Map<String, Value>) -> Result<(), BrokerError>,
-    ) -> Result<(), BrokerError> {
+    pub(crate) fn each_record(&self, each: RecordVisitor<'_>) -> Result<(), BrokerError> {
         self.each_line(
             &mut |line| match serde_json::from_str::<Map<String, Value>>(line) {
                 Ok(record) => each(&record),

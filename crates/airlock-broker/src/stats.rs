@@ -138,7 +138,7 @@ struct Tally {
 }
 
 impl Tally {
-    fn add(&mut self, record: &Map<String, Value>) -> Option<DecisionKind> {
+    fn add(&mut self, record: &AuditRecord) -> Option<DecisionKind> {
         let text = |key: &str| record.get(key).and_then(Value::as_str);
         let event = text("event")?;
         let figures = &mut self.figures;
@@ -206,12 +206,26 @@ enum DecisionKind {
     Timeout,
 }
 
-/// Figures of the records `each` gives, from `since` on.
-pub fn tally(
-    records: &mut dyn FnMut(&mut dyn FnMut(&Map<String, Value>)) -> Result<(), BrokerError>,
+/// An audit record.
+type AuditRecord = Map<String, Value>;
+
+/// Something that gives every record to the visitor it is passed.
+type Records<'a> = &'a mut dyn FnMut(&mut dyn FnMut(&AuditRecord)) -> Result<(), BrokerError>;
+
+/// What [`tally`] found.
+struct Tallied {
+    total: Figures,
+    groups: Vec<Group>,
+    unit: &'static str,
+    timeline: Vec<Bucket>,
+}
+
+/// Figures of the records `records` gives, from `since` on.
+fn tally(
+    records: Records<'_>,
     since: Option<&str>,
     by: Option<StatsBy>,
-) -> Result<(Figures, Vec<Group>, &'static str, Vec<Bucket>), BrokerError> {
+) -> Result<Tallied, BrokerError> {
     let mut total = Tally::default();
     let mut groups: BTreeMap<Option<String>, Tally> = BTreeMap::new();
     // (ts, kind) of every decision, bucketed once the span is known.
@@ -292,12 +306,12 @@ pub fn tally(
         };
         weight(b).cmp(&weight(a)).then_with(|| a.key.cmp(&b.key))
     });
-    Ok((
-        total.finish(),
+    Ok(Tallied {
+        total: total.finish(),
         groups,
         unit,
-        timeline.into_values().collect(),
-    ))
+        timeline: timeline.into_values().collect(),
+    })
 }
 
 /// Whole hours from one RFC 3339 time to a later one (by their date and
@@ -364,7 +378,12 @@ impl Broker {
     /// The analytics of the records from `since` (RFC 3339) on.
     pub fn stats(&self, since: Option<&str>, by: Option<StatsBy>) -> Result<Stats, BrokerError> {
         let source = self.audit_source();
-        let (total, groups, timeline_unit, timeline) = tally(
+        let Tallied {
+            total,
+            groups,
+            unit: timeline_unit,
+            timeline,
+        } = tally(
             &mut |each| {
                 source.each_record(&mut |record| {
                     each(record);
