@@ -56,6 +56,7 @@ pub mod merkle;
 mod merkle_index;
 pub mod note;
 mod read;
+pub mod siem;
 mod tail;
 mod time;
 mod verify;

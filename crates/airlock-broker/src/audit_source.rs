@@ -166,6 +166,57 @@ impl<'a> AuditSource<'a> {
         )
     }
 
+    /// Up to `limit` lines after record `after`, oldest first, with their
+    /// seqs; and where to read on from. `position` is what the last read
+    /// returned (a byte offset in the file; unused for the database); one
+    /// that does not point at record `after + 1` is found again from the
+    /// start.
+    pub fn lines_after(
+        &self,
+        after: u64,
+        position: u64,
+        limit: usize,
+    ) -> Result<(Vec<(u64, String)>, u64), BrokerError> {
+        use airlock_audit::LeafSource as _;
+        match self {
+            AuditSource::File(path) => {
+                let mut source = airlock_audit::FileLeaves { path: path.clone() };
+                let last = after.saturating_add(limit as u64);
+                let mut lines = Vec::new();
+                let mut seq = after;
+                let read = source.read(after + 1, position, last, &mut |line| {
+                    seq += 1;
+                    lines.push((seq, String::from_utf8_lossy(line).into_owned()));
+                });
+                match read {
+                    Ok(next) => Ok((lines, next)),
+                    // The position is stale (a repaired log, a lost cursor):
+                    // read from the start, keeping what comes after `after`.
+                    Err(AuditError::IndexMismatch { .. } | AuditError::IndexAhead { .. }) => {
+                        let mut lines = Vec::new();
+                        let mut seq = 0u64;
+                        let next = source.read(1, 0, last, &mut |line| {
+                            seq += 1;
+                            if seq > after {
+                                lines.push((seq, String::from_utf8_lossy(line).into_owned()));
+                            }
+                        })?;
+                        Ok((lines, next))
+                    }
+                    Err(error) => Err(error.into()),
+                }
+            }
+            AuditSource::Store(store) => Ok((
+                store
+                    .audit_rows(after, limit)?
+                    .into_iter()
+                    .map(|row| (row.seq, row.line))
+                    .collect(),
+                0,
+            )),
+        }
+    }
+
     /// The records that match `query`, oldest first.
     pub fn query(&self, query: &Query) -> Result<Vec<Map<String, Value>>, BrokerError> {
         match self {

@@ -337,6 +337,16 @@ impl Broker {
             .map(|(seq, event_hash)| airlock_audit::Head { seq, event_hash }))
     }
 
+    /// How many records the audit chain holds (its head's seq).
+    pub fn audit_records(&self) -> Result<u64, BrokerError> {
+        let head = if self.store.is_shared() {
+            self.store.audit_chain_head()?
+        } else {
+            self.store.audit_head()?
+        };
+        Ok(head.map_or(0, |(seq, _)| seq))
+    }
+
     /// Syncs audit records of reads and denials still waiting for their
     /// background sync; call it before the process exits.
     pub fn flush_audit(&self) {

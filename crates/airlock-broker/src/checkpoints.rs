@@ -299,7 +299,9 @@ impl Checkpoints {
             note: signed.note,
             created_ms: now_ms,
         };
-        self.store.save_checkpoint(&row)?;
+        if self.store.save_checkpoint(&row)? {
+            crate::metrics::observe_checkpoint();
+        }
         self.write_latest(&row)?;
         Ok(Some(row))
     }
@@ -510,5 +512,41 @@ impl crate::Broker {
             self.store.set_kv(&key, &size.to_string())?;
         }
         Ok(())
+    }
+}
+
+impl crate::Broker {
+    /// Where shipping to `target` stands: the last seq sent and where to
+    /// read on from (see [`crate::AuditSource::lines_after`]).
+    pub fn ship_cursor(&self, target: &str) -> Result<(u64, u64), BrokerError> {
+        let stored = self.store.get_kv(&format!("ship {target}"))?;
+        let mut parts = stored.as_deref().unwrap_or("0 0").split(' ');
+        let seq = parts.next().and_then(|seq| seq.parse().ok()).unwrap_or(0);
+        let position = parts.next().and_then(|at| at.parse().ok()).unwrap_or(0);
+        Ok((seq, position))
+    }
+
+    /// Records that everything through `seq` reached `target`.
+    pub fn save_ship_cursor(
+        &self,
+        target: &str,
+        seq: u64,
+        position: u64,
+    ) -> Result<(), BrokerError> {
+        Ok(self
+            .store
+            .set_kv(&format!("ship {target}"), &format!("{seq} {position}"))?)
+    }
+
+    /// Takes or renews the lease of a job only one process does (`holder`
+    /// names this one) for `for_ms`.
+    pub fn try_lease(&self, name: &str, holder: &str, for_ms: u64) -> Result<bool, BrokerError> {
+        let now = self.now_ms();
+        Ok(self.store.try_lease(name, holder, now, now + for_ms)?)
+    }
+
+    /// Gives a lease up.
+    pub fn release_lease(&self, name: &str, holder: &str) -> Result<(), BrokerError> {
+        Ok(self.store.release_lease(name, holder)?)
     }
 }

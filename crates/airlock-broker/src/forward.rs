@@ -107,6 +107,9 @@ pub struct ForwardNow {
     by: &'static str,
     reason: Option<String>,
     record: Record,
+    /// When it was handed to the face that forwards it (for the upstream
+    /// latency metric).
+    started: std::time::Instant,
 }
 
 impl ForwardNow {
@@ -125,6 +128,7 @@ impl ForwardNow {
         };
         let reason = by_fallback.then(|| FALLBACK_ALLOW.to_owned());
         ForwardNow {
+            started: std::time::Instant::now(),
             call: forward,
             method,
             tool: call.tool.clone(),
@@ -188,6 +192,7 @@ impl Broker {
     /// Records what came of a [`ForwardNow`]: the envelope `submit` would
     /// have returned, audited.
     pub fn forwarded_now(&self, now: ForwardNow, result: Result<Value, ForwardError>) -> Envelope {
+        crate::metrics::observe_upstream(&now.call.upstream, now.started.elapsed().as_secs_f64());
         let (mut envelope, record) = forwarded(
             now.method,
             &now.tool,
@@ -386,7 +391,15 @@ impl Broker {
 
     fn run_forward(&self, forward: &UpstreamCall) -> Result<Value, ForwardError> {
         match &self.forwarder {
-            Some(forwarder) => forwarder.forward(forward),
+            Some(forwarder) => {
+                let started = std::time::Instant::now();
+                let result = forwarder.forward(forward);
+                crate::metrics::observe_upstream(
+                    &forward.upstream,
+                    started.elapsed().as_secs_f64(),
+                );
+                result
+            }
             None => Err(ForwardError::NotConnected),
         }
     }

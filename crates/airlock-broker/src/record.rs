@@ -138,7 +138,12 @@ impl Broker {
         record: Record,
         durability: Durability,
     ) -> Result<airlock_core::envelope::AuditRef, airlock_audit::AuditError> {
-        let appended = self.audit.append_with(record.into_map(), durability)?;
+        let record = record.into_map();
+        let observed = crate::metrics::Observed::of(&record);
+        let started = std::time::Instant::now();
+        let appended = self.audit.append_with(record, durability)?;
+        crate::metrics::observe_append(started.elapsed().as_secs_f64());
+        observed.count();
         self.after_append(appended.seq, durability);
         Ok(airlock_core::envelope::AuditRef {
             prev_hash: appended.prev_hash,

@@ -12,6 +12,7 @@ mod grants;
 mod hook;
 mod publish;
 mod serve;
+mod ship;
 mod stats;
 mod store;
 mod token;

@@ -32,6 +32,10 @@ pub(crate) struct ServeArgs {
     /// The profile bound to the stdio endpoint (default: `default_profile`).
     #[arg(long, value_name = "P")]
     profile: Option<String>,
+    /// Serve GET /metrics (Prometheus text) without a token on this loopback
+    /// address (PORT or 127.0.0.1:PORT), for a local scraper.
+    #[arg(long, value_name = "ADDR", value_parser = parse_listen_address)]
+    metrics_addr: Option<SocketAddr>,
 }
 
 #[derive(Debug, Args)]
@@ -55,6 +59,10 @@ pub(crate) struct WrapArgs {
     /// The address people reach this server at (see `serve --public-url`).
     #[arg(long, value_name = "URL", requires = "http")]
     public_url: Option<String>,
+    /// Serve GET /metrics without a token on this loopback address (see
+    /// `serve --metrics-addr`).
+    #[arg(long, value_name = "ADDR", value_parser = parse_listen_address)]
+    metrics_addr: Option<SocketAddr>,
     /// Wrap a streamable-HTTP MCP server at this URL (http:// or https://,
     /// trusting `tls.ca_file` too) instead of starting a command.
     #[arg(long, value_name = "URL", conflicts_with = "command")]
@@ -77,14 +85,35 @@ pub(crate) fn serve(workspace: Workspace, args: &ServeArgs) -> Result<u8, Failur
         user: Some(crate::approvals::terminal_user()),
         http: false,
     };
+    check_metrics_addr(args.metrics_addr)?;
     run(
         workspace,
         None,
         RuntimeOptions::default(),
         session,
-        args.stdio,
-        args.http.map(|addr| (addr, args.public_url.clone())),
+        Faces {
+            stdio: args.stdio,
+            http: args.http.map(|addr| (addr, args.public_url.clone())),
+            metrics: args.metrics_addr,
+        },
     )
+}
+
+/// Where a server answers: stdio, HTTP (with its public URL), metrics.
+struct Faces {
+    stdio: bool,
+    http: Option<(SocketAddr, Option<String>)>,
+    metrics: Option<SocketAddr>,
+}
+
+/// Metrics without a token are for this machine only.
+fn check_metrics_addr(addr: Option<SocketAddr>) -> Result<(), Failure> {
+    match addr {
+        Some(addr) if !addr.ip().is_loopback() => Err(Failure::usage(anyhow!(
+            "--metrics-addr {addr}: metrics without a token are served on loopback only; from another host, scrape /metrics on the --http listener with an admin token"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 pub(crate) fn wrap(workspace: Workspace, args: &WrapArgs) -> Result<u8, Failure> {
@@ -135,13 +164,17 @@ pub(crate) fn wrap(workspace: Workspace, args: &WrapArgs) -> Result<u8, Failure>
         wrap: Some(name),
         ..RuntimeOptions::default()
     };
+    check_metrics_addr(args.metrics_addr)?;
     run(
         workspace,
         Some(upstream),
         options,
         session,
-        args.http.is_none(),
-        args.http.map(|addr| (addr, args.public_url.clone())),
+        Faces {
+            stdio: args.http.is_none(),
+            http: args.http.map(|addr| (addr, args.public_url.clone())),
+            metrics: args.metrics_addr,
+        },
     )
 }
 
@@ -297,9 +330,13 @@ fn run(
     wrapped: Option<UpstreamConfig>,
     options: RuntimeOptions,
     session: SessionOptions,
-    stdio: bool,
-    http: Option<(SocketAddr, Option<String>)>,
+    faces: Faces,
 ) -> Result<u8, Failure> {
+    let Faces {
+        stdio,
+        http,
+        metrics,
+    } = faces;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -324,6 +361,23 @@ fn run(
             .map_err(|error| Failure::internal(anyhow!("{error}")))?;
         let runtime = face.runtime().clone();
         crate::publish::start(runtime.clone());
+        let shippers = crate::ship::start(runtime.clone());
+        if let Some(addr) = metrics {
+            let (ready, bound) = tokio::sync::oneshot::channel();
+            let serving = tokio::spawn(airlock_http::serve_metrics(runtime.clone(), addr, move |at| {
+                let _ = ready.send(at);
+            }));
+            match bound.await {
+                Ok(at) => eprintln!("airlock: metrics at http://{at}/metrics"),
+                Err(_) => {
+                    let why = match serving.await {
+                        Ok(Err(error)) => error.to_string(),
+                        _ => "the metrics listener stopped".to_owned(),
+                    };
+                    return Err(Failure::usage(anyhow!("--metrics-addr: {why}")));
+                }
+            }
+        }
         reloader.prime();
         runtime
             .watch_config(Box::new(move || reloader.check()))
@@ -392,6 +446,9 @@ fn run(
         if let Err(error) = stopped {
             eprintln!("airlock: stopping: {error}");
         }
+        // A shipper finishes the batch it is sending (its cursor then says
+        // where the next server goes on).
+        shippers.stop(std::time::Duration::from_secs(10)).await;
         // The shutdown checkpoint goes out now rather than with the next
         // server, if the hook answers in time.
         let _ = tokio::time::timeout(

@@ -872,6 +872,13 @@ fn openapi_describes_every_route_and_each_one_is_served() {
                 // A link without its signature: the page that says so.
                 assert_eq!(status, 403, "{method} {path}");
                 assert!(body.as_str().unwrap().contains("Invalid link"), "{body}");
+            } else if path == "/metrics" {
+                // Prometheus text, not JSON.
+                assert_eq!(status, 200, "{body}");
+                assert!(
+                    body.as_str().unwrap().contains("airlock_calls_total"),
+                    "{body}"
+                );
             } else {
                 assert!(body.is_object(), "{method} {path}: {status} {body}");
             }
@@ -898,6 +905,7 @@ fn openapi_describes_every_route_and_each_one_is_served() {
             "POST /v1/hooks/{agent}",
             "POST /v1/tools/call",
             "GET /v1/stats",
+            "GET /metrics",
         ]
         .into_iter()
         .collect::<std::collections::BTreeSet<_>>()

@@ -65,7 +65,8 @@ fn design_defaults() -> Value {
         "audit": {
             "path": ".airlock/audit.jsonl",
             "hmac_key_env": "AIRLOCK_AUDIT_KEY",
-            "checkpoints": {"every": 1000, "webhook": null, "origin": null}
+            "checkpoints": {"every": 1000, "webhook": null, "origin": null},
+            "ship": {"syslog": null, "http": null}
         },
         "notify": {"webhooks": []},
         "http": {"allowed_hosts": [], "allowed_origins": []},
@@ -86,7 +87,8 @@ fn design_defaults() -> Value {
             "max_memory_bytes": 8589934592u64,
             "rules": []
         },
-        "store": {"url": null, "pool_size": 16, "lease": "10s"}
+        "store": {"url": null, "pool_size": 16, "lease": "10s"},
+        "telemetry": {"metrics": true}
     })
 }
 

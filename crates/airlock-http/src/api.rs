@@ -57,6 +57,7 @@ pub(crate) fn routes(runtime: Arc<Runtime>, events: Events) -> Router {
         .route("/hitl/grants", get(grants))
         .route("/hitl/grants/{id}", axum::routing::delete(revoke_grant))
         .route("/v1/stats", get(stats))
+        .route("/metrics", get(metrics))
         .route("/audit", get(audit_query))
         .route("/audit/verify", get(audit_verify))
         .with_state(Api { runtime, events })
@@ -921,6 +922,39 @@ async fn audit_query(
             let records: Vec<Map<String, Value>> = records.drain(skip..).collect();
             axum::Json(json!({"records": records})).into_response()
         }
+        Ok(Err(error)) => broker_failure(&error),
+        Err(refused) => refused,
+    }
+}
+
+/// `GET /metrics` on the HTTP listener: Prometheus text, for an admin
+/// (while `telemetry.metrics` is on).
+async fn metrics(State(api): State<Api>, caller: Option<axum::Extension<Caller>>) -> Response {
+    if let Err(refused) = admit(caller, Role::Admin) {
+        return refused;
+    }
+    if !api.runtime.broker().config().telemetry.metrics {
+        return failure(
+            StatusCode::NOT_FOUND,
+            ErrorCode::NotFound,
+            "metrics are off (telemetry.metrics: false)",
+        );
+    }
+    metrics_answer(&api.runtime).await
+}
+
+/// The Prometheus text of the broker in force.
+pub(crate) async fn metrics_answer(runtime: &Arc<Runtime>) -> Response {
+    let broker = runtime.broker();
+    match joined(tokio::task::spawn_blocking(move || broker.metrics_text()).await) {
+        Ok(Ok(text)) => (
+            [(
+                axum::http::header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
         Ok(Err(error)) => broker_failure(&error),
         Err(refused) => refused,
     }

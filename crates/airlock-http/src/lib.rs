@@ -56,6 +56,10 @@ pub enum HttpError {
     PublicUrl(String),
     #[error("{0}")]
     Serve(std::io::Error),
+    #[error(
+        "refusing to serve metrics without a token on {0}: --metrics-addr takes a loopback address; from another host, scrape /metrics on the HTTP listener with an admin token"
+    )]
+    MetricsOpenToNetwork(SocketAddr),
 }
 
 /// Who a request comes from: a token's name, user and roles, and the
@@ -274,6 +278,43 @@ pub enum Login {
 /// address start with `public_url` (default `http://<bound address>`).
 /// `ready` gets the bound address and, without configured tokens, the login
 /// URL with the generated admin token (shown once).
+/// `GET /metrics` alone, without a token, on a loopback address of its
+/// own (`--metrics-addr`), for a local Prometheus or agent; `Host` must name
+/// the listener (no DNS rebinding). Runs until the process stops.
+pub async fn serve_metrics(
+    runtime: Arc<Runtime>,
+    addr: SocketAddr,
+    ready: impl FnOnce(SocketAddr),
+) -> Result<(), HttpError> {
+    if !addr.ip().is_loopback() {
+        return Err(HttpError::MetricsOpenToNetwork(addr));
+    }
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|error| HttpError::Bind { addr, error })?;
+    let bound = listener.local_addr().map_err(HttpError::Serve)?;
+    let site = guard::Site {
+        runtime: runtime.clone(),
+        bound,
+        public_url: None,
+    };
+    let router = Router::new()
+        .route(
+            "/metrics",
+            axum::routing::get(move || {
+                let runtime = runtime.clone();
+                async move { api::metrics_answer(&runtime).await }
+            }),
+        )
+        .layer(axum::middleware::from_fn(move |request, next| {
+            guard::check_host_and_origin(site.clone(), request, next)
+        }));
+    ready(bound);
+    axum::serve(listener, router)
+        .await
+        .map_err(HttpError::Serve)
+}
+
 pub async fn serve(
     runtime: Arc<Runtime>,
     mcp: impl McpService,

@@ -175,6 +175,14 @@ const ROUTES: &[Route] = &[
     },
     Route {
         method: "get",
+        path: "/metrics",
+        role: "admin",
+        summary: "Prometheus text (version 0.0.4): calls by tool, decision and risk; approvals pending; time to decision; apply failures; upstream and audit append latency; checkpoints",
+        body: None,
+        answers: &[(200, ""), (401, "Error"), (403, "Error"), (404, "Error")],
+    },
+    Route {
+        method: "get",
         path: "/audit",
         role: "admin",
         summary: "Audit records matching a query, oldest first",

@@ -334,6 +334,18 @@ impl Store {
         })
     }
 
+    /// How many approvals are pending and not expired.
+    pub fn pending_count(&self, now: Millis) -> Result<u64, StoreError> {
+        self.with(|conn| {
+            let count: i64 = scalar(
+                conn,
+                "SELECT count(*) FROM approvals WHERE status = 'pending' AND expires_ms > ?1",
+                args![i64::try_from(now).unwrap_or(i64::MAX)],
+            )?;
+            Ok(count.max(0) as u64)
+        })
+    }
+
     /// Pending approvals that have not expired, oldest first (per-session FIFO).
     pub fn pending(&self, session: Option<&str>, now: Millis) -> Result<Vec<Approval>, StoreError> {
         self.with(|conn| {

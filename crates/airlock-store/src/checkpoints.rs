@@ -94,6 +94,43 @@ impl Store {
         })
     }
 
+    /// Takes or renews the lease `name` for `holder` until `until_ms`:
+    /// `true` when `holder` holds it now (it was free, ran out before
+    /// `now_ms`, or was `holder`'s already). One job, one holder, across
+    /// processes and instances.
+    pub fn try_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        now_ms: Millis,
+        until_ms: Millis,
+    ) -> Result<bool, StoreError> {
+        self.with(|conn| {
+            Ok(conn.execute(
+                "INSERT INTO leases (name, holder, until_ms) VALUES (?1, ?2, ?4) \
+                 ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, until_ms = excluded.until_ms \
+                 WHERE leases.until_ms < ?3 OR leases.holder = ?2",
+                args![
+                    name,
+                    holder,
+                    i64::try_from(now_ms).unwrap_or(i64::MAX),
+                    i64::try_from(until_ms).unwrap_or(i64::MAX)
+                ],
+            )? == 1)
+        })
+    }
+
+    /// Gives up `holder`'s lease `name` (another may take it at once).
+    pub fn release_lease(&self, name: &str, holder: &str) -> Result<(), StoreError> {
+        self.with(|conn| {
+            conn.execute(
+                "DELETE FROM leases WHERE name = ?1 AND holder = ?2",
+                args![name, holder],
+            )?;
+            Ok(())
+        })
+    }
+
     /// The value stored at `key`, storing `value` there first if there is
     /// none (the first of several instances to ask decides).
     pub fn kv_get_or_insert(&self, key: &str, value: &str) -> Result<String, StoreError> {

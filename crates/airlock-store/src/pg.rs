@@ -251,7 +251,8 @@ CREATE TABLE deliveries (
     PRIMARY KEY (seq, target)
 );
 ",
-    // 4: the audit log's signed checkpoints (one per tree size and key).
+    // 4: the audit log's signed checkpoints (one per tree size and key),
+    // and leases (which instance does a job only one may do).
     "
 CREATE TABLE audit_checkpoints (
     size bigint NOT NULL,
@@ -260,6 +261,11 @@ CREATE TABLE audit_checkpoints (
     note text NOT NULL,
     created_ms bigint NOT NULL,
     PRIMARY KEY (size, key_id)
+);
+CREATE TABLE leases (
+    name text PRIMARY KEY,
+    holder text NOT NULL,
+    until_ms bigint NOT NULL
 );
 ",
 ];

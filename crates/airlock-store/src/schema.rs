@@ -115,7 +115,9 @@ const MIGRATIONS: &[&str] = &[
      CREATE INDEX chat_messages_open ON chat_messages (platform, settled);",
     // 7: an agent's hook finds its call again by the agent's id of it.
     "CREATE INDEX approvals_tool_call ON approvals (tool_call_id);",
-    // 8: the audit log's signed checkpoints (one per tree size and key).
+    // 8: the audit log's signed checkpoints (one per tree size and key),
+    // and leases: which process does a job only one may do (shipping the
+    // log to a SIEM).
     "CREATE TABLE audit_checkpoints (
          size INTEGER NOT NULL,
          key_id TEXT NOT NULL,
@@ -123,6 +125,11 @@ const MIGRATIONS: &[&str] = &[
          note TEXT NOT NULL,
          created_ms INTEGER NOT NULL,
          PRIMARY KEY (size, key_id)
+     );
+     CREATE TABLE leases (
+         name TEXT PRIMARY KEY,
+         holder TEXT NOT NULL,
+         until_ms INTEGER NOT NULL
      );",
 ];
 

@@ -39,6 +39,7 @@ pub mod peers;
 pub mod postgres;
 pub mod slack;
 mod standin;
+pub mod syslog;
 pub mod telegram;
 pub mod terminal;
 pub mod tls;

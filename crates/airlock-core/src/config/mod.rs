@@ -496,6 +496,16 @@ fn validate(config: &Config) -> Vec<ConfigIssue> {
     if let Some(url) = &config.audit.checkpoints.webhook {
         check(is_http_url(url), "audit.checkpoints.webhook", NOT_HTTP_URL);
     }
+    if let Some(url) = &config.audit.ship.http {
+        check(is_http_url(url), "audit.ship.http", NOT_HTTP_URL);
+    }
+    if let Some(url) = &config.audit.ship.syslog {
+        check(
+            syslog_target(url).is_some(),
+            "audit.ship.syslog",
+            "must be udp://HOST:PORT, tcp://HOST:PORT or tls://HOST:PORT",
+        );
+    }
     if let Some(origin) = &config.audit.checkpoints.origin {
         check(
             !origin.is_empty()
@@ -921,4 +931,19 @@ mod exec_tests {
         let unknown = issues("exec:\n  rules:\n    - {prefix: [ls], decision: maybe}\n").join("\n");
         assert!(unknown.contains("exec.rules"), "{unknown}");
     }
+}
+
+/// A syslog target: (`udp` | `tcp` | `tls`, host, port).
+pub fn syslog_target(url: &str) -> Option<(&str, &str, u16)> {
+    let (scheme, rest) = url.split_once("://")?;
+    if !matches!(scheme, "udp" | "tcp" | "tls") {
+        return None;
+    }
+    let (host, port) = rest.rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let port: u16 = port.parse().ok().filter(|port| *port > 0)?;
+    if host.is_empty() || host.contains(|c: char| c.is_whitespace() || c == '/' || c == '@') {
+        return None;
+    }
+    Some((scheme, host, port))
 }

@@ -42,6 +42,24 @@ pub struct Config {
     /// Where the state lives: SQLite in the state dir, or PostgreSQL shared
     /// by several instances (DESIGN §7.2).
     pub store: StoreConfig,
+    /// Metrics for operators' tools (DESIGN §8.1).
+    pub telemetry: TelemetryConfig,
+}
+
+/// What airlock tells monitoring tools.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelemetryConfig {
+    /// `GET /metrics` (Prometheus text) on the HTTP listener, for admin
+    /// tokens; `serve --metrics-addr` serves it on a loopback port of its
+    /// own either way.
+    pub metrics: bool,
+}
+
+impl Default for TelemetryConfig {
+    fn default() -> TelemetryConfig {
+        TelemetryConfig { metrics: true }
+    }
 }
 
 /// Where the sandbox is and where airlock keeps its own state.
@@ -387,6 +405,21 @@ pub struct AuditConfig {
     pub hmac_key_env: Option<String>,
     /// Signed checkpoints of the log's Merkle tree (DESIGN §8.1).
     pub checkpoints: CheckpointsConfig,
+    /// Every record, as it is appended, to a SIEM (spec 000 phase 2).
+    pub ship: ShipConfig,
+}
+
+/// Where a server ships the audit log: each record once, in order, from a
+/// cursor kept in the store (nothing lost or sent twice across restarts).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ShipConfig {
+    /// RFC 5424 syslog: `udp://HOST:PORT`, `tcp://HOST:PORT` (octet
+    /// counting) or `tls://HOST:PORT` (RFC 5425, checked against the
+    /// platform roots and `tls.ca_file`).
+    pub syslog: Option<String>,
+    /// An HTTP(S) endpoint that receives batches: a JSON array of records.
+    pub http: Option<String>,
 }
 
 /// Signed tree heads: made every `every` records and when a server stops,
@@ -799,6 +832,7 @@ impl Default for AuditConfig {
             path: ".airlock/audit.jsonl".to_owned(),
             hmac_key_env: Some("AIRLOCK_AUDIT_KEY".to_owned()),
             checkpoints: CheckpointsConfig::default(),
+            ship: ShipConfig::default(),
         }
     }
 }

@@ -96,6 +96,9 @@ audit:
     every: 1000              # one every N records and when a server stops; 0: none
     webhook: null            # POST each signed checkpoint (JSON with the note) here
     origin: null             # the log's name in checkpoints; null: made once and kept
+  ship:                      # every record to a SIEM, in order, once (spec 000 phase 2)
+    syslog: null             # udp://host:514 | tcp://host:601 | tls://host:6514 (RFC 5424)
+    http: null               # POST batches (a JSON array of records) here
 
 notify:
   webhooks: []               # POST each new approval, with signed approve/deny links; for example:
@@ -144,6 +147,9 @@ store:                       # where the state lives (DESIGN 7.2)
                              # the environment) for several instances on one database
   pool_size: 16              # connections to PostgreSQL at most
   lease: 10s                 # a stopped instance's claims stand this long, then another takes over
+
+telemetry:                   # what monitoring tools can read (DESIGN 8.1)
+  metrics: true              # GET /metrics (Prometheus text) on the HTTP listener, admin tokens only
 
 exec:                        # the shell tool (DESIGN 5.1)
   enabled: true

@@ -26,7 +26,7 @@ pub trait Db: Sync {
 #[macro_export]
 macro_rules! contract_tests {
     ($db:path) => {
-        $crate::contract_tests!(@each $db; identical_pending_calls_share_one_approval, pending_limits_are_per_session_and_per_workspace, pending_is_fifo_and_survives_a_restart, two_concurrent_deciders_exactly_one_wins, an_approval_is_claimed_for_apply_once, expiry_and_denial_are_final, an_edited_approval_replaces_the_plan_with_the_decision_and_only_then, the_audit_head_only_moves_forward, orphans_are_taken_over_by_exactly_one_process_and_abandoned_waits_are_found, open_grants_are_given_an_end, every_state_change_is_one_event_and_a_cursor_sees_each_once, snapshots_keep_bytes_and_undo_once, chat_messages_are_claimed_once, tokens_are_spent_once_and_settings_kept, concurrent_identical_calls_from_many_connections_make_one_approval, a_holder_is_alive_until_it_is_gone);
+        $crate::contract_tests!(@each $db; identical_pending_calls_share_one_approval, pending_limits_are_per_session_and_per_workspace, pending_is_fifo_and_survives_a_restart, two_concurrent_deciders_exactly_one_wins, an_approval_is_claimed_for_apply_once, expiry_and_denial_are_final, an_edited_approval_replaces_the_plan_with_the_decision_and_only_then, the_audit_head_only_moves_forward, orphans_are_taken_over_by_exactly_one_process_and_abandoned_waits_are_found, open_grants_are_given_an_end, every_state_change_is_one_event_and_a_cursor_sees_each_once, snapshots_keep_bytes_and_undo_once, chat_messages_are_claimed_once, tokens_are_spent_once_and_settings_kept, concurrent_identical_calls_from_many_connections_make_one_approval, a_holder_is_alive_until_it_is_gone, checkpoints_are_kept_once_per_size_and_key, a_lease_has_one_holder_until_it_runs_out);
     };
     (@each $db:path; $($name:ident),*) => {
         $(
@@ -693,4 +693,51 @@ pub fn a_holder_is_alive_until_it_is_gone(db: &dyn Db) {
     let other = db.open();
     assert!(store.alive(other.me()));
     assert!(!store.alive(0));
+}
+
+/// A checkpoint is stored once per (size, key), with its event; the latest
+/// is the largest tree; settings made once keep the first value.
+pub fn checkpoints_are_kept_once_per_size_and_key(db: &impl Db) {
+    use airlock_store::CheckpointRow;
+    let (one, two) = (db.open(), db.open());
+    let row = |size: u64, key: &str| CheckpointRow {
+        size,
+        key_id: key.into(),
+        root: format!("root{size}"),
+        note: format!("note {size} {key}\n"),
+        created_ms: 1000 + size,
+    };
+    assert!(one.save_checkpoint(&row(4, "a+1")).unwrap());
+    assert!(!two.save_checkpoint(&row(4, "a+1")).unwrap());
+    assert!(two.save_checkpoint(&row(4, "b+2")).unwrap());
+    assert!(two.save_checkpoint(&row(8, "b+2")).unwrap());
+    assert_eq!(one.latest_checkpoint().unwrap(), Some(row(8, "b+2")));
+    assert_eq!(one.checkpoint_of_size(4).unwrap().map(|r| r.size), Some(4));
+    assert_eq!(one.checkpoint_of_size(5).unwrap(), None);
+    assert_eq!(
+        one.checkpoints()
+            .unwrap()
+            .iter()
+            .map(|r| r.size)
+            .collect::<Vec<_>>(),
+        [4, 4, 8]
+    );
+    assert_eq!(one.kv_get_or_insert("origin", "x/1").unwrap(), "x/1");
+    assert_eq!(two.kv_get_or_insert("origin", "y/2").unwrap(), "x/1");
+}
+
+/// One holder at a time: another takes the lease only when it ran out or
+/// was released; the holder renews it.
+pub fn a_lease_has_one_holder_until_it_runs_out(db: &impl Db) {
+    let (one, two) = (db.open(), db.open());
+    assert!(one.try_lease("ship", "p1", 100, 200).unwrap());
+    assert!(!two.try_lease("ship", "p2", 150, 250).unwrap());
+    assert!(one.try_lease("ship", "p1", 150, 300).unwrap());
+    assert!(!two.try_lease("ship", "p2", 299, 400).unwrap());
+    assert!(two.try_lease("ship", "p2", 301, 400).unwrap());
+    assert!(!one.try_lease("ship", "p1", 302, 500).unwrap());
+    two.release_lease("ship", "p2").unwrap();
+    assert!(one.try_lease("ship", "p1", 303, 500).unwrap());
+    // Another job's lease is another row.
+    assert!(two.try_lease("other", "p2", 303, 500).unwrap());
 }
