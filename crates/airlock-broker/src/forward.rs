@@ -391,15 +391,7 @@ impl Broker {
 
     fn run_forward(&self, forward: &UpstreamCall) -> Result<Value, ForwardError> {
         match &self.forwarder {
-            Some(forwarder) => {
-                let started = std::time::Instant::now();
-                let result = forwarder.forward(forward);
-                crate::metrics::observe_upstream(
-                    &forward.upstream,
-                    started.elapsed().as_secs_f64(),
-                );
-                result
-            }
+            Some(forwarder) => forwarder.forward(forward),
             None => Err(ForwardError::NotConnected),
         }
     }
@@ -428,7 +420,12 @@ impl Broker {
             // call is unknown, and it is never sent twice.
             Err(ForwardError::Interrupted)
         } else {
-            self.run_forward(call)
+            // Timed here; a call forwarded at once is timed in
+            // `forwarded_now`.
+            let started = std::time::Instant::now();
+            let result = self.run_forward(call);
+            crate::metrics::observe_upstream(&call.upstream, started.elapsed().as_secs_f64());
+            result
         };
         let (mut envelope, record) =
             forwarded(method_of(call), &approval.tool, path, result, record);

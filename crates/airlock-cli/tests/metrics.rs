@@ -236,3 +236,58 @@ fn metrics_addr_serves_loopback_only_without_a_token_and_checks_the_host() {
     assert_eq!(run.code, 2, "{}", run.stderr);
     assert!(run.stderr.contains("loopback only"), "{}", run.stderr);
 }
+
+#[test]
+fn a_forwarded_upstream_call_is_timed_per_upstream() {
+    if !require("metrics", &[Peer::PythonMcp, Peer::NodeTools]) {
+        return;
+    }
+    let script =
+        tools_dir().join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let node = airlock_testkit::peers::node();
+    let tokens = config().replace("security:\n  hitl:\n    approval_mode: defer\n", "");
+    let ws = Workspace::new(&format!(
+        "{tokens}security:\n  hitl:\n    approval_mode: defer\n    rules:\n      - tools: [every__echo]\n        risk: low\n        require_approval: false\n\
+         upstreams:\n  - name: every\n    command: {:?}\n    args: [{:?}, stdio]\n",
+        node.display().to_string(),
+        script.display().to_string(),
+    ));
+    let serving = Serving::start(&ws, &[]);
+    let (status, answer) = request(
+        &serving.addr,
+        "POST",
+        "/v1/tools/call",
+        Some(AGENT),
+        json!({"tool": "every__echo", "arguments": {"message": "hi"}})
+            .to_string()
+            .as_bytes(),
+    );
+    assert_eq!(status, 200, "{answer}");
+    let (status, _, text) = exchange(
+        &serving.addr,
+        "GET",
+        "/metrics",
+        &format!("Authorization: Bearer {ADMIN}\r\n"),
+        b"",
+    );
+    assert_eq!(status, 200);
+    let samples = parse(&text);
+    assert_eq!(
+        sample(
+            &samples,
+            "airlock_upstream_seconds_count",
+            &[("upstream", "every")]
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(
+            &samples,
+            "airlock_calls_total",
+            &[("tool", "every__echo"), ("decision", "allow")]
+        ),
+        Some(1.0),
+        "{text}"
+    );
+}
