@@ -120,6 +120,20 @@ impl Broker {
         decision: DecisionInfo,
         recovering: bool,
     ) -> Envelope {
+        // Part of the call's trace, in whichever process applies it.
+        let trace = crate::telemetry::trace_of_approval(&approval.id);
+        let _apply = match trace {
+            Some(trace_id) if crate::telemetry::current_trace() == Some(trace_id) => {
+                (Some(crate::telemetry::child("apply")), None)
+            }
+            Some(trace_id) => (
+                None,
+                Some(crate::telemetry::CallTrace::resume(
+                    trace_id, "apply", false,
+                )),
+            ),
+            None => (None, None),
+        };
         let plan = match &approval.plan {
             Plan::Upstream(call) => {
                 return self.commit_forward(approval, call, decision, recovering);

@@ -147,6 +147,8 @@ impl Broker {
         let sandbox = Sandbox::open(&root, &config.file_broker, policy.clone())?
             .with_blob_dir(state_dir.join("blobs"));
         let journal_dir = state_dir.join("journal");
+        // Traces and logs are recorded while an OTLP endpoint is configured.
+        crate::telemetry::enable(config.telemetry.otlp.endpoint.is_some());
         let checkpoints = crate::Checkpoints::of(&root, &config, store.clone());
         // The instance's checkpoint key is made at its first start.
         checkpoints.ensure_key()?;

@@ -108,8 +108,9 @@ pub struct ForwardNow {
     reason: Option<String>,
     record: Record,
     /// When it was handed to the face that forwards it (for the upstream
-    /// latency metric).
+    /// latency metric and the call's trace).
     started: std::time::Instant,
+    started_at: std::time::SystemTime,
 }
 
 impl ForwardNow {
@@ -129,6 +130,7 @@ impl ForwardNow {
         let reason = by_fallback.then(|| FALLBACK_ALLOW.to_owned());
         ForwardNow {
             started: std::time::Instant::now(),
+            started_at: std::time::SystemTime::now(),
             call: forward,
             method,
             tool: call.tool.clone(),
@@ -193,6 +195,18 @@ impl Broker {
     /// have returned, audited.
     pub fn forwarded_now(&self, now: ForwardNow, result: Result<Value, ForwardError>) -> Envelope {
         crate::metrics::observe_upstream(&now.call.upstream, now.started.elapsed().as_secs_f64());
+        // Forwarded by a face outside `submit`: the call's own trace;
+        // inside `submit`, a step of its trace.
+        let _own_trace = crate::telemetry::current_trace().is_none().then(|| {
+            let trace = crate::telemetry::CallTrace::start_at(now.started_at);
+            trace.attribute("airlock.tool", now.tool.clone());
+            trace
+        });
+        crate::telemetry::child_since(
+            "upstream",
+            now.started_at,
+            vec![("airlock.upstream", now.call.upstream.clone())],
+        );
         let (mut envelope, record) = forwarded(
             now.method,
             &now.tool,
@@ -423,7 +437,10 @@ impl Broker {
             // Timed here; a call forwarded at once is timed in
             // `forwarded_now`.
             let started = std::time::Instant::now();
+            let mut span = crate::telemetry::child("upstream");
+            span.attribute("airlock.upstream", call.upstream.clone());
             let result = self.run_forward(call);
+            drop(span);
             crate::metrics::observe_upstream(&call.upstream, started.elapsed().as_secs_f64());
             result
         };

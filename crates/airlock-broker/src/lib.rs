@@ -40,6 +40,7 @@ mod record;
 mod runtime;
 mod stats;
 mod submit;
+pub mod telemetry;
 mod undo;
 mod views;
 mod wait;

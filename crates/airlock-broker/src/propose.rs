@@ -57,7 +57,13 @@ impl Broker {
         waiter_pid: Option<u32>,
     ) -> NewApproval {
         NewApproval {
-            id: format!("hitl-{}", uuid::Uuid::new_v4()),
+            // The call's trace id when it is traced, so whoever decides or
+            // applies it later finds the trace from the id alone.
+            id: format!(
+                "hitl-{}",
+                crate::telemetry::approval_trace()
+                    .map_or_else(uuid::Uuid::new_v4, uuid::Uuid::from_bytes)
+            ),
             tool: call.tool.clone(),
             args_json: call.args.to_string(),
             args_display: airlock_core::redact::redact_params(&call.args).to_string(),

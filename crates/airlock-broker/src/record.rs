@@ -138,7 +138,8 @@ impl Broker {
         record: Record,
         durability: Durability,
     ) -> Result<airlock_core::envelope::AuditRef, airlock_audit::AuditError> {
-        let record = record.into_map();
+        let mut record = record.into_map();
+        crate::telemetry::stamp_record(&mut record);
         let observed = crate::metrics::Observed::of(&record);
         let started = std::time::Instant::now();
         let appended = self.audit.append_with(record, durability)?;

@@ -192,13 +192,56 @@ impl Broker {
         on_pending: &dyn Fn(&Approval),
         cancel: &Cancel,
     ) -> Envelope {
+        // The call's trace (DESIGN §8.1): policy, propose (until the
+        // approval is stored), decide and apply are its children.
+        let trace = crate::telemetry::CallTrace::start();
+        trace.attribute("airlock.tool", call.tool.clone());
+        if let Some(session) = &call.session {
+            trace.attribute("airlock.session", session.clone());
+        }
+        let proposing: std::cell::RefCell<Option<crate::telemetry::ChildSpan>> =
+            std::cell::RefCell::new(None);
+        let stored = |approval: &Approval| {
+            proposing.borrow_mut().take();
+            on_pending(approval);
+        };
+        let envelope = self.submit_traced(call, mode, &stored, cancel, &trace, &proposing);
+        proposing.borrow_mut().take();
+        if let Ok(Value::String(status)) = serde_json::to_value(envelope.status) {
+            trace.attribute("airlock.status", status);
+        }
+        if let Some(hitl) = &envelope.hitl {
+            trace.attribute("airlock.hitl_id", hitl.hitl_id.clone());
+        }
+        envelope
+    }
+
+    fn submit_traced(
+        &self,
+        call: &ToolCall,
+        mode: &Mode,
+        on_pending: &dyn Fn(&Approval),
+        cancel: &Cancel,
+        trace: &crate::telemetry::CallTrace,
+        proposing: &std::cell::RefCell<Option<crate::telemetry::ChildSpan>>,
+    ) -> Envelope {
         let now = self.now_ms();
         let grants = self.live_grants(now);
         // Decided on the paths as written and as the file system resolves
         // them; the strictest wins (a patch's files are resolved when it is
         // planned, in `write`).
         let resolved = self.resolved_paths(call);
-        let decision = policy::evaluate_resolved(&self.policy, call, &grants, &resolved);
+        let decision = {
+            let _policy = crate::telemetry::child("policy");
+            policy::evaluate_resolved(&self.policy, call, &grants, &resolved)
+        };
+        trace.attribute("airlock.risk", decision.risk.as_str());
+        if let Ok(Value::String(disposition)) = serde_json::to_value(decision.disposition) {
+            trace.attribute("airlock.decision", disposition);
+        }
+        if decision.disposition == Disposition::Ask {
+            *proposing.borrow_mut() = Some(crate::telemetry::child("propose"));
+        }
         let base = Record::for_call(call, &decision);
 
         if decision.disposition == Disposition::Deny {

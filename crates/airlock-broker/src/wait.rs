@@ -49,6 +49,8 @@ impl Broker {
     /// is gone: a settled approval without a stored result is answered from its
     /// row, and an apply whose owner died is recovered here.
     pub fn wait(&self, id: &str) -> Envelope {
+        // The call waiting for a person (or whoever applies it).
+        let _decide = crate::telemetry::child("decide");
         let mut last_recovery = std::time::Instant::now();
         // A shared store that is away for a moment (a database restart) is
         // waited out, up to the approval's expiry as last seen.

@@ -10,6 +10,7 @@ mod channels;
 mod check;
 mod grants;
 mod hook;
+mod otlp;
 mod publish;
 mod serve;
 mod ship;
@@ -207,6 +208,32 @@ fn run(cli: Cli) -> Result<u8, Failure> {
         _ => Need::Existing,
     };
     let workspace = Workspace::load(&cli.global, need)?;
+    // Traces and logs this command queued go out before it exits.
+    let otlp = workspace
+        .loaded
+        .config
+        .telemetry
+        .otlp
+        .endpoint
+        .clone()
+        .map(|endpoint| {
+            let ca_file = workspace
+                .loaded
+                .config
+                .tls
+                .ca_file
+                .as_ref()
+                .map(|file| workspace.root.join(file));
+            (endpoint, ca_file)
+        });
+    let result = run_command(cli, workspace);
+    if let Some((endpoint, ca_file)) = otlp {
+        otlp::flush_at_exit(&endpoint, ca_file);
+    }
+    result
+}
+
+fn run_command(cli: Cli, workspace: Workspace) -> Result<u8, Failure> {
     match cli.command {
         Command::Init { force } => workspace.init(force).map(|()| 0),
         Command::Config(ConfigCommand::Check) => {

@@ -362,6 +362,7 @@ fn run(
         let runtime = face.runtime().clone();
         crate::publish::start(runtime.clone());
         let shippers = crate::ship::start(runtime.clone());
+        let exporter = crate::otlp::start(runtime.clone());
         if let Some(addr) = metrics {
             let (ready, bound) = tokio::sync::oneshot::channel();
             let serving = tokio::spawn(airlock_http::serve_metrics(runtime.clone(), addr, move |at| {
@@ -449,6 +450,9 @@ fn run(
         // A shipper finishes the batch it is sending (its cursor then says
         // where the next server goes on).
         shippers.stop(std::time::Duration::from_secs(10)).await;
+        if let Some(exporter) = exporter {
+            exporter.stop(std::time::Duration::from_secs(10)).await;
+        }
         // The shutdown checkpoint goes out now rather than with the next
         // server, if the hook answers in time.
         let _ = tokio::time::timeout(

@@ -246,8 +246,10 @@ fn a_forwarded_upstream_call_is_timed_per_upstream() {
         tools_dir().join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     let node = airlock_testkit::peers::node();
     let tokens = config().replace("security:\n  hitl:\n    approval_mode: defer\n", "");
+    // Its trace too: the upstream call is a child span of the call.
+    let (endpoint, collector) = airlock_testkit::http::otlp_collector();
     let ws = Workspace::new(&format!(
-        "{tokens}security:\n  hitl:\n    approval_mode: defer\n    rules:\n      - tools: [every__echo]\n        risk: low\n        require_approval: false\n\
+        "{tokens}telemetry:\n  otlp: {{endpoint: \"{endpoint}\"}}\nsecurity:\n  hitl:\n    approval_mode: defer\n    rules:\n      - tools: [every__echo]\n        risk: low\n        require_approval: false\n\
          upstreams:\n  - name: every\n    command: {:?}\n    args: [{:?}, stdio]\n",
         node.display().to_string(),
         script.display().to_string(),
@@ -290,4 +292,24 @@ fn a_forwarded_upstream_call_is_timed_per_upstream() {
         Some(1.0),
         "{text}"
     );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut spans: Vec<Value> = Vec::new();
+    while !spans.iter().any(|s| s["name"] == "upstream") {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let (path, body) = collector.recv_timeout(left).expect("the call's spans");
+        if path == "/v1/traces" {
+            for resource in body["resourceSpans"].as_array().unwrap() {
+                for scope in resource["scopeSpans"].as_array().unwrap() {
+                    spans.extend(scope["spans"].as_array().unwrap().iter().cloned());
+                }
+            }
+        }
+    }
+    let upstream = spans.iter().find(|s| s["name"] == "upstream").unwrap();
+    let root = spans
+        .iter()
+        .find(|s| s["name"] == "airlock.call" && s["traceId"] == upstream["traceId"])
+        .expect("the call's root span");
+    assert_eq!(upstream["parentSpanId"], root["spanId"]);
+    assert_eq!(upstream["kind"], 3, "a client span");
 }

@@ -88,7 +88,7 @@ fn design_defaults() -> Value {
             "rules": []
         },
         "store": {"url": null, "pool_size": 16, "lease": "10s"},
-        "telemetry": {"metrics": true}
+        "telemetry": {"metrics": true, "otlp": {"endpoint": null}}
     })
 }
 

@@ -496,6 +496,9 @@ fn validate(config: &Config) -> Vec<ConfigIssue> {
     if let Some(url) = &config.audit.checkpoints.webhook {
         check(is_http_url(url), "audit.checkpoints.webhook", NOT_HTTP_URL);
     }
+    if let Some(url) = &config.telemetry.otlp.endpoint {
+        check(is_http_url(url), "telemetry.otlp.endpoint", NOT_HTTP_URL);
+    }
     if let Some(url) = &config.audit.ship.http {
         check(is_http_url(url), "audit.ship.http", NOT_HTTP_URL);
     }

@@ -54,12 +54,26 @@ pub struct TelemetryConfig {
     /// tokens; `serve --metrics-addr` serves it on a loopback port of its
     /// own either way.
     pub metrics: bool,
+    /// OpenTelemetry traces and logs of every call, exported over OTLP.
+    pub otlp: OtlpConfig,
 }
 
 impl Default for TelemetryConfig {
     fn default() -> TelemetryConfig {
-        TelemetryConfig { metrics: true }
+        TelemetryConfig {
+            metrics: true,
+            otlp: OtlpConfig::default(),
+        }
     }
+}
+
+/// Where traces and logs go (OTLP/HTTP with JSON bodies).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct OtlpConfig {
+    /// The collector's base URL (`http://127.0.0.1:4318`): traces are
+    /// POSTed to `/v1/traces`, logs to `/v1/logs`. Null: off.
+    pub endpoint: Option<String>,
 }
 
 /// Where the sandbox is and where airlock keeps its own state.

@@ -150,6 +150,8 @@ store:                       # where the state lives (DESIGN 7.2)
 
 telemetry:                   # what monitoring tools can read (DESIGN 8.1)
   metrics: true              # GET /metrics (Prometheus text) on the HTTP listener, admin tokens only
+  otlp:
+    endpoint: null           # http://collector:4318: each call's trace and every audit record as a log (OTLP/HTTP)
 
 exec:                        # the shell tool (DESIGN 5.1)
   enabled: true
