@@ -1032,3 +1032,59 @@ fn instances_sign_checkpoints_of_the_one_chain_that_check_against_its_export() {
     );
     assert_eq!(check.code, 0, "{}{}", check.stdout, check.stderr);
 }
+
+/// Two instances on one database ship the one chain to an HTTP endpoint:
+/// one ships at a time (a lease in the database), each record once, in
+/// order, also when the shipping instance stops and the other takes over;
+/// and both give the same analytics of it.
+#[test]
+fn instances_ship_the_one_chain_once_and_agree_on_its_stats() {
+    let Some(url) = database("instances") else {
+        return;
+    };
+    let (hook, batches) = hook_receiver(0);
+    let extra = format!("audit:\n  ship: {{http: \"{hook}\"}}\n");
+    let (a, b) = (workspace(&url, &extra), workspace(&url, &extra));
+    let mut first = Serving::start(&a, &[]);
+    let mut second = Serving::start(&b, &[]);
+    let read = json!({"tool": "read_file", "arguments": {"path": "a.txt"}});
+    for instance in [&first, &second, &first, &second] {
+        assert_eq!(post(instance, "/v1/tools/call", AGENT, &read).0, 200);
+    }
+    let mut seqs: Vec<u64> = Vec::new();
+    let collect = |seqs: &mut Vec<u64>, last: u64| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while seqs.last() != Some(&last) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let batch = batches.recv_timeout(left).expect("a batch");
+            seqs.extend(
+                batch
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|r| r["seq"].as_u64().unwrap()),
+            );
+        }
+    };
+    collect(&mut seqs, audit(&a).len() as u64);
+    // Whichever ships, stopping the first hands shipping to the other.
+    assert_eq!(first.stop(), Some(0));
+    for _ in 0..3 {
+        assert_eq!(post(&second, "/v1/tools/call", AGENT, &read).0, 200);
+    }
+    collect(&mut seqs, audit(&a).len() as u64);
+    assert_eq!(second.stop(), Some(0));
+    assert!(batches.recv_timeout(Duration::from_millis(500)).is_err());
+    let records = audit(&a).len() as u64;
+    assert_eq!(seqs, (1..=records).collect::<Vec<_>>());
+
+    let stats = |ws: &Workspace| {
+        let run = ws.run(&["stats", "--json"]);
+        assert_eq!(run.code, 0, "{}", run.stderr);
+        run.json["total"].clone()
+    };
+    let total = stats(&a);
+    assert_eq!(total, stats(&b));
+    assert_eq!(total["calls"].as_u64(), Some(7), "{total}");
+    assert_eq!(total["allowed"].as_u64(), Some(7), "{total}");
+}

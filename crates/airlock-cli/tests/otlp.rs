@@ -206,7 +206,11 @@ fn every_call_is_a_trace_its_approval_joins_and_every_record_a_log_of_it() {
     };
     assert_eq!(trace_of("read_file"), std::slice::from_ref(&read_trace));
     for event in ["write_file_propose", "hitl_decision", "write_file_apply"] {
-        assert_eq!(trace_of(event), std::slice::from_ref(&write_trace), "{event}");
+        assert_eq!(
+            trace_of(event),
+            std::slice::from_ref(&write_trace),
+            "{event}"
+        );
     }
     // And each is a log record of that trace.
     for (event, trace) in [
