@@ -254,6 +254,16 @@ fn the_figures_of_a_scripted_history_are_exact_in_the_api_and_the_cli() {
         [(json!("medium"), 5), (json!("low"), 4), (json!("high"), 1)]
     );
 
+    // By session: these calls were made in none.
+    let (_, by_session) = server.get("/v1/stats?by=session", Some(APPROVER));
+    let sessions: Vec<(Value, u64)> = by_session["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| (g["key"].clone(), g["calls"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(sessions, [(Value::Null, 10)]);
+
     // From the first ask on, the reads are left out.
     let first_ask = server
         .ws
