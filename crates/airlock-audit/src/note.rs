@@ -57,6 +57,13 @@ pub enum NoteError {
     BadSignature { name: String, id: u32 },
 }
 
+/// A name for a temporary file that no other process picks: a hash of the
+/// new key's seed (never the seed itself).
+fn uuid_like(seed: &[u8; 32]) -> String {
+    let digest = Sha256::digest(seed);
+    digest[..8].iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// Checks a key name (and a checkpoint origin): non-empty, no Unicode space,
 /// no `+`, no control character.
 pub fn check_name(name: &str) -> Result<(), NoteError> {
@@ -126,18 +133,33 @@ impl SigningKey {
             key.id(),
             BASE64.encode([&[ED25519_TYPE][..], &seed[..]].concat())
         );
-        let created = std::fs::OpenOptions::new()
+        // Written whole to a file of its own, then linked into place: a
+        // process starting at the same moment sees no key or a whole one,
+        // never a half-written file, and never replaces one.
+        let temporary = path.with_file_name(format!(
+            ".{}.{}.tmp",
+            path.file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or("audit.key"),
+            uuid_like(&seed)
+        ));
+        let written = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o600)
-            .open(path);
-        match created {
-            Ok(mut file) => {
-                file.write_all(line.as_bytes())
-                    .and_then(|()| file.sync_all())
-                    .map_err(|error| AuditError::io(path, error))?;
-                Ok(key)
-            }
+            .open(&temporary)
+            .and_then(|mut file| {
+                file.write_all(line.as_bytes())?;
+                file.sync_all()
+            });
+        if let Err(error) = written {
+            let _ = std::fs::remove_file(&temporary);
+            return Err(AuditError::io(&temporary, error));
+        }
+        let linked = std::fs::hard_link(&temporary, path);
+        let _ = std::fs::remove_file(&temporary);
+        match linked {
+            Ok(()) => Ok(key),
             // Another process made it first: that one is the key.
             Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
                 let text =

@@ -561,3 +561,33 @@ fn a_damaged_index_is_rebuilt_and_a_log_cut_short_is_reported() {
         "{cut:?}"
     );
 }
+
+/// Regression: processes starting together each saw a key file another had
+/// created but not yet written ("not an audit key file"). Now every one of
+/// them gets the one key.
+#[test]
+fn many_starting_at_once_all_get_the_one_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.key");
+    let keys: Vec<String> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..16)
+            .map(|_| {
+                let path = path.clone();
+                scope.spawn(move || {
+                    SigningKey::load_or_create(&path, "example.org/race")
+                        .unwrap()
+                        .verifier()
+                        .to_string()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(keys.iter().all(|key| key == &keys[0]), "{keys:?}");
+    // No temporary file is left beside it.
+    let names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["audit.key"]);
+}
