@@ -76,8 +76,16 @@ impl Checkpointer {
 
     /// Signs the tree of `size` records (`None`: every record the log has),
     /// after checking it extends `previous` (the newest checkpoint signed
-    /// before). An index that disagrees with `previous` is rebuilt from the
-    /// log once; if the log still disagrees, nothing is signed.
+    /// before).
+    ///
+    /// The signed root never rests on stored hashes alone: the index gives
+    /// the right edge of the tree at `previous.size`, which must give
+    /// `previous.root`, and the records after it are hashed from the log
+    /// now (the first checkpoint hashes the whole log). An index that
+    /// disagrees (damaged, stale, or built from a log changed since) is
+    /// rebuilt from the log once; a log that still does not extend
+    /// `previous` is [`AuditError::CheckpointConflict`], and nothing is
+    /// signed.
     pub fn sign(
         &self,
         source: &mut dyn LeafSource,
@@ -86,55 +94,89 @@ impl Checkpointer {
     ) -> Result<SignedCheckpoint, AuditError> {
         let mut rebuilt = false;
         loop {
-            let covered = self.index.catch_up(source, size.unwrap_or(u64::MAX))?;
-            // The log holds fewer records than were signed before: cut short.
-            if let Some(previous) = previous
-                && previous.size > covered
-            {
-                return Err(AuditError::CheckpointConflict {
-                    size: previous.size,
-                });
-            }
-            let size = size.unwrap_or(covered);
-            if size > covered {
-                return Err(AuditError::OutOfRange {
-                    index: size - 1,
-                    size: covered,
-                });
-            }
-            let (root, extends) = self.index.read(|hashes, _| {
-                let root = merkle::tree_hash(hashes, size)?;
-                let extends = match previous {
-                    Some(previous) if previous.size <= size => {
-                        merkle::tree_hash(hashes, previous.size)? == previous.root
-                    }
-                    // A smaller tree than one signed before is never signed.
-                    Some(_) => false,
-                    None => true,
-                };
-                Ok((root, extends))
-            })?;
-            if !extends {
-                let Some(previous) = previous else {
-                    return Err(AuditError::CheckpointConflict { size });
-                };
-                if rebuilt || previous.size > size {
+            let attempt = self.extend_previous(source, size, previous);
+            let conflict_size = previous.map_or(0, |previous| previous.size);
+            match attempt {
+                Ok(Some(checkpoint)) => {
+                    let note = self.key.sign(&checkpoint.body());
+                    return Ok(SignedCheckpoint { checkpoint, note });
+                }
+                // The index does not agree with the log or the last
+                // checkpoint: rebuild it once from the log.
+                Ok(None)
+                | Err(AuditError::IndexAhead { .. } | AuditError::IndexMismatch { .. })
+                    if !rebuilt =>
+                {
+                    self.index.reset()?;
+                    rebuilt = true;
+                }
+                Ok(None)
+                | Err(AuditError::IndexAhead { .. } | AuditError::IndexMismatch { .. }) => {
                     return Err(AuditError::CheckpointConflict {
-                        size: previous.size,
+                        size: conflict_size.max(size.unwrap_or(0)),
                     });
                 }
-                self.index.reset()?;
-                rebuilt = true;
-                continue;
+                Err(error) => return Err(error),
             }
-            let checkpoint = Checkpoint {
-                origin: self.origin.clone(),
-                size,
-                root,
-            };
-            let note = self.key.sign(&checkpoint.body());
-            return Ok(SignedCheckpoint { checkpoint, note });
         }
+    }
+
+    /// The checkpoint of `size` records grown from `previous` (see
+    /// [`Checkpointer::sign`]); `None` when the index or the log does not
+    /// extend `previous`.
+    fn extend_previous(
+        &self,
+        source: &mut dyn LeafSource,
+        size: Option<u64>,
+        previous: Option<&Checkpoint>,
+    ) -> Result<Option<Checkpoint>, AuditError> {
+        let covered = self.index.catch_up(source, size.unwrap_or(u64::MAX))?;
+        let size = size.unwrap_or(covered);
+        if let Some(previous) = previous
+            && (previous.size > covered || previous.size > size)
+        {
+            // Cut short, or a smaller tree than one signed before.
+            return Ok(None);
+        }
+        if size > covered {
+            return Err(AuditError::OutOfRange {
+                index: size - 1,
+                size: covered,
+            });
+        }
+        let from = previous.map_or(0, |previous| previous.size);
+        let mut frontier = self
+            .index
+            .read(|hashes, _| merkle::Frontier::of(hashes, from))?;
+        if let Some(previous) = previous
+            && frontier.root() != previous.root
+        {
+            return Ok(None);
+        }
+        // The records after the last checkpoint, hashed from the log now.
+        if size > from {
+            let cursor = source.seek(from + 1)?;
+            source.read(from + 1, cursor, size, &mut |line| {
+                frontier.push(merkle::leaf_hash(line), &mut |_, _, _| {});
+            })?;
+        }
+        if frontier.size() != size {
+            return Ok(None);
+        }
+        let root = frontier.root();
+        // Stored hashes past the last checkpoint that disagree are dropped,
+        // so later proofs are made from the log again.
+        let stored = self
+            .index
+            .read(|hashes, _| merkle::tree_hash(hashes, size))?;
+        if stored != root {
+            self.index.reset()?;
+        }
+        Ok(Some(Checkpoint {
+            origin: self.origin.clone(),
+            size,
+            root,
+        }))
     }
 
     /// The RFC 9162 inclusion path of leaf `index` in the tree of `size`.

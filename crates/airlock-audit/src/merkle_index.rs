@@ -12,9 +12,10 @@
 //!
 //! It is derived data: never synced, rebuilt from the log when it is
 //! missing, short or inconsistent. A wrong index cannot make a tampered log
-//! verify (verification recomputes the tree from the log); it can only make
-//! a checkpoint disagree with the log or with an earlier checkpoint, which
-//! [`crate::Checkpointer`] refuses to sign.
+//! verify (verification recomputes the tree from the log), nor a signed
+//! root wrong ([`crate::Checkpointer`] grows each tree head from the last
+//! one signed and the log's records); at worst a proof made from it fails
+//! to verify.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead as _, BufReader, Seek as _, SeekFrom};
@@ -27,6 +28,8 @@ use crate::AuditError;
 use crate::merkle::{self, Frontier, Hash, Hashes};
 
 const MAGIC: &[u8; 16] = b"airlock-merkle\x00\x01";
+/// Records hashed per write while catching up.
+const CHUNK: u64 = 65_536;
 const HEADER: u64 = 64;
 
 /// Where the index reads the records it has not hashed yet.
@@ -43,6 +46,13 @@ pub trait LeafSource {
         last: u64,
         each: &mut dyn FnMut(&[u8]),
     ) -> Result<u64, AuditError>;
+
+    /// The cursor a [`LeafSource::read`] from record `seq` starts at.
+    /// Reads from the start unless the source knows better.
+    fn seek(&mut self, seq: u64) -> Result<u64, AuditError> {
+        let _ = seq;
+        Ok(0)
+    }
 
     /// The line of record `seq`, if the source has it. Reads from the start
     /// unless the source knows better.
@@ -108,9 +118,35 @@ impl LeafSource for FileLeaves {
         Ok(position)
     }
 
+    /// The byte offset where record `seq` starts (the end of the file when
+    /// it is the next one), found by bisecting.
+    fn seek(&mut self, seq: u64) -> Result<u64, AuditError> {
+        if seq <= 1 {
+            return Ok(0);
+        }
+        match self.locate(seq)? {
+            Some((start, _)) => Ok(start),
+            None => match self.locate(seq - 1)? {
+                Some((start, line)) => Ok(start + line.len() as u64 + 1),
+                None => Err(AuditError::IndexMismatch {
+                    path: self.path.clone(),
+                    seq,
+                    offset: 0,
+                }),
+            },
+        }
+    }
+
     /// Finds the line by bisecting the file on the seqs lines start with
     /// (they grow by one per line): O(log n) reads.
     fn line(&mut self, seq: u64) -> Result<Option<Vec<u8>>, AuditError> {
+        Ok(self.locate(seq)?.map(|(_, line)| line))
+    }
+}
+
+impl FileLeaves {
+    /// Where record `seq` starts, and its line.
+    fn locate(&mut self, seq: u64) -> Result<Option<(u64, Vec<u8>)>, AuditError> {
         let io = |error| AuditError::io(&self.path, error);
         let file = match File::open(&self.path) {
             Ok(file) => file,
@@ -146,27 +182,29 @@ impl LeafSource for FileLeaves {
             let middle = low + (high - low) / 2;
             match line_from(middle)? {
                 Some((start, line)) => match line_seq(&line) {
-                    Some(found) if found == seq => return Ok(Some(line)),
+                    Some(found) if found == seq => return Ok(Some((start, line))),
                     Some(found) if found < seq => low = start + line.len() as u64 + 1,
                     Some(_) => high = middle,
                     // Not a record line: fall back to reading from the start.
-                    None => return self.read_line_from_start(seq),
+                    None => return self.locate_from_start(seq),
                 },
                 None => high = middle,
             }
         }
         match line_from(low)? {
-            Some((_, line)) if line_seq(&line) == Some(seq) => Ok(Some(line)),
+            Some((start, line)) if line_seq(&line) == Some(seq) => Ok(Some((start, line))),
             _ => Ok(None),
         }
     }
-}
 
-impl FileLeaves {
-    fn read_line_from_start(&mut self, seq: u64) -> Result<Option<Vec<u8>>, AuditError> {
+    fn locate_from_start(&mut self, seq: u64) -> Result<Option<(u64, Vec<u8>)>, AuditError> {
         let mut found = None;
-        self.read(1, 0, seq, &mut |line| found = Some(line.to_vec()))?;
-        Ok(found.filter(|line| line_seq(line) == Some(seq)))
+        let mut position = 0u64;
+        self.read(1, 0, seq, &mut |line| {
+            found = Some((position, line.to_vec()));
+            position += line.len() as u64 + 1;
+        })?;
+        Ok(found.filter(|(_, line)| line_seq(line) == Some(seq)))
     }
 }
 
@@ -290,23 +328,31 @@ impl MerkleIndex {
     /// (or the end of `source`), and returns how many records it covers.
     pub fn catch_up(&self, source: &mut dyn LeafSource, last: u64) -> Result<u64, AuditError> {
         self.locked(|state| {
-            if state.records >= last {
-                return Ok(state.records);
-            }
-            let mut frontier = Frontier::of(&mut state.reader(), state.records)?;
-            let mut fresh: Vec<u8> = Vec::new();
-            let cursor = source.read(state.records + 1, state.cursor, last, &mut |line| {
-                let leaf = merkle::leaf_hash(line);
-                fresh.extend_from_slice(&leaf);
-                frontier.push(leaf, &mut |_, _, hash| fresh.extend_from_slice(hash));
-            })?;
-            let added = frontier.size() - state.records;
-            if added > 0 {
+            // In chunks, so a first build over a large log holds a few MB.
+            loop {
+                if state.records >= last {
+                    return Ok(state.records);
+                }
+                let chunk_last = last.min(state.records.saturating_add(CHUNK));
+                let mut frontier = Frontier::of(&mut state.reader(), state.records)?;
+                let mut fresh: Vec<u8> = Vec::new();
+                let cursor =
+                    source.read(state.records + 1, state.cursor, chunk_last, &mut |line| {
+                        let leaf = merkle::leaf_hash(line);
+                        fresh.extend_from_slice(&leaf);
+                        frontier.push(leaf, &mut |_, _, hash| fresh.extend_from_slice(hash));
+                    })?;
+                if frontier.size() == state.records {
+                    return Ok(state.records);
+                }
                 state.records = frontier.size();
                 state.cursor = cursor;
                 state.write(&fresh)?;
+                if state.records < chunk_last {
+                    // The source ended before the chunk did.
+                    return Ok(state.records);
+                }
             }
-            Ok(state.records)
         })
     }
 

@@ -159,7 +159,17 @@ impl SigningKey {
         let linked = std::fs::hard_link(&temporary, path);
         let _ = std::fs::remove_file(&temporary);
         match linked {
-            Ok(()) => Ok(key),
+            Ok(()) => {
+                // The new name is durable too: after a power loss the key
+                // is still there, not silently made again.
+                if let Some(dir) = path.parent()
+                    && let Ok(dir) = std::fs::File::open(dir)
+                {
+                    dir.sync_all()
+                        .map_err(|error| AuditError::io(path, error))?;
+                }
+                Ok(key)
+            }
             // Another process made it first: that one is the key.
             Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
                 let text =

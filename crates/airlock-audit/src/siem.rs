@@ -81,6 +81,26 @@ pub fn syslog_message(line: &str, host: &str, pid: u32) -> Vec<u8> {
     message
 }
 
+/// [`syslog_message`] of at most `max` bytes: a longer one keeps its
+/// header, and its line is cut (at a character) and ends `…[cut N bytes]`,
+/// where N is how many bytes of the line were left out.
+pub fn syslog_message_within(line: &str, host: &str, pid: u32, max: usize) -> Vec<u8> {
+    let message = syslog_message(line, host, pid);
+    if message.len() <= max {
+        return message;
+    }
+    let header = message.len() - line.len();
+    let room = max.saturating_sub(header + 32);
+    let mut cut = room.min(line.len());
+    while cut > 0 && !line.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let mut out = message[..header].to_vec();
+    out.extend_from_slice(&line.as_bytes()[..cut]);
+    out.extend_from_slice(format!("\u{2026}[cut {} bytes]", line.len() - cut).as_bytes());
+    out
+}
+
 /// One message framed for a stream: its length in bytes, a space, itself.
 pub fn octet_counted(message: &[u8]) -> Vec<u8> {
     let mut framed = format!("{} ", message.len()).into_bytes();
@@ -105,6 +125,11 @@ mod tests {
         let warning = syslog_message(r#"{"seq":9,"event":"audit_checkpoint_refused"}"#, "", 1);
         assert!(warning.starts_with(b"<108>1 - - airlock 1 audit_checkpoint_refused [airlock@32473 seq=\"9\" event_hash=\"\"] "));
         assert_eq!(octet_counted(b"abc"), b"3 abc");
+        let long = format!(r#"{{"seq":1,"path":"{}"}}"#, "é".repeat(50_000));
+        let cut = syslog_message_within(&long, "h", 1, 65_000);
+        assert!(cut.len() <= 65_000);
+        let text = String::from_utf8(cut).unwrap();
+        assert!(text.ends_with(" bytes]"), "{}", &text[text.len() - 40..]);
         assert_eq!(param_value("a\"b]c\\"), "a\\\"b\\]c\\\\");
     }
 }

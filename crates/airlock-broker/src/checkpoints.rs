@@ -11,13 +11,14 @@
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use airlock_audit::note::{Checkpoint, SigningKey, Verifier};
 use airlock_audit::{AuditError, Checkpointer, FileLeaves, LeafSource, MerkleIndex};
 use airlock_core::ErrorCode;
 use airlock_core::config::Config;
-use airlock_store::{CheckpointRow, Store};
+use airlock_store::{CheckpointRow, Saved, Store};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 
@@ -100,7 +101,11 @@ pub struct Checkpoints {
     store: Arc<Store>,
     every: u64,
     origin: Option<String>,
-    signer: OnceLock<Result<Checkpointer, String>>,
+    /// Made at first use; a failure to make it is tried again next time.
+    signer: Mutex<Option<Arc<Checkpointer>>>,
+    /// The log no longer extends a checkpoint signed before: no more
+    /// automatic attempts in this process (each would rehash the log).
+    refused: AtomicBool,
 }
 
 impl std::fmt::Debug for Checkpoints {
@@ -121,7 +126,8 @@ impl Checkpoints {
             store,
             every: config.audit.checkpoints.every,
             origin: config.audit.checkpoints.origin.clone(),
-            signer: OnceLock::new(),
+            signer: Mutex::new(None),
+            refused: AtomicBool::new(false),
         }
     }
 
@@ -169,27 +175,27 @@ impl Checkpoints {
         Ok(())
     }
 
-    fn signer(&self) -> Result<&Checkpointer, BrokerError> {
-        let made = self.signer.get_or_init(|| {
-            (|| {
-                let origin = self.origin()?;
-                let key = SigningKey::load_or_create(&self.state_dir.join(KEY_FILE), &origin)?;
-                let index_name = if self.log.is_some() {
-                    "audit.merkle"
-                } else {
-                    "audit-shared.merkle"
-                };
-                let index = MerkleIndex::open(&self.state_dir.join(index_name))?;
-                Ok::<_, BrokerError>(Checkpointer::new(index, key, &origin)?)
-            })()
-            .map_err(|error| error.to_string())
-        });
-        made.as_ref().map_err(|error| {
-            failure(
-                ErrorCode::IoError,
-                format_args!("audit checkpoints: {error}"),
-            )
-        })
+    fn signer(&self) -> Result<Arc<Checkpointer>, BrokerError> {
+        let mut slot = self.signer.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(signer) = slot.as_ref() {
+            return Ok(signer.clone());
+        }
+        let origin = self.origin()?;
+        let key = SigningKey::load_or_create(&self.state_dir.join(KEY_FILE), &origin)?;
+        let index_name = if self.log.is_some() {
+            "audit.merkle"
+        } else {
+            "audit-shared.merkle"
+        };
+        let index = MerkleIndex::open(&self.state_dir.join(index_name))?;
+        let signer = Arc::new(Checkpointer::new(index, key, &origin)?);
+        *slot = Some(signer.clone());
+        Ok(signer)
+    }
+
+    /// Whether a refusal stopped automatic checkpoints in this process.
+    pub fn refused(&self) -> bool {
+        self.refused.load(Ordering::Relaxed)
     }
 
     fn source(&self) -> Box<dyn LeafSource + '_> {
@@ -240,8 +246,33 @@ impl Checkpoints {
         {
             return Ok(None);
         }
-        // A record must be on disk before a checkpoint covers it: one
-        // that a crash then lost would make every later checkpoint refuse.
+        let stored = |row: &CheckpointRow, error: &dyn std::fmt::Display| {
+            failure(
+                ErrorCode::IoError,
+                format_args!("stored checkpoint {}: {error}", row.size),
+            )
+        };
+        let previous = match &latest {
+            Some(row) => {
+                let note = airlock_audit::note::Note::parse(&row.note)
+                    .map_err(|error| stored(row, &error))?;
+                Some(Checkpoint::parse(&note.text).map_err(|error| stored(row, &error))?)
+            }
+            None => None,
+        };
+        let signer = self.signer()?;
+        let mut source = self.source();
+        // Every record the log has now, then synced: a record must be on
+        // disk before a checkpoint covers it (one a crash then lost would
+        // make every later checkpoint refuse); one appended after this is
+        // left for the next checkpoint.
+        let size = match size {
+            Some(size) => size,
+            None => signer.catch_up(source.as_mut(), u64::MAX)?,
+        };
+        if size == 0 {
+            return Ok(None);
+        }
         if let Some(path) = &self.log
             && sync
             && let Ok(file) = std::fs::File::open(path)
@@ -253,44 +284,20 @@ impl Checkpoints {
                 )
             })?;
         }
-        let previous = match &latest {
-            Some(row) => Some(
-                Checkpoint::parse(
-                    &airlock_audit::note::Note::parse(&row.note)
-                        .map(|note| note.text)
-                        .map_err(|error| {
-                            failure(
-                                ErrorCode::IoError,
-                                format_args!("stored checkpoint {}: {error}", row.size),
-                            )
-                        })?,
-                )
-                .map_err(|error| {
-                    failure(
-                        ErrorCode::IoError,
-                        format_args!("stored checkpoint {}: {error}", row.size),
-                    )
-                })?,
-            ),
-            None => None,
-        };
-        let signer = self.signer()?;
-        let mut source = self.source();
-        if size.is_none() {
-            let covered = signer.catch_up(source.as_mut(), u64::MAX)?;
-            if covered == 0 {
-                return Ok(None);
-            }
-            if let (Some(latest), Some(previous)) = (&latest, &previous)
-                && latest.size >= covered
-            {
-                // Nothing new to sign; the log must still give the tree
-                // signed last (a rewrite is reported, not slept through).
-                signer.sign(source.as_mut(), Some(latest.size), Some(previous))?;
-                return Ok(None);
-            }
+        if let (Some(latest), Some(previous)) = (&latest, &previous)
+            && latest.size >= size
+        {
+            // Nothing new to sign; the log must still give the tree signed
+            // last (a rewrite is reported, not slept through).
+            self.refuse_on_conflict(signer.sign(
+                source.as_mut(),
+                Some(latest.size),
+                Some(previous),
+            ))?;
+            return Ok(None);
         }
-        let signed = signer.sign(source.as_mut(), size, previous.as_ref())?;
+        let signed =
+            self.refuse_on_conflict(signer.sign(source.as_mut(), Some(size), previous.as_ref()))?;
         let verifier = signer.key().verifier();
         let row = CheckpointRow {
             size: signed.checkpoint.size,
@@ -299,11 +306,27 @@ impl Checkpoints {
             note: signed.note,
             created_ms: now_ms,
         };
-        if self.store.save_checkpoint(&row)? {
-            crate::metrics::observe_checkpoint();
+        match self.store.save_checkpoint(&row)? {
+            Saved::New => crate::metrics::observe_checkpoint(),
+            Saved::Same => {}
+            // Another root under this key for the same size: a fork.
+            Saved::Other => {
+                self.refused.store(true, Ordering::Relaxed);
+                return Err(BrokerError::Audit(AuditError::CheckpointConflict {
+                    size: row.size,
+                }));
+            }
         }
         self.write_latest(&row)?;
         Ok(Some(row))
+    }
+
+    /// Remembers a refusal (no more automatic attempts in this process).
+    fn refuse_on_conflict<T>(&self, signed: Result<T, AuditError>) -> Result<T, BrokerError> {
+        if let Err(AuditError::CheckpointConflict { .. }) = &signed {
+            self.refused.store(true, Ordering::Relaxed);
+        }
+        Ok(signed?)
     }
 
     /// Replaces `<state_dir>/audit.checkpoint` with `row`'s note when it
@@ -433,7 +456,7 @@ impl crate::Broker {
     /// failure is reported, never the call's failure.
     pub(crate) fn after_append(&self, seq: u64, durability: airlock_audit::Durability) {
         let every = self.checkpoints.every();
-        if every == 0 || !seq.is_multiple_of(every) {
+        if every == 0 || !seq.is_multiple_of(every) || self.checkpoints.refused() {
             return;
         }
         // A record that is only written is synced first (with every line
@@ -519,23 +542,38 @@ impl crate::Broker {
     /// Where shipping to `target` stands: the last seq sent and where to
     /// read on from (see [`crate::AuditSource::lines_after`]).
     pub fn ship_cursor(&self, target: &str) -> Result<(u64, u64), BrokerError> {
-        let stored = self.store.get_kv(&format!("ship {target}"))?;
-        let mut parts = stored.as_deref().unwrap_or("0 0").split(' ');
-        let seq = parts.next().and_then(|seq| seq.parse().ok()).unwrap_or(0);
-        let position = parts.next().and_then(|at| at.parse().ok()).unwrap_or(0);
-        Ok((seq, position))
+        Ok(self.store.cursor(&format!("ship {target}"))?)
     }
 
-    /// Records that everything through `seq` reached `target`.
+    /// Records that everything through `seq` reached `target`, if this
+    /// process (`holder`) still holds the lease `lease`; whether it did.
     pub fn save_ship_cursor(
         &self,
         target: &str,
         seq: u64,
         position: u64,
-    ) -> Result<(), BrokerError> {
-        Ok(self
-            .store
-            .set_kv(&format!("ship {target}"), &format!("{seq} {position}"))?)
+        lease: &str,
+        holder: &str,
+    ) -> Result<bool, BrokerError> {
+        Ok(self.store.advance_cursor(
+            &format!("ship {target}"),
+            seq,
+            position,
+            lease,
+            holder,
+            self.now_ms(),
+        )?)
+    }
+
+    /// Sets shipping to `target` back to `seq`.
+    pub fn reset_ship_cursor(&self, target: &str, seq: u64) -> Result<(), BrokerError> {
+        Ok(self.store.reset_cursor(&format!("ship {target}"), seq)?)
+    }
+
+    /// The last record known to be on disk: the head the store mirrors
+    /// after each sync (the file), or the chain's head (the database).
+    pub fn durable_head(&self) -> Result<u64, BrokerError> {
+        self.audit_records()
     }
 
     /// Takes or renews the lease of a job only one process does (`holder`

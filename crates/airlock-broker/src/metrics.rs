@@ -23,6 +23,8 @@ use serde_json::{Map, Value};
 
 /// Label sets per family beyond which values are counted as `other`.
 pub const MAX_SERIES: usize = 500;
+/// Characters of a label value kept.
+const MAX_LABEL_CHARS: usize = 128;
 
 /// Bucket bounds (seconds) of a human's time to decision.
 const DECISION_BUCKETS: &[f64] = &[
@@ -57,7 +59,13 @@ impl<T: Default> Family<T> {
 
     /// The series of `labels`, or of every label `other` when the family is
     /// full.
-    fn get(&mut self, labels: Labels) -> &mut T {
+    fn get(&mut self, mut labels: Labels) -> &mut T {
+        // Values come from agents: a long one is cut (it still counts).
+        for (_, value) in &mut labels {
+            if value.chars().count() > MAX_LABEL_CHARS {
+                *value = value.chars().take(MAX_LABEL_CHARS).chain(['…']).collect();
+            }
+        }
         if !self.series.contains_key(&labels) && self.series.len() >= MAX_SERIES {
             let other: Labels = labels
                 .iter()

@@ -276,9 +276,12 @@ fn tally(
     };
     let mut timeline: BTreeMap<String, Bucket> = BTreeMap::new();
     for (ts, kind) in decisions {
+        // A record's `ts` is the log's own; one a tampered log holds may
+        // be anything (and is bucketed as written).
+        let prefix = ts.get(..cut).unwrap_or(ts.as_str());
         let at = match unit {
-            "hour" => format!("{}:00:00Z", &ts[..cut.min(ts.len())]),
-            _ => format!("{}T00:00:00Z", &ts[..cut.min(ts.len())]),
+            "hour" => format!("{prefix}:00:00Z"),
+            _ => format!("{prefix}T00:00:00Z"),
         };
         let bucket = timeline.entry(at.clone()).or_insert_with(|| Bucket {
             at,

@@ -68,29 +68,33 @@ pub struct LogItem {
 
 #[derive(Default)]
 struct Queue {
-    spans: Vec<Span>,
-    logs: Vec<LogItem>,
+    spans: std::collections::VecDeque<Span>,
+    logs: std::collections::VecDeque<LogItem>,
 }
+
+/// Bytes of a record kept as a log record's body (the record itself is in
+/// the audit log whole).
+const MAX_BODY: usize = 16 * 1024;
 
 fn queue() -> &'static Mutex<Queue> {
     static QUEUE_CELL: OnceLock<Mutex<Queue>> = OnceLock::new();
     QUEUE_CELL.get_or_init(Mutex::default)
 }
 
-fn push<T>(list: &mut Vec<T>, item: T) {
+fn push<T>(list: &mut std::collections::VecDeque<T>, item: T) {
     if list.len() >= QUEUE {
-        list.remove(0);
+        list.pop_front();
         DROPPED.fetch_add(1, Ordering::Relaxed);
     }
-    list.push(item);
+    list.push_back(item);
 }
 
 /// What waits for the exporter, taken.
 pub fn drain() -> (Vec<Span>, Vec<LogItem>) {
     let mut queue = queue().lock().unwrap_or_else(PoisonError::into_inner);
     (
-        std::mem::take(&mut queue.spans),
-        std::mem::take(&mut queue.logs),
+        std::mem::take(&mut queue.spans).into(),
+        std::mem::take(&mut queue.logs).into(),
     )
 }
 
@@ -434,7 +438,18 @@ pub(crate) fn stamp_record(record: &mut Map<String, Value>) {
     let item = LogItem {
         time_ns: now_ns(),
         trace,
-        body: Value::Object(record.clone()).to_string(),
+        body: {
+            let mut body = Value::Object(record.clone()).to_string();
+            if body.len() > MAX_BODY {
+                let mut cut = MAX_BODY;
+                while !body.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                body.truncate(cut);
+                body.push('\u{2026}');
+            }
+            body
+        },
         event,
         warning,
     };

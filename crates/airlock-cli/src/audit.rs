@@ -537,14 +537,25 @@ fn verify_offline(
         // bad line, is named by seq.
         // A keyed chain is linked only for whoever holds its HMAC key; the
         // checkpoint covers its bytes either way.
-        let chain = airlock_audit::verify(&path, hmac_key.as_deref().map(str::as_bytes), None)
-            .ok()
+        let report =
+            airlock_audit::verify(&path, hmac_key.as_deref().map(str::as_bytes), None).ok();
+        let keyed_unchecked = report.as_ref().is_some_and(|report| {
+            report
+                .problem
+                .as_ref()
+                .is_some_and(|problem| problem.kind == airlock_audit::ProblemKind::KeyRequired)
+        });
+        let chain = report
             .and_then(|report| report.problem)
             .filter(|problem| problem.kind != airlock_audit::ProblemKind::KeyRequired)
             .map(|problem| problem.to_string());
         drop(export);
         checked.map(|(checkpoint, after)| {
             let text = match &chain {
+                None if keyed_unchecked => format!(
+                    "ok: the log's first {} records match the checkpoint of {}; {after} records after it, whose links were not checked (the chain is keyed: set its HMAC key to check them)",
+                    checkpoint.size, checkpoint.origin
+                ),
                 None => format!(
                     "ok: the log's first {} records match the checkpoint of {}; {after} records after it",
                     checkpoint.size, checkpoint.origin

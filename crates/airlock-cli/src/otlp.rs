@@ -97,7 +97,10 @@ async fn send(url: &str, body: String, ca_file: Option<&Path>, what: &str, count
             Err(error) => last = error,
         }
     }
-    eprintln!("airlock: {count} {what} not exported to {url}: {last}");
+    eprintln!(
+        "airlock: {count} {what} not exported to {}: {last}",
+        crate::ship::shown_url(url)
+    );
 }
 
 /// Sends what a short-lived command queued, before it exits.

@@ -393,9 +393,13 @@ fn run(
             },
         );
         let result = match (stdio, http) {
-            (true, None) => airlock_mcp::serve_stdio(face.clone(), session)
-                .await
-                .map_err(|error| Failure::internal(anyhow!("{error}"))),
+            // Stopped by its client closing stdin, or by SIGTERM (a client
+            // or service manager stopping it): either way cleanly.
+            (true, None) => tokio::select! {
+                result = airlock_mcp::serve_stdio(face.clone(), session) =>
+                    result.map_err(|error| Failure::internal(anyhow!("{error}"))),
+                () = terminated() => Ok(()),
+            },
             (stdio, Some((addr, public_url))) => {
                 let served = airlock_http::serve(runtime.clone(), airlock_mcp::streamable_http_service(face.clone()), tokens, addr, public_url, |bound, login| {
                     eprintln!("airlock: serving MCP at http://{bound}/mcp");
@@ -420,6 +424,7 @@ fn run(
                         result = served => result.map_err(|error| Failure::usage(anyhow!("{error}"))),
                         result = airlock_mcp::serve_stdio(face.clone(), session) =>
                             result.map_err(|error| Failure::internal(anyhow!("{error}"))),
+                        () = terminated() => Ok(()),
                     }
                 } else {
                     tokio::select! {
@@ -449,7 +454,7 @@ fn run(
         }
         // A shipper finishes the batch it is sending (its cursor then says
         // where the next server goes on).
-        shippers.stop(std::time::Duration::from_secs(10)).await;
+        shippers.stop(std::time::Duration::from_secs(25)).await;
         if let Some(exporter) = exporter {
             exporter.stop(std::time::Duration::from_secs(10)).await;
         }

@@ -22,8 +22,11 @@ use tokio::sync::watch;
 const BATCH: usize = 500;
 /// How often an idle shipper looks for new records.
 const IDLE: Duration = Duration::from_millis(200);
-/// How long a shipper's lease lasts; it renews it every round.
-const LEASE_MS: u64 = 15_000;
+/// How long a shipper's lease lasts; it renews it every round, and a send
+/// takes at most [`SEND_WITHIN`], well inside it.
+const LEASE_MS: u64 = 60_000;
+/// The longest one batch's send may take.
+const SEND_WITHIN: Duration = Duration::from_secs(20);
 /// The wait after a failed send, doubled up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(250);
 const MAX_BACKOFF: Duration = Duration::from_secs(10);
@@ -95,10 +98,26 @@ pub(crate) fn start(runtime: Arc<Runtime>) -> Shippers {
     Shippers { stop, tasks }
 }
 
-/// This process, as a lease holder.
+/// This process, as a lease holder: its host, pid and a random part (two
+/// containers can share a host name and a pid).
 fn holder() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    format!("{}:{}", host.trim(), std::process::id())
+    let random = uuid::Uuid::new_v4().simple().to_string();
+    format!("{}:{}:{}", host.trim(), std::process::id(), &random[..12])
+}
+
+/// `url` as it may be shown: without a user or password in it.
+pub(crate) fn shown_url(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+            let host = authority
+                .rsplit_once('@')
+                .map_or(authority, |(_, host)| host);
+            format!("{scheme}://{host}{path}")
+        }
+        None => url.to_owned(),
+    }
 }
 
 /// A connection to a stream target, kept across batches.
@@ -110,6 +129,7 @@ enum Connection {
 
 async fn run(runtime: Arc<Runtime>, target: Target, mut stopping: watch::Receiver<bool>) {
     let key = target.key();
+    let shown = shown_url(&key.replace("syslog ", "").replace("http ", ""));
     let lease = format!("ship {key}");
     let me = holder();
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -130,10 +150,26 @@ async fn run(runtime: Arc<Runtime>, target: Target, mut stopping: watch::Receive
                 if !broker.try_lease(&lease, &me, LEASE_MS)? {
                     return Ok(None);
                 }
-                let (after, position) = broker.ship_cursor(&key)?;
+                let (mut after, mut position) = broker.ship_cursor(&key)?;
+                // Only records on disk: one a crash could still lose would
+                // be in the SIEM and not in the log.
+                let durable = broker.durable_head()?;
+                if after > durable {
+                    // The log lost records the cursor had passed (a crash
+                    // before they were synced): go on from what it has.
+                    eprintln!(
+                        "airlock: shipping: the log ends at record {durable}, before the {after} already sent; going on from {durable}"
+                    );
+                    broker.reset_ship_cursor(&key, durable)?;
+                    (after, position) = (durable, 0);
+                }
+                let want = usize::try_from(durable - after).unwrap_or(usize::MAX).min(BATCH);
+                if want == 0 {
+                    return Ok(Some((Vec::new(), position)));
+                }
                 let store = broker.store_handle();
                 let source = AuditSource::of(broker.root(), broker.config(), Some(&store));
-                let (lines, next) = source.lines_after(after, position, BATCH)?;
+                let (lines, next) = source.lines_after(after, position, want)?;
                 Ok::<_, airlock_broker::BrokerError>(Some((lines, next)))
             })
             .await
@@ -143,21 +179,37 @@ async fn run(runtime: Arc<Runtime>, target: Target, mut stopping: watch::Receive
                 let full = lines.len() == BATCH;
                 let last = lines.last().map_or(0, |(seq, _)| *seq);
                 let ca_file = broker.ca_file();
-                match send(&target, &mut connection, &lines, &host, pid, ca_file).await {
+                let sent = tokio::time::timeout(
+                    SEND_WITHIN,
+                    send(&target, &mut connection, &lines, &host, pid, ca_file),
+                )
+                .await
+                .unwrap_or_else(|_| Err(format!("no answer within {}s", SEND_WITHIN.as_secs())));
+                match sent {
                     Ok(()) => {
                         backoff = FIRST_BACKOFF;
-                        let (broker, cursor) = (broker.clone(), key.clone());
+                        let (broker, cursor, lease, me) =
+                            (broker.clone(), key.clone(), lease.clone(), me.clone());
                         let saved = tokio::task::spawn_blocking(move || {
-                            broker.save_ship_cursor(&cursor, last, next)
+                            broker.save_ship_cursor(&cursor, last, next, &lease, &me)
                         })
                         .await;
-                        if !matches!(saved, Ok(Ok(()))) {
-                            eprintln!("airlock: shipping to {key}: the cursor could not be saved");
+                        match saved {
+                            Ok(Ok(true)) => {}
+                            // The lease ran out during the send: the holder
+                            // now goes on from the cursor it finds.
+                            Ok(Ok(false)) => eprintln!(
+                                "airlock: shipping to {shown}: the lease ran out during a send; records {}..={last} may arrive twice",
+                                lines.first().map_or(0, |(seq, _)| *seq)
+                            ),
+                            _ => eprintln!(
+                                "airlock: shipping to {shown}: the cursor could not be saved"
+                            ),
                         }
                         if full { Duration::ZERO } else { IDLE }
                     }
                     Err(error) => {
-                        eprintln!("airlock: shipping to {key}: {error}; retrying");
+                        eprintln!("airlock: shipping to {shown}: {error}; retrying");
                         connection = Connection::None;
                         let wait = backoff;
                         backoff = (backoff * 2).min(MAX_BACKOFF);
@@ -169,7 +221,7 @@ async fn run(runtime: Arc<Runtime>, target: Target, mut stopping: watch::Receive
             // could not be read this time.
             Ok(Ok(_)) => IDLE,
             Ok(Err(error)) => {
-                eprintln!("airlock: shipping to {key}: {error}");
+                eprintln!("airlock: shipping to {shown}: {error}");
                 MAX_BACKOFF
             }
             Err(_) => break,
@@ -237,7 +289,9 @@ async fn send(
                 .await
                 .map_err(|error| format!("{to}:{port}: {error}"))?;
             for (_, line) in lines {
-                let message = airlock_audit::siem::syslog_message(line, host, pid);
+                // A datagram holds 65,507 bytes at most: a larger record is
+                // cut (and says so) rather than never sent.
+                let message = airlock_audit::siem::syslog_message_within(line, host, pid, 65_000);
                 socket
                     .send(&message)
                     .await

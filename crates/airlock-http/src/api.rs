@@ -934,13 +934,18 @@ async fn metrics(State(api): State<Api>, caller: Option<axum::Extension<Caller>>
         return refused;
     }
     if !api.runtime.broker().config().telemetry.metrics {
-        return failure(
-            StatusCode::NOT_FOUND,
-            ErrorCode::NotFound,
-            "metrics are off (telemetry.metrics: false)",
-        );
+        return metrics_off();
     }
     metrics_answer(&api.runtime).await
+}
+
+/// The answer while `telemetry.metrics` is off.
+pub(crate) fn metrics_off() -> Response {
+    failure(
+        StatusCode::NOT_FOUND,
+        ErrorCode::NotFound,
+        "metrics are off (telemetry.metrics: false)",
+    )
 }
 
 /// The Prometheus text of the broker in force.

@@ -274,10 +274,6 @@ pub enum Login {
     Configured,
 }
 
-/// Serves the router on `addr` until the process ends. Links and the UI
-/// address start with `public_url` (default `http://<bound address>`).
-/// `ready` gets the bound address and, without configured tokens, the login
-/// URL with the generated admin token (shown once).
 /// `GET /metrics` alone, without a token, on a loopback address of its
 /// own (`--metrics-addr`), for a local Prometheus or agent; `Host` must name
 /// the listener (no DNS rebinding). Runs until the process stops.
@@ -303,7 +299,12 @@ pub async fn serve_metrics(
             "/metrics",
             axum::routing::get(move || {
                 let runtime = runtime.clone();
-                async move { api::metrics_answer(&runtime).await }
+                async move {
+                    if !runtime.broker().config().telemetry.metrics {
+                        return api::metrics_off();
+                    }
+                    api::metrics_answer(&runtime).await
+                }
             }),
         )
         .layer(axum::middleware::from_fn(move |request, next| {
@@ -315,6 +316,10 @@ pub async fn serve_metrics(
         .map_err(HttpError::Serve)
 }
 
+/// Serves the router on `addr` until the process ends. Links and the UI
+/// address start with `public_url` (default `http://<bound address>`).
+/// `ready` gets the bound address and, without configured tokens, the login
+/// URL with the generated admin token (shown once).
 pub async fn serve(
     runtime: Arc<Runtime>,
     mcp: impl McpService,

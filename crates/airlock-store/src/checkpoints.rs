@@ -18,13 +18,39 @@ pub struct CheckpointRow {
     pub created_ms: Millis,
 }
 
+/// What [`Store::save_checkpoint`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Saved {
+    New,
+    /// The same checkpoint was stored already.
+    Same,
+    /// The key signed another root for this size: nothing stored.
+    Other,
+}
+
 const COLUMNS: &str = "size, key_id, root, note, created_ms";
 
 impl Store {
-    /// Stores a checkpoint, with its `checkpoint_signed` event; `false`
-    /// when this key already signed this size.
-    pub fn save_checkpoint(&self, row: &CheckpointRow) -> Result<bool, StoreError> {
+    /// Stores a checkpoint, with its `checkpoint_signed` event. A key that
+    /// signed this size before with another root is [`Saved::Other`] (a
+    /// fork: nothing is stored).
+    pub fn save_checkpoint(&self, row: &CheckpointRow) -> Result<Saved, StoreError> {
         self.changing(|conn| {
+            if let Some(existing) = first(
+                conn,
+                "SELECT root FROM audit_checkpoints WHERE size = ?1 AND key_id = ?2",
+                args![
+                    i64::try_from(row.size).unwrap_or(i64::MAX),
+                    row.key_id.clone()
+                ],
+            )? {
+                let root: String = existing.at(0)?;
+                return Ok(if root == row.root {
+                    Saved::Same
+                } else {
+                    Saved::Other
+                });
+            }
             let inserted = conn.execute(
                 "INSERT INTO audit_checkpoints (size, key_id, root, note, created_ms) \
                  VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
@@ -48,7 +74,7 @@ impl Store {
                     },
                 )?;
             }
-            Ok(inserted)
+            Ok(if inserted { Saved::New } else { Saved::Same })
         })
     }
 
@@ -117,6 +143,68 @@ impl Store {
                     i64::try_from(until_ms).unwrap_or(i64::MAX)
                 ],
             )? == 1)
+        })
+    }
+
+    /// The cursor `name`: `(seq, position)`, `(0, 0)` when none was saved.
+    pub fn cursor(&self, name: &str) -> Result<(u64, u64), StoreError> {
+        self.with(|conn| {
+            let Some(row) = first(
+                conn,
+                "SELECT seq, position FROM cursors WHERE name = ?1",
+                args![name],
+            )?
+            else {
+                return Ok((0, 0));
+            };
+            Ok((
+                row.get::<i64>("seq")?.max(0) as u64,
+                row.get::<i64>("position")?.max(0) as u64,
+            ))
+        })
+    }
+
+    /// Moves the cursor `name` forward to `seq`, in one statement, only
+    /// while `holder` holds the lease `lease` at `now_ms`: a holder that
+    /// lost its lease (another took over) cannot move it, nor anyone move
+    /// it back. Whether it moved.
+    pub fn advance_cursor(
+        &self,
+        name: &str,
+        seq: u64,
+        position: u64,
+        lease: &str,
+        holder: &str,
+        now_ms: Millis,
+    ) -> Result<bool, StoreError> {
+        self.with(|conn| {
+            Ok(conn.execute(
+                "INSERT INTO cursors (name, seq, position) \
+                 SELECT ?1, ?2, ?3 WHERE EXISTS \
+                 (SELECT 1 FROM leases WHERE name = ?4 AND holder = ?5 AND until_ms >= ?6) \
+                 ON CONFLICT (name) DO UPDATE SET seq = excluded.seq, position = excluded.position \
+                 WHERE cursors.seq < excluded.seq",
+                args![
+                    name,
+                    i64::try_from(seq).unwrap_or(i64::MAX),
+                    i64::try_from(position).unwrap_or(i64::MAX),
+                    lease,
+                    holder,
+                    i64::try_from(now_ms).unwrap_or(i64::MAX)
+                ],
+            )? == 1)
+        })
+    }
+
+    /// Sets the cursor `name` back to `seq` (the log lost records the
+    /// cursor had passed), whoever holds the lease.
+    pub fn reset_cursor(&self, name: &str, seq: u64) -> Result<(), StoreError> {
+        self.with(|conn| {
+            conn.execute(
+                "UPDATE cursors SET seq = ?2, position = 0 WHERE name = ?1 AND seq > ?2",
+                args![name, i64::try_from(seq).unwrap_or(i64::MAX)],
+            )?;
+            Ok(())
         })
     }
 

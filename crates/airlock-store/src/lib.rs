@@ -59,7 +59,7 @@ use sqlite::{Lite, is_busy};
 pub use approvals::{Approval, ApprovalStatus, Created, EditedPlan, Limits, NewApproval, Verdict};
 pub use audit::AuditRow;
 pub use chat::ChatMessage;
-pub use checkpoints::CheckpointRow;
+pub use checkpoints::{CheckpointRow, Saved};
 pub use error::StoreError;
 pub use feed::{EVENT_FORMAT, EventKind, FeedEvent, Notifier};
 pub use grants::GrantRow;

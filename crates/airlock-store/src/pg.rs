@@ -252,7 +252,7 @@ CREATE TABLE deliveries (
 );
 ",
     // 4: the audit log's signed checkpoints (one per tree size and key),
-    // and leases (which instance does a job only one may do).
+    // leases (which instance does a job only one may do) and their cursors.
     "
 CREATE TABLE audit_checkpoints (
     size bigint NOT NULL,
@@ -266,6 +266,11 @@ CREATE TABLE leases (
     name text PRIMARY KEY,
     holder text NOT NULL,
     until_ms bigint NOT NULL
+);
+CREATE TABLE cursors (
+    name text PRIMARY KEY,
+    seq bigint NOT NULL,
+    position bigint NOT NULL
 );
 ",
 ];

@@ -116,8 +116,8 @@ const MIGRATIONS: &[&str] = &[
     // 7: an agent's hook finds its call again by the agent's id of it.
     "CREATE INDEX approvals_tool_call ON approvals (tool_call_id);",
     // 8: the audit log's signed checkpoints (one per tree size and key),
-    // and leases: which process does a job only one may do (shipping the
-    // log to a SIEM).
+    // leases (which process does a job only one may do: shipping the log
+    // to a SIEM) and the cursors of those jobs.
     "CREATE TABLE audit_checkpoints (
          size INTEGER NOT NULL,
          key_id TEXT NOT NULL,
@@ -130,6 +130,11 @@ const MIGRATIONS: &[&str] = &[
          name TEXT PRIMARY KEY,
          holder TEXT NOT NULL,
          until_ms INTEGER NOT NULL
+     );
+     CREATE TABLE cursors (
+         name TEXT PRIMARY KEY,
+         seq INTEGER NOT NULL,
+         position INTEGER NOT NULL
      );",
 ];
 

@@ -707,10 +707,15 @@ pub fn checkpoints_are_kept_once_per_size_and_key(db: &impl Db) {
         note: format!("note {size} {key}\n"),
         created_ms: 1000 + size,
     };
-    assert!(one.save_checkpoint(&row(4, "a+1")).unwrap());
-    assert!(!two.save_checkpoint(&row(4, "a+1")).unwrap());
-    assert!(two.save_checkpoint(&row(4, "b+2")).unwrap());
-    assert!(two.save_checkpoint(&row(8, "b+2")).unwrap());
+    use airlock_store::Saved;
+    assert_eq!(one.save_checkpoint(&row(4, "a+1")).unwrap(), Saved::New);
+    assert_eq!(two.save_checkpoint(&row(4, "a+1")).unwrap(), Saved::Same);
+    // The same key with another root for the same size: a fork, refused.
+    let mut fork = row(4, "a+1");
+    fork.root = "another".into();
+    assert_eq!(two.save_checkpoint(&fork).unwrap(), Saved::Other);
+    assert_eq!(two.save_checkpoint(&row(4, "b+2")).unwrap(), Saved::New);
+    assert_eq!(two.save_checkpoint(&row(8, "b+2")).unwrap(), Saved::New);
     assert_eq!(one.latest_checkpoint().unwrap(), Some(row(8, "b+2")));
     assert_eq!(one.checkpoint_of_size(4).unwrap().map(|r| r.size), Some(4));
     assert_eq!(one.checkpoint_of_size(5).unwrap(), None);
@@ -740,4 +745,26 @@ pub fn a_lease_has_one_holder_until_it_runs_out(db: &impl Db) {
     assert!(one.try_lease("ship", "p1", 303, 500).unwrap());
     // Another job's lease is another row.
     assert!(two.try_lease("other", "p2", 303, 500).unwrap());
+    // The job's cursor moves only forward, and only for the lease's holder
+    // while it holds it.
+    assert_eq!(one.cursor("ship x").unwrap(), (0, 0));
+    assert!(
+        one.advance_cursor("ship x", 5, 500, "ship", "p1", 400)
+            .unwrap()
+    );
+    assert!(
+        !two.advance_cursor("ship x", 9, 900, "ship", "p2", 400)
+            .unwrap()
+    );
+    assert!(
+        !one.advance_cursor("ship x", 4, 400, "ship", "p1", 400)
+            .unwrap()
+    );
+    assert!(
+        !one.advance_cursor("ship x", 9, 900, "ship", "p1", 501)
+            .unwrap()
+    );
+    assert_eq!(two.cursor("ship x").unwrap(), (5, 500));
+    two.reset_cursor("ship x", 3).unwrap();
+    assert_eq!(one.cursor("ship x").unwrap(), (3, 0));
 }
