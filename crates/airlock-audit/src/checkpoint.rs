@@ -22,7 +22,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use crate::AuditError;
 use crate::merkle::{self, Hash, ProofError};
 use crate::merkle_index::{LeafSource, MerkleIndex};
-use crate::note::{Checkpoint, Note, NoteError, SigningKey, Verifier};
+use crate::note::{Checkpoint, NoteError, SigningKey, Verifier};
 
 /// The first line of an inclusion proof.
 pub const INCLUSION_HEADER: &str = "c2sp.org/tlog-proof@v1";
@@ -209,27 +209,32 @@ impl Checkpointer {
 
 /// A `tlog-proof` of a record.
 pub fn inclusion_text(record_line: &[u8], index: u64, path: &[Hash], note: &str) -> String {
-    let mut text = format!(
-        "{INCLUSION_HEADER}\nextra {}\nindex {index}\n",
-        BASE64.encode(record_line)
-    );
-    for hash in path {
-        text.push_str(&BASE64.encode(hash));
-        text.push('\n');
-    }
-    text.push('\n');
-    text.push_str(note);
-    text
+    proof_text(
+        format!(
+            "{INCLUSION_HEADER}\nextra {}\nindex {index}\n",
+            BASE64.encode(record_line)
+        ),
+        path,
+        note,
+    )
 }
 
 /// A consistency proof from the tree of `old` records (head `old_root`) to
 /// the checkpoint `note`.
 pub fn consistency_text(old: u64, old_root: &Hash, proof: &[Hash], note: &str) -> String {
-    let mut text = format!(
-        "{CONSISTENCY_HEADER}\nold {old} {}\n",
-        BASE64.encode(old_root)
-    );
-    for hash in proof {
+    proof_text(
+        format!(
+            "{CONSISTENCY_HEADER}\nold {old} {}\n",
+            BASE64.encode(old_root)
+        ),
+        proof,
+        note,
+    )
+}
+
+/// `head`, one base64 hash per line, a blank line, the checkpoint note.
+fn proof_text(mut text: String, hashes: &[Hash], note: &str) -> String {
+    for hash in hashes {
         text.push_str(&BASE64.encode(hash));
         text.push('\n');
     }
@@ -275,7 +280,7 @@ pub fn check_log(
     note: &str,
     verifier: &Verifier,
 ) -> Result<(Checkpoint, u64), CheckError> {
-    let checkpoint = Checkpoint::parse(Note::parse(note)?.verify(verifier)?)?;
+    let checkpoint = Checkpoint::open(note, verifier)?;
     let mut frontier = merkle::Frontier::default();
     let mut beyond = 0u64;
     source
@@ -393,9 +398,9 @@ impl InclusionProof {
         trusted: Option<&str>,
         verifier: &Verifier,
     ) -> Result<Checkpoint, CheckError> {
-        let checkpoint = Checkpoint::parse(Note::parse(&self.note)?.verify(verifier)?)?;
+        let checkpoint = Checkpoint::open(&self.note, verifier)?;
         if let Some(trusted) = trusted {
-            let trusted = Checkpoint::parse(Note::parse(trusted)?.verify(verifier)?)?;
+            let trusted = Checkpoint::open(trusted, verifier)?;
             if trusted.origin != checkpoint.origin {
                 return Err(CheckError::OtherLog {
                     found: checkpoint.origin,
@@ -448,8 +453,8 @@ impl ConsistencyProof {
     /// checkpoint note kept from before); both signed by `verifier`.
     /// Returns the new checkpoint.
     pub fn check(&self, old: &str, verifier: &Verifier) -> Result<Checkpoint, CheckError> {
-        let old = Checkpoint::parse(Note::parse(old)?.verify(verifier)?)?;
-        let new = Checkpoint::parse(Note::parse(&self.note)?.verify(verifier)?)?;
+        let old = Checkpoint::open(old, verifier)?;
+        let new = Checkpoint::open(&self.note, verifier)?;
         if old.origin != new.origin {
             return Err(CheckError::OtherLog {
                 found: new.origin,

@@ -345,21 +345,7 @@ pub fn held_hook_receiver(
         for (n, stream) in listener.incoming().enumerate() {
             let Ok(stream) = stream else { return };
             let mut reader = BufReader::new(stream);
-            let mut length = 0usize;
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                    break;
-                }
-                if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                    length = value.trim().parse().unwrap_or(0);
-                }
-                if line == "\r\n" {
-                    break;
-                }
-            }
-            let mut body = vec![0; length];
-            let _ = reader.read_exact(&mut body);
+            let (_, body) = read_request(&mut reader);
             if n == 0 && held.recv().is_err() {
                 return;
             }
@@ -394,30 +380,7 @@ pub fn otlp_collector() -> (String, std::sync::mpsc::Receiver<(String, Value)>) 
             let sender = sender.clone();
             std::thread::spawn(move || {
                 let mut reader = BufReader::new(stream);
-                let mut request_line = String::new();
-                if reader.read_line(&mut request_line).unwrap_or(0) == 0 {
-                    return;
-                }
-                let path = request_line
-                    .split_whitespace()
-                    .nth(1)
-                    .unwrap_or("")
-                    .to_owned();
-                let mut length = 0usize;
-                loop {
-                    let mut line = String::new();
-                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                        break;
-                    }
-                    if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-                        length = value.trim().parse().unwrap_or(0);
-                    }
-                    if line == "\r\n" {
-                        break;
-                    }
-                }
-                let mut body = vec![0; length];
-                let _ = reader.read_exact(&mut body);
+                let (path, body) = read_request(&mut reader);
                 let mut stream = reader.into_inner();
                 let _ = write!(
                     stream,
@@ -428,4 +391,31 @@ pub fn otlp_collector() -> (String, std::sync::mpsc::Receiver<(String, Value)>) 
         }
     });
     (url, receiver)
+}
+
+/// One HTTP/1.1 request's path and body (by its `Content-Length`).
+fn read_request(reader: &mut BufReader<std::net::TcpStream>) -> (String, Vec<u8>) {
+    let mut request_line = String::new();
+    let _ = reader.read_line(&mut request_line);
+    let path = request_line
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or("")
+        .to_owned();
+    let mut length = 0usize;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            break;
+        }
+        if let Some(value) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            length = value.trim().parse().unwrap_or(0);
+        }
+        if line == "\r\n" {
+            break;
+        }
+    }
+    let mut body = vec![0; length];
+    let _ = reader.read_exact(&mut body);
+    (path, body)
 }
