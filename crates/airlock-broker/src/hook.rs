@@ -119,7 +119,7 @@ impl Broker {
                         .collect(),
                 ),
             };
-            let grants = self.live_grants(now);
+            let grants = airlock_core::policy::LazyGrants::new(|| self.live_grants(now));
             let real =
                 airlock_core::policy::evaluate_resolved(&self.policy, &call, &grants, &resolved);
             if (real.disposition, real.risk) > (decision.disposition, decision.risk) {

@@ -213,7 +213,7 @@ impl Broker {
                         .collect(),
                 ),
             };
-            let grants = self.live_grants(now);
+            let grants = policy::LazyGrants::new(|| self.live_grants(now));
             let real = policy::evaluate_resolved(&self.policy, call, &grants, &resolved);
             if (real.disposition, real.risk) > (decision.disposition, decision.risk) {
                 let base = Record::for_call(call, &real);

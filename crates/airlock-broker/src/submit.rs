@@ -172,7 +172,8 @@ impl Broker {
     /// face checks before something that is not itself a call, such as a
     /// resource subscription).
     pub fn decide_only(&self, call: &ToolCall) -> Decision {
-        let grants = self.live_grants(self.now_ms());
+        let now = self.now_ms();
+        let grants = policy::LazyGrants::new(|| self.live_grants(now));
         let resolved = self.resolved_paths(call);
         policy::evaluate_resolved(&self.policy, call, &grants, &resolved)
     }
@@ -226,7 +227,7 @@ impl Broker {
         proposing: &std::cell::RefCell<Option<crate::telemetry::ChildSpan>>,
     ) -> Envelope {
         let now = self.now_ms();
-        let grants = self.live_grants(now);
+        let grants = policy::LazyGrants::new(|| self.live_grants(now));
         // Decided on the paths as written and as the file system resolves
         // them; the strictest wins (a patch's files are resolved when it is
         // planned, in `write`).

@@ -337,8 +337,14 @@ fn run(
         http,
         metrics,
     } = faces;
+    // One client over stdio is served best by one worker: a second one
+    // only adds a wake-up of an idle thread (a futex call and a context
+    // switch) to each message; the HTTP face serves agents in parallel.
+    // Calls that wait for a human or a command move off the worker
+    // (`block_in_place`) either way.
+    let workers = if http.is_some() { 2 } else { 1 };
     let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(workers)
         .enable_all()
         .build()
         .map_err(Failure::internal)?;

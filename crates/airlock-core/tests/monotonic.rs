@@ -167,8 +167,39 @@ fn case() -> impl Strategy<Value = Case> {
 }
 
 fn decide(config: &Config, case: &Case) -> airlock_core::Decision {
+    decide_with(config, case, |grants| {
+        policy::evaluate(&policy_of(config), &call_of(config, case), &grants)
+    })
+}
+
+/// `case` decided with its grants handed to `evaluate` by `with`.
+fn decide_with(
+    _config: &Config,
+    case: &Case,
+    with: impl FnOnce(Vec<Grant>) -> airlock_core::Decision,
+) -> airlock_core::Decision {
+    let grants: Vec<Grant> = case
+        .grant
+        .map(|tool| {
+            let holder = GrantHolder {
+                user: case.user.map(str::to_owned),
+                owner: None,
+            };
+            Grant::new("g", tool, None, GrantScope::Persistent, None, holder).unwrap()
+        })
+        .into_iter()
+        .collect();
+    with(grants)
+}
+
+fn policy_of(config: &Config) -> Policy {
     let mut policy = Policy::compile(config).unwrap();
     policy.bind_workspace("/work/repo", None);
+    policy
+}
+
+fn call_of(config: &Config, case: &Case) -> ToolCall {
+    let policy = policy_of(config);
     let annotations = ToolAnnotations {
         read_only_hint: Some(case.read_only),
         ..ToolAnnotations::default()
@@ -185,22 +216,38 @@ fn decide(config: &Config, case: &Case) -> airlock_core::Decision {
     };
     call.session = Some("s".to_owned());
     call.profile = Some("p".to_owned());
-    let grants: Vec<Grant> = case
-        .grant
-        .map(|tool| {
-            let holder = GrantHolder {
-                user: case.user.map(str::to_owned),
-                owner: None,
-            };
-            Grant::new("g", tool, None, GrantScope::Persistent, None, holder).unwrap()
-        })
-        .into_iter()
-        .collect();
-    policy::evaluate(&policy, &call, &grants)
+    call
 }
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 2000, ..ProptestConfig::default() })]
+
+    /// Grants read only when a decision needs them decide exactly as grants
+    /// read up front, and are never read for a call the policy denies or
+    /// allows without asking.
+    #[test]
+    fn grants_read_on_demand_decide_as_grants_read_up_front(case in case()) {
+        let eager = decide(&case.config, &case);
+        let policy = policy_of(&case.config);
+        let call = call_of(&case.config, &case);
+        let unasked = policy::evaluate(&policy, &call, &[]);
+        let mut loaded = false;
+        let lazy = decide_with(&case.config, &case, |grants| {
+            let lazy = policy::LazyGrants::new(move || grants.clone());
+            let decision = policy::evaluate(&policy, &call, &lazy);
+            loaded = lazy.loaded();
+            decision
+        });
+        prop_assert_eq!(&lazy, &eager);
+        let asked = unasked.disposition == airlock_core::Disposition::Ask
+            || unasked.justification.iter().any(|step| matches!(
+                step.reason,
+                airlock_core::policy::Reason::HitlDisabled | airlock_core::policy::Reason::ConfirmationDisabled
+            ));
+        if !asked {
+            prop_assert!(!loaded, "grants read for a call decided without them: {:?}", unasked);
+        }
+    }
 
     #[test]
     fn adding_to_a_denylist_or_asklist_never_loosens(case in case(), glob in pick(GLOBS), to_denylist in any::<bool>()) {

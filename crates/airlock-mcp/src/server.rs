@@ -298,6 +298,9 @@ impl Session {
         context: &RequestContext<RoleServer>,
     ) -> airlock_core::envelope::Envelope {
         let broker = self.face.broker();
+        if answers_at_once(&call.origin) {
+            return broker.submit(call, &Mode::Client(ask), &|_| {});
+        }
         let progress_token = context.meta.get_progress_token();
         let companion = Companion {
             broker: broker.clone(),
@@ -660,6 +663,24 @@ impl Companion {
 }
 
 /// Whether the client can answer a form elicitation.
+/// Built-in tools whose call is answered here, on the worker: reads of a
+/// bounded amount, which never wait for a human (a read that would ask is
+/// refused) nor run a command. Everything else is submitted off the worker
+/// (`block_in_place`), which costs a hand-off of the worker to another
+/// thread and back.
+fn answers_at_once(origin: &airlock_core::ToolOrigin) -> bool {
+    use airlock_core::tools::BuiltinTool;
+    matches!(
+        origin,
+        airlock_core::ToolOrigin::Builtin(
+            BuiltinTool::ReadFile
+                | BuiltinTool::Stat
+                | BuiltinTool::Exists
+                | BuiltinTool::ProposalStatus
+        )
+    )
+}
+
 fn client_elicits(context: &RequestContext<RoleServer>) -> bool {
     let Some(capabilities) = context.client_capabilities() else {
         return false;

@@ -4,7 +4,7 @@ use serde_json::Value;
 
 use super::compile::{CompiledRule, Policy};
 use super::decision::{Decision, Disposition, Justification, Reason, Risk, ToolClass};
-use super::grant::Grant;
+use super::grant::Grants;
 use super::paths::Scope;
 use crate::call::{ToolCall, ToolOrigin};
 use crate::error_code::ErrorCode;
@@ -60,7 +60,7 @@ impl Policy {
     pub(crate) fn evaluate_resolved(
         &self,
         call: &ToolCall,
-        grants: &[Grant],
+        grants: &dyn Grants,
         resolved: &ResolvedPaths,
     ) -> Decision {
         let as_written = self.evaluate(call, grants);
@@ -87,7 +87,7 @@ impl Policy {
         }
     }
 
-    pub(crate) fn evaluate(&self, call: &ToolCall, grants: &[Grant]) -> Decision {
+    pub(crate) fn evaluate(&self, call: &ToolCall, grants: &dyn Grants) -> Decision {
         self.evaluate_with(call, grants, None)
     }
 
@@ -96,7 +96,7 @@ impl Policy {
     fn evaluate_with(
         &self,
         call: &ToolCall,
-        grants: &[Grant],
+        grants: &dyn Grants,
         patch_override: Option<&[String]>,
     ) -> Decision {
         let mut tally = Tally {
@@ -343,8 +343,8 @@ impl Policy {
         if tally.disposition == Disposition::Ask
             && !is_exec
             && risk_policy.allow_skip
-            && !grants.is_empty()
             && patch_parses
+            && !grants.get().is_empty()
         {
             // Grants see workspace-relative paths only; anything else covers nothing.
             let mut paths = Vec::new();
@@ -352,7 +352,7 @@ impl Policy {
                 paths.push(self.paths.workspace_relative(path));
                 true
             });
-            if let Some(grant) = grants.iter().find(|grant| grant.covers(call, &paths)) {
+            if let Some(grant) = grants.get().iter().find(|grant| grant.covers(call, &paths)) {
                 tally.justification.push(Justification {
                     effect: Some(Disposition::Allow),
                     reason: Reason::Grant {

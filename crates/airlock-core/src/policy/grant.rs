@@ -7,6 +7,58 @@ use globset::GlobMatcher;
 
 use crate::call::{ToolCall, UnixMillis};
 
+/// The grants in force, as a decision sees them: asked for only when a grant
+/// could change the decision (a call that would ask, layer 7), so a call the
+/// policy decides on its own never reads the grant store.
+pub trait Grants {
+    fn get(&self) -> &[Grant];
+}
+
+impl Grants for [Grant] {
+    fn get(&self) -> &[Grant] {
+        self
+    }
+}
+
+impl Grants for Vec<Grant> {
+    fn get(&self) -> &[Grant] {
+        self
+    }
+}
+
+impl<const N: usize> Grants for [Grant; N] {
+    fn get(&self) -> &[Grant] {
+        self
+    }
+}
+
+/// Grants loaded on first use, at most once (the two evaluations of
+/// `evaluate_resolved` share them).
+pub struct LazyGrants<F> {
+    load: F,
+    loaded: std::cell::OnceCell<Vec<Grant>>,
+}
+
+impl<F: Fn() -> Vec<Grant>> LazyGrants<F> {
+    pub fn new(load: F) -> LazyGrants<F> {
+        LazyGrants {
+            load,
+            loaded: std::cell::OnceCell::new(),
+        }
+    }
+
+    /// Whether a decision asked for them.
+    pub fn loaded(&self) -> bool {
+        self.loaded.get().is_some()
+    }
+}
+
+impl<F: Fn() -> Vec<Grant>> Grants for LazyGrants<F> {
+    fn get(&self) -> &[Grant] {
+        self.loaded.get_or_init(&self.load)
+    }
+}
+
 /// Where a grant applies.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GrantScope {

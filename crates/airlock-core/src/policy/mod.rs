@@ -29,13 +29,13 @@ pub use decision::{
     Decision, Disposition, Justification, Layer, Protected, Reason, Risk, ToolClass,
 };
 pub use evaluate::ResolvedPaths;
-pub use grant::{Grant, GrantHolder, GrantScope};
+pub use grant::{Grant, GrantHolder, GrantScope, Grants, LazyGrants};
 pub use paths::normalize_relative;
 
 use crate::call::ToolCall;
 
 /// Decides what happens to `call` under `policy`, given the grants in force.
-pub fn evaluate(policy: &Policy, call: &ToolCall, grants: &[Grant]) -> Decision {
+pub fn evaluate(policy: &Policy, call: &ToolCall, grants: &dyn Grants) -> Decision {
     policy.evaluate(call, grants)
 }
 
@@ -45,7 +45,7 @@ pub fn evaluate(policy: &Policy, call: &ToolCall, grants: &[Grant]) -> Decision 
 pub fn evaluate_resolved(
     policy: &Policy,
     call: &ToolCall,
-    grants: &[Grant],
+    grants: &dyn Grants,
     resolved: &ResolvedPaths,
 ) -> Decision {
     policy.evaluate_resolved(call, grants, resolved)
