@@ -1517,6 +1517,45 @@ fn a_2026_07_28_approval_without_a_required_reason_is_asked_again() {
 
 /// `server-everything` in its streamable HTTP mode on a port of 127.0.0.1,
 /// killed when dropped.
+/// A TCP relay on a port of its own to `127.0.0.1:target`, keeping every
+/// byte its clients send (what a server behind it receives).
+fn recording_relay(target: u16) -> (u16, std::sync::Arc<std::sync::Mutex<Vec<u8>>>) {
+    use std::io::Read as _;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let sent = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = sent.clone();
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(mut client) = client else { return };
+            let Ok(mut server) = std::net::TcpStream::connect(("127.0.0.1", target)) else {
+                continue;
+            };
+            let (mut client_back, mut server_in) =
+                (client.try_clone().unwrap(), server.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut server, &mut client_back);
+                let _ = client_back.shutdown(std::net::Shutdown::Both);
+            });
+            let kept = kept.clone();
+            std::thread::spawn(move || {
+                let mut buffer = [0; 16 * 1024];
+                while let Ok(read) = client.read(&mut buffer) {
+                    if read == 0 {
+                        break;
+                    }
+                    kept.lock().unwrap().extend_from_slice(&buffer[..read]);
+                    if server_in.write_all(&buffer[..read]).is_err() {
+                        break;
+                    }
+                }
+                let _ = server_in.shutdown(std::net::Shutdown::Both);
+            });
+        }
+    });
+    (port, sent)
+}
+
 struct EverythingHttp {
     child: Child,
     port: u16,
@@ -2748,10 +2787,12 @@ fn an_upstream_past_its_timeout_is_unavailable_and_header_variables_come_from_th
     let failed = client.call("every__echo", json!({"message": "x"}));
     assert_eq!(status(&failed), "error", "{failed}");
 
-    // Set, it is sent and the server is reached.
+    // Set, it is sent and the server is reached: a relay in front of the
+    // server keeps what airlock sent it, and the header is there with the
+    // variable's value.
+    let (relay_port, sent) = recording_relay(http.port);
     let ws = Ws::new(&format!(
-        "security:\n  hitl:\n    rules:\n      - {{tools: [\"every__*\"], risk: low}}\nupstreams:\n  - name: every\n    url: {}\n    headers: {{X-Token: \"Bearer ${{AIRLOCK_TEST_SET_TOKEN}}\"}}\n",
-        http.url
+        "security:\n  hitl:\n    rules:\n      - {{tools: [\"every__*\"], risk: low}}\nupstreams:\n  - name: every\n    url: http://127.0.0.1:{relay_port}/mcp\n    headers: {{X-Token: \"Bearer ${{AIRLOCK_TEST_SET_TOKEN}}\"}}\n",
     ));
     let bin = airlock_testkit::bin().display().to_string();
     let mut client = Driver::start_with_env(
@@ -2766,6 +2807,18 @@ fn an_upstream_past_its_timeout_is_unavailable_and_header_variables_come_from_th
         json!("Echo: with a header"),
         "{echoed}"
     );
+    let sent = String::from_utf8_lossy(&sent.lock().unwrap()).to_ascii_lowercase();
+    let requests = sent.matches(" /mcp http/1.1\r\n").count();
+    assert!(
+        sent.matches("post /mcp http/1.1\r\n").count() >= 2,
+        "initialize and the call went through the relay: {sent}"
+    );
+    assert_eq!(
+        sent.matches("\r\nx-token: bearer s3cret\r\n").count(),
+        requests,
+        "every request carries the header with the variable's value: {sent}"
+    );
+    assert!(!sent.contains("${"), "{sent}");
     // A header whose syntax is wrong is refused at load, with its key.
     let bad = Ws::new(
         "upstreams:\n  - name: every\n    url: http://127.0.0.1:1/mcp\n    headers: {X-Token: \"${NOT CLOSED\"}\n",
