@@ -1736,6 +1736,205 @@ fn server_everything_over_streamable_http_is_prefixed_gated_and_fails_fast_once_
     }
 }
 
+/// An upstream call the policy lets through at once is answered by the
+/// stdio session's fast lane unless something about it needs rmcp (here a
+/// progress token): both ways give the same result and the same audit
+/// record; a malformed `_meta` still gets the usual error; a call the
+/// client cancels gets no answer, and the server hears of it.
+#[test]
+fn upstream_calls_answered_in_the_fast_lane_equal_the_usual_way() {
+    if !require(
+        "upstream_calls_answered_in_the_fast_lane_equal_the_usual_way",
+        &[Peer::NodeTools],
+    ) {
+        return;
+    }
+    let everything = everything_server();
+    let ws = Ws::new(&format!(
+        "security:\n  hitl:\n    rules:\n      - {{tools: [\"every__*\"], risk: low}}\nupstreams:\n  - name: every\n    command: node\n    args: [{everything:?}, stdio]\n"
+    ));
+    let mut child = Command::new(bin())
+        .args(["serve", "--stdio"])
+        .current_dir(ws.root())
+        .env("AIRLOCK_USER", "tester")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let mut output = BufReader::new(child.stdout.take().unwrap());
+    let mut send = |message: Value| {
+        writeln!(input, "{message}").unwrap();
+        input.flush().unwrap();
+    };
+    // Answers by id; notifications are skipped.
+    let mut answers: std::collections::HashMap<String, Value> = Default::default();
+    let mut answer = |output: &mut BufReader<ChildStdout>, id: Value| loop {
+        if let Some(answer) = answers.remove(&id.to_string()) {
+            return answer;
+        }
+        let message = next_answer(output);
+        if let Some(other) = message.get("id") {
+            answers.insert(other.to_string(), message);
+        }
+    };
+    send(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "lane-test", "version": "1"}}}),
+    );
+    answer(&mut output, json!(1));
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let call = |id: Value, tool: &str, arguments: Value, meta: Option<Value>| {
+        let mut params = json!({"name": tool, "arguments": arguments});
+        if let Some(meta) = meta {
+            params["_meta"] = meta;
+        }
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
+    };
+
+    let echo = json!({"message": "the same"});
+    send(call(json!(10), "every__echo", echo.clone(), None));
+    let laned = answer(&mut output, json!(10));
+    send(call(
+        json!(11),
+        "every__echo",
+        echo.clone(),
+        Some(json!({"progressToken": "p"})),
+    ));
+    let usual = answer(&mut output, json!(11));
+    let without_envelope = |answer: &Value| {
+        let mut result = answer["result"].clone();
+        result["_meta"]
+            .as_object_mut()
+            .unwrap()
+            .remove("airlock/envelope");
+        result
+    };
+    assert_eq!(
+        without_envelope(&laned),
+        without_envelope(&usual),
+        "{laned}\n{usual}"
+    );
+    assert_eq!(
+        laned["result"]["content"][0]["text"],
+        json!("Echo: the same"),
+        "{laned}"
+    );
+    let envelope_of = |answer: &Value| {
+        let mut envelope = answer["result"]["_meta"]["airlock/envelope"].clone();
+        envelope.as_object_mut().unwrap().remove("audit");
+        envelope
+    };
+    assert_eq!(envelope_of(&laned), envelope_of(&usual), "{laned}\n{usual}");
+
+    // A string id and a correlation id through the lane.
+    send(call(
+        json!("s-12"),
+        "every__echo",
+        echo.clone(),
+        Some(json!({"context_id": "ctx-1"})),
+    ));
+    let correlated = answer(&mut output, json!("s-12"));
+    assert_eq!(
+        correlated["result"]["content"], laned["result"]["content"],
+        "{correlated}"
+    );
+    // A malformed `_meta` is refused the usual way.
+    send(call(
+        json!(13),
+        "every__echo",
+        echo,
+        Some(json!({"context_id": 5})),
+    ));
+    let refused = answer(&mut output, json!(13));
+    assert_eq!(refused["error"]["code"], json!(-32602), "{refused}");
+
+    // Cancelled mid-call: no answer comes for it, the next call is answered.
+    send(call(
+        json!(20),
+        "every__trigger-long-running-operation",
+        json!({"duration": 30, "steps": 3}),
+        None,
+    ));
+    std::thread::sleep(Duration::from_millis(500));
+    send(
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": 20, "reason": "test"}}),
+    );
+    send(call(
+        json!(21),
+        "every__echo",
+        json!({"message": "after"}),
+        None,
+    ));
+    let after = answer(&mut output, json!(21));
+    assert_eq!(
+        after["result"]["content"][0]["text"],
+        json!("Echo: after"),
+        "{after}"
+    );
+    // Its end is audited before an answer would be written: once it is,
+    // one more call proves none was.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !ws
+        .audit()
+        .iter()
+        .any(|record| record["tool_call_id"] == json!("20"))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the cancelled call never ended"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    send(call(
+        json!(22),
+        "every__echo",
+        json!({"message": "last"}),
+        None,
+    ));
+    answer(&mut output, json!(22));
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        !answers.contains_key("20"),
+        "a cancelled call was answered: {answers:?}"
+    );
+
+    // The audit records of the two ways agree but for their own ids.
+    let audit = ws.audit();
+    let record = |id: &str| {
+        audit
+            .iter()
+            .find(|record| record["tool_call_id"] == json!(id))
+            .unwrap_or_else(|| panic!("no record of {id}: {audit:?}"))
+            .clone()
+    };
+    let comparable = |record: Value| {
+        let mut record = record.as_object().unwrap().clone();
+        for key in [
+            "seq",
+            "ts",
+            "prev_hash",
+            "event_hash",
+            "tool_call_id",
+            "duration_ms",
+            "trace_id",
+            "span_id",
+        ] {
+            record.remove(key);
+        }
+        record
+    };
+    assert_eq!(comparable(record("10")), comparable(record("11")));
+    assert_eq!(record("s-12")["context_id"], json!("ctx-1"));
+    assert_eq!(record("10")["decision"], json!("allow"));
+    let cancelled = record("20");
+    assert_eq!(cancelled["status"], json!("error"), "{cancelled}");
+}
+
 /// Reads one line from the server's stdout, as JSON.
 fn next_answer(reader: &mut BufReader<ChildStdout>) -> Value {
     let mut line = String::new();

@@ -12,6 +12,7 @@ mod asks;
 mod caller;
 mod face;
 mod hub;
+mod lane;
 mod resources;
 mod result;
 mod rounds;
@@ -57,12 +58,14 @@ use std::sync::Arc;
 pub async fn serve_stdio(face: Arc<McpFace>, options: SessionOptions) -> Result<(), McpError> {
     let max = usize::try_from(face.broker().config().mcp.max_message_bytes).unwrap_or(usize::MAX);
     let session = Session::new(face, options);
+    let lane = Some(lane::Lane::new(session.clone()));
     match stdio_pipes() {
         Some((input, output)) => {
-            serve_on(session, stdio::LineTransport::new(input, output, max)).await
+            serve_on(session, stdio::LineTransport::new(input, output, max, lane)).await
         }
         None => {
-            let transport = stdio::LineTransport::new(tokio::io::stdin(), tokio::io::stdout(), max);
+            let transport =
+                stdio::LineTransport::new(tokio::io::stdin(), tokio::io::stdout(), max, lane);
             serve_on(session, transport).await
         }
     }

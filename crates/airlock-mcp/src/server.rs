@@ -68,6 +68,8 @@ pub struct Session {
     bound: Arc<Mutex<Option<Binding>>>,
     /// The least severe log message the client wants.
     log_level: LogLevel,
+    /// The client, once initialized (the stdio fast lane answers it).
+    peer: Arc<std::sync::OnceLock<rmcp::service::Peer<RoleServer>>>,
 }
 
 impl Session {
@@ -78,6 +80,85 @@ impl Session {
             id: format!("mcp-{}", random_id()),
             bound: Arc::new(Mutex::new(None)),
             log_level: LogLevel::default(),
+            peer: Arc::default(),
+        }
+    }
+
+    /// The client of a stdio session, once it is initialized.
+    pub(crate) fn initialized_peer(&self) -> Option<rmcp::service::Peer<RoleServer>> {
+        if self.options.http {
+            return None;
+        }
+        self.peer.get().cloned()
+    }
+
+    /// For the fast lane: the call a stdio request of tool `name` makes,
+    /// and the forwarding the policy lets through at once, if it does
+    /// (see `crate::lane`). `None` leaves the request to `call`.
+    pub(crate) fn forward_at_once(
+        &self,
+        name: &str,
+        args: Value,
+        meta: &serde_json::Map<String, Value>,
+        id: &rmcp::model::RequestId,
+        info: &rmcp::model::InitializeRequestParams,
+    ) -> Option<(ToolCall, airlock_broker::ForwardNow)> {
+        if self.options.http || (name == tools::PERMISSION_PROMPT && self.face.wrap().is_none()) {
+            return None;
+        }
+        let (tool, origin) = self.face.runtime().resolve(name);
+        if !matches!(origin, airlock_core::ToolOrigin::Upstream { .. }) {
+            return None;
+        }
+        let call = self
+            .call_of(
+                tool,
+                args,
+                origin,
+                self.stdio_binding(),
+                Some(info.client_info.name.clone()),
+                meta,
+                id.to_string(),
+            )
+            .ok()?;
+        let ask = if elicits(&info.capabilities) {
+            ClientAsk::Elicit
+        } else {
+            ClientAsk::Unable
+        };
+        let now = self.face.broker().forward_now(&call, &Mode::Client(ask))?;
+        Some((call, now))
+    }
+
+    /// For the fast lane: carries out `now` for the client's request `id`
+    /// and answers as `call` would.
+    pub(crate) async fn forwarded(
+        &self,
+        call: &ToolCall,
+        now: airlock_broker::ForwardNow,
+        peer: rmcp::service::Peer<RoleServer>,
+        id: rmcp::model::RequestId,
+        cancelled: tokio_util::sync::CancellationToken,
+    ) -> rmcp::model::CallToolResult {
+        let caller = crate::caller::Caller {
+            client: crate::hub::Client {
+                session: self.id.clone(),
+                peer,
+            },
+            request: Some(id),
+            progress_token: None,
+            cancelled,
+        };
+        let envelope = self.carry_out(now, caller).await;
+        self.result_of(call, &envelope)
+    }
+
+    fn stdio_binding(&self) -> Binding {
+        Binding {
+            profile: self.options.profile.clone(),
+            user: self.options.user.clone(),
+            token: None,
+            admin: false,
         }
     }
 
@@ -85,12 +166,7 @@ impl Session {
     /// path and the token, and must not change within a session.
     fn binding(&self, extensions: &rmcp::model::Extensions) -> Result<Binding, ErrorData> {
         if !self.options.http {
-            return Ok(Binding {
-                profile: self.options.profile.clone(),
-                user: self.options.user.clone(),
-                token: None,
-                admin: false,
-            });
+            return Ok(self.stdio_binding());
         }
         let parts = extensions.get::<http::request::Parts>();
         let profile = parts.and_then(|parts| {
@@ -232,15 +308,40 @@ impl Session {
         origin: airlock_core::ToolOrigin,
         context: &RequestContext<RoleServer>,
     ) -> Result<ToolCall, ErrorData> {
+        let binding = self.binding(&context.extensions)?;
+        let agent = context.client_info().map(|info| info.name);
+        self.call_of(
+            tool,
+            args,
+            origin,
+            binding,
+            agent,
+            &context.meta,
+            context.id.to_string(),
+        )
+    }
+
+    /// The call of a request bound by `binding`, made by `agent`, with the
+    /// request's `_meta` and id.
+    #[expect(clippy::too_many_arguments, reason = "the parts of one request")]
+    fn call_of(
+        &self,
+        tool: String,
+        args: Value,
+        origin: airlock_core::ToolOrigin,
+        binding: Binding,
+        agent: Option<String>,
+        meta: &serde_json::Map<String, Value>,
+        request_id: String,
+    ) -> Result<ToolCall, ErrorData> {
         let Binding {
             profile,
             user,
             token,
             admin,
-        } = self.binding(&context.extensions)?;
-        let agent = context.client_info().map(|info| info.name);
+        } = binding;
         // Spec 000's correlation id, from the request's `_meta`.
-        let context_id = match context.meta.get("context_id") {
+        let context_id = match meta.get("context_id") {
             None | Some(Value::Null) => None,
             Some(Value::String(id)) => {
                 airlock_core::call::check_context_id(id)
@@ -255,7 +356,7 @@ impl Session {
             }
         };
         // Who asked on a chat platform (spec 001), from `_meta`.
-        let requester = match context.meta.get("airlock/requester") {
+        let requester = match meta.get("airlock/requester") {
             None | Some(Value::Null) => None,
             Some(value) => Some(
                 airlock_core::Requester::from_json(value).map_err(|message| {
@@ -278,7 +379,7 @@ impl Session {
             },
             session: Some(self.id.clone()),
             profile,
-            tool_call_id: Some(context.id.to_string()),
+            tool_call_id: Some(request_id),
             context_id,
             requester,
             received_at: self.face.broker().now_ms(),
@@ -367,16 +468,24 @@ impl Session {
         if !matches!(call.origin, airlock_core::ToolOrigin::Upstream { .. }) {
             return None;
         }
-        let broker = self.face.broker();
-        let now = broker.forward_now(call, &Mode::Client(ask))?;
-        let caller = self.caller(context);
+        let now = self.face.broker().forward_now(call, &Mode::Client(ask))?;
+        Some(self.carry_out(now, self.caller(context)).await)
+    }
+
+    /// Forwards what the policy let through at once, for `caller`, and
+    /// records what came of it.
+    async fn carry_out(
+        &self,
+        now: airlock_broker::ForwardNow,
+        caller: crate::caller::Caller,
+    ) -> airlock_core::envelope::Envelope {
         let result = match self.face.upstreams.get(&now.call.upstream) {
             Some(upstream) => upstream.forward(&now.call, Some(caller)).await,
             None => Err(airlock_broker::ForwardError::NoSuchUpstream(
                 now.call.upstream.clone(),
             )),
         };
-        Some(broker.forwarded_now(now, result))
+        self.face.broker().forwarded_now(now, result)
     }
 
     /// The upstream a resource URI belongs to: under `wrap` the one server;
@@ -488,17 +597,26 @@ impl Session {
         if rounds && envelope.status == Status::HitlRequired {
             return crate::rounds::input_required(&self.face, &call, &envelope).await;
         }
-        let mut result = to_result(&envelope);
+        Ok(CallToolResponse::Complete(self.result_of(&call, &envelope)))
+    }
+
+    /// The tool result of `call`'s envelope.
+    fn result_of(
+        &self,
+        call: &ToolCall,
+        envelope: &airlock_core::envelope::Envelope,
+    ) -> rmcp::model::CallToolResult {
+        let mut result = to_result(envelope);
         // A result that is not the tool's own (it waits for a human) cannot
         // match the tool's `outputSchema`: clients check that schema on
         // every result not marked as an error.
         if result.is_error != Some(true)
             && envelope.status != Status::Allowed
-            && self.has_output_schema(&call)
+            && self.has_output_schema(call)
         {
             result.is_error = Some(true);
         }
-        Ok(CallToolResponse::Complete(result))
+        result
     }
 
     /// Claude Code's permission prompt: the call it asks about, decided as
@@ -682,10 +800,15 @@ fn answers_at_once(origin: &airlock_core::ToolOrigin) -> bool {
 }
 
 fn client_elicits(context: &RequestContext<RoleServer>) -> bool {
-    let Some(capabilities) = context.client_capabilities() else {
-        return false;
-    };
-    match capabilities.elicitation {
+    context
+        .client_capabilities()
+        .is_some_and(|capabilities| elicits(&capabilities))
+}
+
+/// Whether a client that says it can do `capabilities` can be asked with a
+/// form.
+fn elicits(capabilities: &rmcp::model::ClientCapabilities) -> bool {
+    match &capabilities.elicitation {
         Some(elicitation) => elicitation.form.is_some() || elicitation.url.is_none(),
         None => false,
     }
@@ -808,6 +931,7 @@ impl ServerHandler for Session {
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        let _ = self.peer.set(context.peer.clone());
         self.face
             .register_peer(&self.id, context.peer, self.log_level.clone());
     }

@@ -28,6 +28,8 @@ pub(crate) struct LineTransport<R, W> {
     pending: VecDeque<Frame>,
     buffer: Vec<u8>,
     ended: bool,
+    /// Answers the calls it can without rmcp (`crate::lane`).
+    lane: Option<Arc<crate::lane::Lane>>,
 }
 
 impl<R, W> LineTransport<R, W>
@@ -35,7 +37,12 @@ where
     R: AsyncRead + Unpin + Send,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    pub(crate) fn new(reader: R, writer: W, max_message_bytes: usize) -> LineTransport<R, W> {
+    pub(crate) fn new(
+        reader: R,
+        writer: W,
+        max_message_bytes: usize,
+        lane: Option<Arc<crate::lane::Lane>>,
+    ) -> LineTransport<R, W> {
         LineTransport {
             reader,
             writer: Arc::new(tokio::sync::Mutex::new(writer)),
@@ -44,6 +51,7 @@ where
             pending: VecDeque::new(),
             buffer: vec![0; READ_CHUNK],
             ended: false,
+            lane,
         }
     }
 
@@ -71,6 +79,17 @@ where
                         continue;
                     }
                 };
+                if let Some(answer) = self.lane.as_ref().and_then(|lane| lane.take(&value)) {
+                    let writer = self.writer.clone();
+                    tokio::spawn(async move {
+                        let Some(line) = answer.await else { return };
+                        let mut writer = writer.lock().await;
+                        if writer.write_all(&line).await.is_ok() {
+                            let _ = writer.flush().await;
+                        }
+                    });
+                    continue;
+                }
                 let id = value.get("id").cloned();
                 match serde_json::from_value::<RxJsonRpcMessage<RoleServer>>(value) {
                     Ok(message) => return Some(message),
