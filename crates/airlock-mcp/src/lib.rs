@@ -10,6 +10,7 @@
 mod ask;
 mod asks;
 mod caller;
+mod child;
 mod face;
 mod hub;
 mod lane;

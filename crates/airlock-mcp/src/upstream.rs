@@ -20,8 +20,8 @@ use rmcp::model::{
 use rmcp::service::{
     NotificationContext, Peer, PeerRequestOptions, RequestContext, RunningService, ServiceError,
 };
+use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
 use serde_json::Value;
 use tokio::sync::RwLock as AsyncRwLock;
@@ -249,6 +249,8 @@ pub(crate) struct Upstream {
     pub(crate) hub: Arc<Hub>,
     /// How long a request may take (`upstreams[].timeout`).
     timeout: Duration,
+    /// A stdio connection's raw lane, and the connection's generation.
+    raw: RwLock<Option<(Arc<crate::child::Raw>, u64)>>,
 }
 
 impl Upstream {
@@ -327,7 +329,7 @@ impl Upstream {
 
     /// The server's progress on a request airlock made for a client that
     /// asked for progress: to that client, under the client's own token.
-    async fn pass_progress(&self, mut params: rmcp::model::ProgressNotificationParam) {
+    pub(crate) async fn pass_progress(&self, mut params: rmcp::model::ProgressNotificationParam) {
         let Some(caller) = self.in_flight.by_token(&params.progress_token) else {
             return;
         };
@@ -508,21 +510,15 @@ impl Upstream {
             upstream: self.clone(),
         };
         let config = &self.config;
+        let mut raw = None;
         let client = if let Some(command) = &config.command {
             let mut cmd = tokio::process::Command::new(command);
             cmd.args(&config.args)
                 .envs(&config.env)
                 .current_dir(self.root.join(config.cwd.as_deref().unwrap_or(".")));
-            let (transport, _) = TokioChildProcess::builder(cmd)
-                .stderr(std::process::Stdio::inherit())
-                .spawn()
+            let (transport, lane) = crate::child::ChildLines::spawn(cmd, Arc::downgrade(self))
                 .map_err(|error| format!("cannot start {command}: {error}"))?;
-            let transport = Ordered {
-                inner: rmcp::transport::IntoTransport::<RoleClient, _, _>::into_transport(
-                    transport,
-                ),
-                upstream: Arc::downgrade(self),
-            };
+            raw = Some(lane);
             tokio::time::timeout(CONNECT_TIMEOUT, handler.serve(transport))
                 .await
                 .map_err(|_| "no answer to initialize".to_owned())?
@@ -590,7 +586,10 @@ impl Upstream {
         // that sees a tool can call it.
         let mut slot = self.client.write().await;
         *slot = Some(client);
-        self.generation.fetch_add(1, Ordering::Relaxed);
+        let generation = self.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        if let Ok(mut lane) = self.raw.write() {
+            *lane = raw.map(|raw| (raw, generation));
+        }
         self.set_tools(tools);
         self.set_prompts(prompts);
         self.set_resources(resources, templates);
@@ -708,6 +707,16 @@ impl Upstream {
         caller: Option<Caller>,
     ) -> Result<Value, ForwardError> {
         let name = &self.config.name;
+        // A tool call that needs no progress mapping goes on the raw lane
+        // of a stdio connection that is up.
+        if call.request == UpstreamRequest::ToolCall
+            && caller
+                .as_ref()
+                .is_none_or(|caller| caller.progress_token.is_none())
+            && let Some((raw, generation)) = self.raw_lane().await
+        {
+            return self.forward_raw(&raw, generation, call, caller).await;
+        }
         let (peer, generation) = self.peer().await?;
         let request = match call.request {
             UpstreamRequest::ToolCall => {
@@ -806,6 +815,104 @@ impl Upstream {
             }
         };
         value.map_err(|error| ForwardError::Failed {
+            upstream: name.clone(),
+            message: error.to_string(),
+        })
+    }
+
+    /// The raw lane of the stdio connection in place, if it is up.
+    async fn raw_lane(&self) -> Option<(Arc<crate::child::Raw>, u64)> {
+        let (raw, generation) = self.raw.read().ok()?.clone()?;
+        let (_, current) = self.peer().await.ok()?;
+        (current == generation).then_some((raw, generation))
+    }
+
+    /// [`Upstream::forward`] of a tool call on the raw lane: what the rmcp
+    /// way gives, the same errors included.
+    async fn forward_raw(
+        &self,
+        raw: &crate::child::Raw,
+        generation: u64,
+        call: &UpstreamCall,
+        caller: Option<Caller>,
+    ) -> Result<Value, ForwardError> {
+        let name = &self.config.name;
+        let arguments = match &call.args {
+            Value::Object(_) => Some(&call.args),
+            Value::Null => None,
+            _ => {
+                return Err(ForwardError::Failed {
+                    upstream: name.clone(),
+                    message: "arguments must be an object".to_owned(),
+                });
+            }
+        };
+        let Some(sent) = raw.call(&call.tool, arguments).await else {
+            self.lost(generation).await;
+            return Err(ForwardError::Lost {
+                upstream: name.clone(),
+                message: "the connection is closed".to_owned(),
+            });
+        };
+        let id = rmcp::model::NumberOrString::String(sent.id.as_str().into());
+        let mut flying = caller.as_ref().map(|caller| {
+            self.in_flight
+                .start(rmcp::model::ProgressToken(id.clone()), caller)
+        });
+        if let (Some(flying), Some(caller)) = (flying.as_mut(), caller.as_ref()) {
+            self.in_flight.sent(flying, id, caller);
+        }
+        let cancelled = caller
+            .as_ref()
+            .map(|caller| caller.cancelled.clone())
+            .unwrap_or_default();
+        let answer = tokio::select! {
+            answer = tokio::time::timeout(self.timeout, sent.answer) => answer,
+            () = cancelled.cancelled() => {
+                raw.cancel(&sent.id, "the client cancelled its request").await;
+                return Err(ForwardError::Failed {
+                    upstream: name.clone(),
+                    message: "the client cancelled the request".to_owned(),
+                });
+            }
+        };
+        drop(flying);
+        let response = match answer {
+            Ok(Ok(response)) => response,
+            Ok(Err(_)) => {
+                self.lost(generation).await;
+                return Err(ForwardError::Lost {
+                    upstream: name.clone(),
+                    message: "the connection closed before the answer came".to_owned(),
+                });
+            }
+            Err(_) => {
+                raw.forget(&sent.id);
+                raw.cancel(&sent.id, "no answer within the upstream's timeout")
+                    .await;
+                return Err(ForwardError::TimedOut {
+                    upstream: name.clone(),
+                    seconds: self.timeout.as_secs(),
+                });
+            }
+        };
+        let unexpected = |what: &Value| ForwardError::Failed {
+            upstream: name.clone(),
+            message: format!("unexpected answer: {}", short_json(what)),
+        };
+        if let Some(error) = response.get("error") {
+            return match serde_json::from_value::<ErrorData>(error.clone()) {
+                Ok(error) => Err(self.failure(ServiceError::McpError(error))),
+                Err(_) => Err(unexpected(&response)),
+            };
+        }
+        let Some(result) = response.get("result") else {
+            return Err(unexpected(&response));
+        };
+        // Read as rmcp reads a tool's result, and given on as it gives it.
+        let result = serde_json::from_value::<rmcp::model::CallToolResult>(result.clone())
+            .map_err(|_| unexpected(result))?;
+        serde_json::to_value(result).map_err(|error| ForwardError::Failed {
             upstream: name.clone(),
             message: error.to_string(),
         })
@@ -924,6 +1031,7 @@ impl Upstreams {
                 capabilities: RwLock::new(None),
                 index: RwLock::new(Arc::new(ResourceIndex::default())),
                 in_flight: InFlight::default(),
+                raw: RwLock::new(None),
                 stopped: AtomicBool::new(false),
                 hub: self.hub.clone(),
                 timeout: config
@@ -1044,4 +1152,9 @@ pub(crate) fn passed_error(error: ForwardError) -> ErrorData {
 fn short(result: &ServerResult) -> String {
     let text = serde_json::to_string(result).unwrap_or_default();
     text.chars().take(120).collect()
+}
+
+/// The first characters of a message, to name it in an error.
+fn short_json(message: &Value) -> String {
+    message.to_string().chars().take(120).collect()
 }
