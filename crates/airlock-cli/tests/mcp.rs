@@ -1896,12 +1896,31 @@ fn upstream_calls_answered_in_the_fast_lane_equal_the_usual_way() {
         None,
     ));
     answer(&mut output, json!(22));
-    let _ = child.kill();
-    let _ = child.wait();
     assert!(
         !answers.contains_key("20"),
         "a cancelled call was answered: {answers:?}"
     );
+    // A call in flight when the client closes its input is still answered
+    // and audited before airlock exits.
+    send(call(
+        json!(30),
+        "every__trigger-long-running-operation",
+        json!({"duration": 1, "steps": 1}),
+        None,
+    ));
+    drop(input);
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut output, &mut rest).unwrap();
+    assert!(child.wait().unwrap().success());
+    let last: Vec<Value> = rest
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect();
+    let in_flight = last
+        .iter()
+        .find(|message| message["id"] == json!(30))
+        .unwrap_or_else(|| panic!("no answer to the call in flight: {rest}"));
+    assert_ne!(in_flight["result"]["isError"], json!(true), "{in_flight}");
 
     // The audit records of the two ways agree but for their own ids.
     let audit = ws.audit();
@@ -1933,6 +1952,7 @@ fn upstream_calls_answered_in_the_fast_lane_equal_the_usual_way() {
     assert_eq!(record("10")["decision"], json!("allow"));
     let cancelled = record("20");
     assert_eq!(cancelled["status"], json!("error"), "{cancelled}");
+    assert_eq!(record("30")["status"], json!("allowed"));
 }
 
 /// Reads one line from the server's stdout, as JSON.

@@ -31,6 +31,10 @@ const RAW_ID: &str = "airlock-raw-";
 /// The longest line read from a server (rmcp's own limit).
 const MAX_LINE: usize = 16 * 1024 * 1024;
 
+/// How long a server is given to exit, after stdin closes and again after
+/// `SIGTERM` (rmcp's own wait).
+const EXIT_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// The writing half, shared by rmcp's sends and raw calls; `None` once
 /// closed.
 type Writer = Arc<tokio::sync::Mutex<Option<ChildStdin>>>;
@@ -39,50 +43,60 @@ type Writer = Arc<tokio::sync::Mutex<Option<ChildStdin>>>;
 pub(crate) struct Raw {
     writer: Writer,
     next: AtomicU64,
-    /// Raw calls waiting for their answer, by id. Emptied when the
-    /// connection ends, which ends their wait.
-    waiting: Mutex<HashMap<String, oneshot::Sender<Value>>>,
+    /// Raw calls waiting for their answer, by id; `None` once the
+    /// connection ended, which ends every wait and refuses new calls.
+    waiting: Mutex<Option<HashMap<String, oneshot::Sender<Value>>>>,
 }
 
-/// A raw call on its way.
-pub(crate) struct RawCall {
+/// A raw call on its way; it stops waiting when dropped.
+pub(crate) struct RawCall<'raw> {
     pub id: String,
     pub answer: oneshot::Receiver<Value>,
+    raw: &'raw Raw,
+}
+
+impl Drop for RawCall<'_> {
+    fn drop(&mut self) {
+        self.raw.forget(&self.id);
+    }
 }
 
 impl Raw {
     /// Sends `tools/call` of `tool` with `arguments`: its id and the
     /// answer to come (the whole JSON-RPC response). `None` when the
     /// connection is closed.
-    pub(crate) async fn call(&self, tool: &str, arguments: Option<&Value>) -> Option<RawCall> {
+    pub(crate) async fn call(&self, tool: &str, arguments: Option<&Value>) -> Option<RawCall<'_>> {
         let id = format!("{RAW_ID}{}", self.next.fetch_add(1, Ordering::Relaxed));
         let (sender, answer) = oneshot::channel();
-        self.waiting.lock().ok()?.insert(id.clone(), sender);
+        self.waiting
+            .lock()
+            .ok()?
+            .as_mut()?
+            .insert(id.clone(), sender);
+        let call = RawCall {
+            id,
+            answer,
+            raw: self,
+        };
         let mut params = serde_json::json!({"name": tool});
         if let Some(arguments) = arguments {
             params["arguments"] = arguments.clone();
         }
         let message = serde_json::json!({
             "jsonrpc": "2.0",
-            "id": id,
+            "id": call.id,
             "method": "tools/call",
             "params": params,
         });
-        if self.write(&message).await.is_err() {
-            if let Ok(mut waiting) = self.waiting.lock() {
-                waiting.remove(&id);
-            }
-            return None;
-        }
-        Some(RawCall { id, answer })
+        // On failure the call is dropped, which forgets it.
+        self.write(&message).await.ok()?;
+        Some(call)
     }
 
     /// Tells the server the raw call `id` is cancelled; its answer, if one
     /// comes, is dropped.
     pub(crate) async fn cancel(&self, id: &str, reason: &str) {
-        if let Ok(mut waiting) = self.waiting.lock() {
-            waiting.remove(id);
-        }
+        self.forget(id);
         let _ = self
             .write(&serde_json::json!({
                 "jsonrpc": "2.0",
@@ -94,7 +108,9 @@ impl Raw {
 
     /// Gives up waiting for `id` (its wait timed out).
     pub(crate) fn forget(&self, id: &str) {
-        if let Ok(mut waiting) = self.waiting.lock() {
+        if let Ok(mut waiting) = self.waiting.lock()
+            && let Some(waiting) = waiting.as_mut()
+        {
             waiting.remove(id);
         }
     }
@@ -116,7 +132,12 @@ impl Raw {
         }
         // An answer to a call that stopped waiting is dropped all the same:
         // rmcp knows nothing of it.
-        if let Some(sender) = self.waiting.lock().ok().and_then(|mut w| w.remove(id)) {
+        let sender = self
+            .waiting
+            .lock()
+            .ok()
+            .and_then(|mut waiting| waiting.as_mut()?.remove(id));
+        if let Some(sender) = sender {
             let _ = sender.send(message.clone());
         }
         true
@@ -124,7 +145,7 @@ impl Raw {
 
     fn end(&self) {
         if let Ok(mut waiting) = self.waiting.lock() {
-            waiting.clear();
+            *waiting = None;
         }
     }
 }
@@ -144,7 +165,7 @@ async fn write_line(writer: &Writer, line: &[u8]) -> std::io::Result<()> {
 /// The transport of a stdio upstream's connection.
 pub(crate) struct ChildLines {
     /// Killed when dropped.
-    _child: Child,
+    child: Child,
     stdout: ChildStdout,
     framer: LineFramer,
     pending: VecDeque<Frame>,
@@ -173,11 +194,11 @@ impl ChildLines {
         let raw = Arc::new(Raw {
             writer: Arc::new(tokio::sync::Mutex::new(Some(stdin))),
             next: AtomicU64::new(1),
-            waiting: Mutex::new(HashMap::new()),
+            waiting: Mutex::new(Some(HashMap::new())),
         });
         Ok((
             ChildLines {
-                _child: child,
+                child,
                 stdout,
                 framer: LineFramer::new(MAX_LINE),
                 pending: VecDeque::new(),
@@ -193,16 +214,32 @@ impl ChildLines {
     async fn next_message(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
         loop {
             while let Some(frame) = self.pending.pop_front() {
-                // A line past the limit is dropped, as rmcp's transport does.
+                // As rmcp's transport reads a server: a line past the limit
+                // is dropped, a byte order mark is no content, what is not
+                // JSON is ignored, and JSON that is no message is answered
+                // with an Invalid Request error.
                 let Frame::Line(line) = frame else { continue };
-                let Ok(value) = serde_json::from_slice::<Value>(&line) else {
+                let line = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&line);
+                let Ok(value) = serde_json::from_slice::<Value>(line) else {
                     continue;
                 };
-                if self.raw.answered(&value) {
+                if value.get("jsonrpc").and_then(Value::as_str) == Some("2.0")
+                    && self.raw.answered(&value)
+                {
                     continue;
                 }
                 let Ok(message) = serde_json::from_value::<RxJsonRpcMessage<RoleClient>>(value)
                 else {
+                    let refusal = TxJsonRpcMessage::<RoleClient>::error(
+                        rmcp::ErrorData::invalid_request("Invalid request", None),
+                        None,
+                    );
+                    if let Ok(mut line) = serde_json::to_vec(&refusal) {
+                        line.push(b'\n');
+                        if write_line(&self.raw.writer, &line).await.is_err() {
+                            self.ended = true;
+                        }
+                    }
                     continue;
                 };
                 // The server's progress goes on as it arrives (see `Ordered`).
@@ -221,10 +258,8 @@ impl ChildLines {
             }
             let mut frames = Vec::new();
             match self.stdout.read(&mut self.buffer).await {
-                Ok(0) | Err(_) => {
-                    self.framer.finish(&mut frames);
-                    self.ended = true;
-                }
+                // A last line without its newline is dropped, as rmcp does.
+                Ok(0) | Err(_) => self.ended = true,
                 Ok(read) => self.framer.push(&self.buffer[..read], &mut frames),
             }
             self.pending.extend(frames);
@@ -258,13 +293,28 @@ impl rmcp::transport::Transport<RoleClient> for ChildLines {
         self.next_message()
     }
 
+    /// The MCP specification's stdio shutdown, as rmcp's transport does it:
+    /// stdin closed, then `SIGTERM` if the server has not exited within
+    /// [`EXIT_WAIT`], then `SIGKILL` after as long again.
     async fn close(&mut self) -> Result<(), std::io::Error> {
         self.raw.end();
-        // Closing stdin asks the server to exit; it is killed when the
-        // connection is dropped.
         if let Some(mut stdin) = self.raw.writer.lock().await.take() {
             let _ = stdin.shutdown().await;
         }
-        Ok(())
+        let child = &mut self.child;
+        if tokio::time::timeout(EXIT_WAIT, child.wait()).await.is_ok() {
+            return Ok(());
+        }
+        if let Some(pid) = child
+            .id()
+            .and_then(|pid| i32::try_from(pid).ok())
+            .and_then(rustix::process::Pid::from_raw)
+        {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
+            if tokio::time::timeout(EXIT_WAIT, child.wait()).await.is_ok() {
+                return Ok(());
+            }
+        }
+        child.kill().await
     }
 }

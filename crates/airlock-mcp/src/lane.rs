@@ -31,7 +31,7 @@ pub(crate) struct Lane {
     session: Session,
     /// The laned calls in flight, by their JSON-RPC id: cancelled by the
     /// client's `notifications/cancelled`.
-    flying: Mutex<HashMap<String, CancellationToken>>,
+    flying: Mutex<HashMap<NumberOrString, CancellationToken>>,
 }
 
 /// The line to write back to the client; none for a call the client
@@ -54,7 +54,8 @@ impl Lane {
         let method = message.get("method")?.as_str()?;
         if method == "notifications/cancelled" {
             let id = message.get("params")?.get("requestId")?;
-            if let Some(token) = self.flying.lock().ok()?.get(&id.to_string()) {
+            let id = serde_json::from_value::<NumberOrString>(id.clone()).ok()?;
+            if let Some(token) = self.flying.lock().ok()?.get(&id) {
                 token.cancel();
             }
             return None;
@@ -94,9 +95,13 @@ impl Lane {
         if info.protocol_version >= ProtocolVersion::V_2026_07_28 {
             return None;
         }
+        // A second call under the id of one in flight is rmcp's to answer.
+        if self.flying.lock().ok()?.contains_key(&id) {
+            return None;
+        }
         let (call, now) = self.session.forward_at_once(name, args, meta, &id, &info)?;
         let cancelled = CancellationToken::new();
-        let key = serde_json::to_value(&id).ok()?.to_string();
+        let key = id.clone();
         self.flying
             .lock()
             .ok()?

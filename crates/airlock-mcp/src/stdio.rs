@@ -30,7 +30,14 @@ pub(crate) struct LineTransport<R, W> {
     ended: bool,
     /// Answers the calls it can without rmcp (`crate::lane`).
     lane: Option<Arc<crate::lane::Lane>>,
+    /// The lane's calls in flight: finished (within [`DRAIN`]) when the
+    /// input ends, as rmcp finishes its own.
+    laned: tokio::task::JoinSet<()>,
 }
+
+/// How long the calls in flight may take to finish once the client closed
+/// its input (rmcp's own wait for its handlers).
+const DRAIN: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl<R, W> LineTransport<R, W>
 where
@@ -52,6 +59,7 @@ where
             buffer: vec![0; READ_CHUNK],
             ended: false,
             lane,
+            laned: tokio::task::JoinSet::new(),
         }
     }
 
@@ -81,7 +89,8 @@ where
                 };
                 if let Some(answer) = self.lane.as_ref().and_then(|lane| lane.take(&value)) {
                     let writer = self.writer.clone();
-                    tokio::spawn(async move {
+                    while self.laned.try_join_next().is_some() {}
+                    self.laned.spawn(async move {
                         let Some(line) = answer.await else { return };
                         let mut writer = writer.lock().await;
                         if writer.write_all(&line).await.is_ok() {
@@ -106,6 +115,11 @@ where
                 }
             }
             if self.ended {
+                let laned = &mut self.laned;
+                let _ = tokio::time::timeout(DRAIN, async {
+                    while laned.join_next().await.is_some() {}
+                })
+                .await;
                 return None;
             }
             let mut frames = Vec::new();

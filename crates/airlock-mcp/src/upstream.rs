@@ -823,8 +823,13 @@ impl Upstream {
     /// The raw lane of the stdio connection in place, if it is up.
     async fn raw_lane(&self) -> Option<(Arc<crate::child::Raw>, u64)> {
         let (raw, generation) = self.raw.read().ok()?.clone()?;
-        let (_, current) = self.peer().await.ok()?;
-        (current == generation).then_some((raw, generation))
+        let (peer, current) = self.peer().await.ok()?;
+        // A server on a protocol without `initialize` wants the protocol
+        // fields in every request's `_meta`, which rmcp adds.
+        let initialized = peer
+            .peer_info()
+            .is_some_and(|info| info.protocol_version.has_initialize());
+        (current == generation && initialized).then_some((raw, generation))
     }
 
     /// [`Upstream::forward`] of a tool call on the raw lane: what the rmcp
@@ -847,7 +852,7 @@ impl Upstream {
                 });
             }
         };
-        let Some(sent) = raw.call(&call.tool, arguments).await else {
+        let Some(mut sent) = raw.call(&call.tool, arguments).await else {
             self.lost(generation).await;
             return Err(ForwardError::Lost {
                 upstream: name.clone(),
@@ -867,7 +872,7 @@ impl Upstream {
             .map(|caller| caller.cancelled.clone())
             .unwrap_or_default();
         let answer = tokio::select! {
-            answer = tokio::time::timeout(self.timeout, sent.answer) => answer,
+            answer = tokio::time::timeout(self.timeout, &mut sent.answer) => answer,
             () = cancelled.cancelled() => {
                 raw.cancel(&sent.id, "the client cancelled its request").await;
                 return Err(ForwardError::Failed {
@@ -887,7 +892,6 @@ impl Upstream {
                 });
             }
             Err(_) => {
-                raw.forget(&sent.id);
                 raw.cancel(&sent.id, "no answer within the upstream's timeout")
                     .await;
                 return Err(ForwardError::TimedOut {
@@ -900,18 +904,26 @@ impl Upstream {
             upstream: name.clone(),
             message: format!("unexpected answer: {}", short_json(what)),
         };
-        if let Some(error) = response.get("error") {
-            return match serde_json::from_value::<ErrorData>(error.clone()) {
-                Ok(error) => Err(self.failure(ServiceError::McpError(error))),
-                Err(_) => Err(unexpected(&response)),
-            };
-        }
-        let Some(result) = response.get("result") else {
-            return Err(unexpected(&response));
+        // Read as rmcp reads an answer (a response before an error, a
+        // result as the first kind of result it matches), and given on as
+        // `forward` gives it.
+        let result = match (response.get("result"), response.get("error")) {
+            (Some(result), _) => serde_json::from_value::<ServerResult>(result.clone())
+                .map_err(|_| unexpected(&response))?,
+            (None, Some(error)) => {
+                return match serde_json::from_value::<ErrorData>(error.clone()) {
+                    Ok(error) => Err(self.failure(ServiceError::McpError(error))),
+                    Err(_) => Err(unexpected(&response)),
+                };
+            }
+            (None, None) => return Err(unexpected(&response)),
         };
-        // Read as rmcp reads a tool's result, and given on as it gives it.
-        let result = serde_json::from_value::<rmcp::model::CallToolResult>(result.clone())
-            .map_err(|_| unexpected(result))?;
+        let ServerResult::CallToolResult(result) = result else {
+            return Err(ForwardError::Failed {
+                upstream: name.clone(),
+                message: format!("unexpected answer: {}", short(&result)),
+            });
+        };
         serde_json::to_value(result).map_err(|error| ForwardError::Failed {
             upstream: name.clone(),
             message: error.to_string(),
