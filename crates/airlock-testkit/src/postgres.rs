@@ -117,6 +117,7 @@ fn template() -> &'static Path {
             .args(["-U", "airlock", "-A", "trust", "--no-sync", "-E", "UTF8"])
             .args(["--no-locale", "--no-instructions"]);
         run(initdb, "initdb");
+        after_exit(None, base.path());
         (base, data)
     });
     data
@@ -237,27 +238,11 @@ impl PgServer {
         panic!("PostgreSQL did not start:\n{last}");
     }
 
-    /// Stops the server if this test process dies without dropping it.
+    /// Stops the server and removes its files if this test process ends
+    /// without dropping it (a panic, a kill, or [`PgServer::shared`], which
+    /// lives in a static).
     fn watch(&self) {
-        let pg_ctl = self.bin.join("pg_ctl");
-        let script = format!(
-            "while kill -0 {pid} 2>/dev/null; do sleep 1; done; \
-             {runuser}'{pg_ctl}' -D '{data}' -m immediate stop >/dev/null 2>&1",
-            pid = std::process::id(),
-            runuser = if is_root() {
-                "runuser -u postgres -- "
-            } else {
-                ""
-            },
-            pg_ctl = pg_ctl.display(),
-            data = self.data.display(),
-        );
-        let _ = Command::new("sh")
-            .args(["-c", &script])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn();
+        after_exit(Some((&self.bin, &self.data)), self._base.path());
     }
 
     /// The port it listens on (127.0.0.1).
@@ -338,6 +323,35 @@ pub fn open_store(url: &str) -> airlock_store::Store {
         host: "test".into(),
     };
     airlock_store::Store::postgres(driver, &options, 0).expect("join the PostgreSQL store")
+}
+
+/// Once this test process has ended: stops the server on `server` (its
+/// programs and data dir) if one is given, then removes `dir`. Statics are
+/// never dropped, so this is what removes the template cluster and the
+/// shared server's files (about 190 MB a process otherwise).
+fn after_exit(server: Option<(&Path, &Path)>, dir: &Path) {
+    // The paths go in as arguments, never into the script's text.
+    let stop = match (server, is_root()) {
+        (None, _) => "",
+        (Some(_), true) => {
+            "runuser -u postgres -- \"$2\" -D \"$3\" -m immediate -w stop >/dev/null 2>&1; "
+        }
+        (Some(_), false) => "\"$2\" -D \"$3\" -m immediate -w stop >/dev/null 2>&1; ",
+    };
+    let script =
+        format!("while kill -0 \"$1\" 2>/dev/null; do sleep 1; done; {stop}rm -rf -- \"$4\"");
+    let (pg_ctl, data) = server.map_or((PathBuf::new(), PathBuf::new()), |(bin, data)| {
+        (bin.join("pg_ctl"), data.to_owned())
+    });
+    let _ = Command::new("sh")
+        .args(["-c", &script, "sh", &std::process::id().to_string()])
+        .arg(pg_ctl)
+        .arg(data)
+        .arg(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn();
 }
 
 fn free_port() -> u16 {
