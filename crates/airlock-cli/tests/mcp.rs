@@ -3279,3 +3279,213 @@ fn exec_through_the_python_sdk_runs_allowed_commands_and_refuses_denied_ones() {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
+
+/// One POST of `message` to the MCP endpoint at `addr` + `path`, in session
+/// `session` if given: the status, the response head and the JSON-RPC
+/// messages of its body (a JSON body or an SSE stream).
+fn mcp_post(
+    addr: &str,
+    path: &str,
+    session: Option<&str>,
+    message: &Value,
+) -> (u16, String, Vec<Value>) {
+    let mut headers =
+        "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+                       MCP-Protocol-Version: 2025-11-25\r\n"
+            .to_owned();
+    if let Some(session) = session {
+        headers.push_str(&format!("Mcp-Session-Id: {session}\r\n"));
+    }
+    let (status, head, body) = airlock_testkit::http::exchange(
+        addr,
+        "POST",
+        path,
+        &headers,
+        message.to_string().as_bytes(),
+    );
+    let messages = if head
+        .to_ascii_lowercase()
+        .contains("content-type: text/event-stream")
+    {
+        body.lines()
+            .filter_map(|line| line.strip_prefix("data:"))
+            .filter_map(|data| serde_json::from_str(data.trim()).ok())
+            .collect()
+    } else {
+        serde_json::from_str(&body).into_iter().collect()
+    };
+    (status, head, messages)
+}
+
+#[test]
+fn http_calls_answered_in_the_fast_lane_equal_the_usual_way() {
+    if !require(
+        "http_calls_answered_in_the_fast_lane_equal_the_usual_way",
+        &[Peer::NodeTools],
+    ) {
+        return;
+    }
+    let everything = everything_server();
+    let ws = Ws::new(&format!(
+        "security:\n  hitl:\n    rules:\n      - {{tools: [\"every__*\"], risk: low}}\nprofiles:\n  other: {{}}\nupstreams:\n  - name: every\n    command: node\n    args: [{everything:?}, stdio]\n"
+    ));
+    let serving = airlock_testkit::http::Serving::start(&ws, &[]);
+    let addr = serving.addr.clone();
+    let (status, head, _) = mcp_post(
+        &addr,
+        "/mcp",
+        None,
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "lane-test", "version": "1"}}}),
+    );
+    assert_eq!(status, 200, "{head}");
+    let session = head
+        .lines()
+        .find_map(|line| {
+            let (name, value) = line.split_once(':')?;
+            name.eq_ignore_ascii_case("mcp-session-id")
+                .then(|| value.trim().to_owned())
+        })
+        .unwrap_or_else(|| panic!("no session id: {head}"));
+    let session = Some(session.as_str());
+    let (status, head, _) = mcp_post(
+        &addr,
+        "/mcp",
+        session,
+        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+    assert_eq!(status, 202, "{head}");
+    let call = |id: u64, meta: Option<Value>| {
+        let mut params = json!({"name": "every__echo", "arguments": {"message": "the same"}});
+        if let Some(meta) = meta {
+            params["_meta"] = meta;
+        }
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
+    };
+    let is_json = |head: &str| {
+        head.to_ascii_lowercase()
+            .contains("content-type: application/json")
+    };
+
+    // Without a standalone GET stream (where an upstream's request to the
+    // client would go), rmcp answers on the POST's stream.
+    let (status, head, before) = mcp_post(&addr, "/mcp", session, &call(10, None));
+    assert_eq!(status, 200, "{head}");
+    assert!(!is_json(&head), "{head}");
+
+    // With the GET stream open, the lane answers in a JSON body.
+    let mut listening = std::net::TcpStream::connect(&addr).unwrap();
+    write!(
+        listening,
+        "GET /mcp HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n\
+         Mcp-Session-Id: {}\r\nMCP-Protocol-Version: 2025-11-25\r\n\r\n",
+        session.unwrap()
+    )
+    .unwrap();
+    let mut stream_head = BufReader::new(listening.try_clone().unwrap());
+    let mut line = String::new();
+    stream_head.read_line(&mut line).unwrap();
+    assert!(line.starts_with("HTTP/1.1 200"), "{line}");
+    let (status, head, laned) = mcp_post(&addr, "/mcp", session, &call(11, None));
+    assert_eq!(status, 200, "{head}");
+    assert!(is_json(&head), "{head}");
+    // A progress token needs rmcp's stream.
+    let (_, head, with_progress) = mcp_post(
+        &addr,
+        "/mcp",
+        session,
+        &call(12, Some(json!({"progressToken": "p"}))),
+    );
+    assert!(!is_json(&head), "{head}");
+
+    let answer = |messages: &[Value], id: u64| {
+        messages
+            .iter()
+            .find(|message| message["id"] == json!(id))
+            .unwrap_or_else(|| panic!("no answer {id}: {messages:?}"))
+            .clone()
+    };
+    let (before, laned, with_progress) = (
+        answer(&before, 10),
+        answer(&laned, 11),
+        answer(&with_progress, 12),
+    );
+    let without_audit = |answer: &Value| {
+        let mut result = answer["result"].clone();
+        result["_meta"]["airlock/envelope"]
+            .as_object_mut()
+            .unwrap()
+            .remove("audit");
+        result
+    };
+    assert_eq!(
+        without_audit(&before),
+        without_audit(&laned),
+        "{before}\n{laned}"
+    );
+    assert_eq!(
+        without_audit(&with_progress),
+        without_audit(&laned),
+        "{with_progress}\n{laned}"
+    );
+    assert_eq!(
+        laned["result"]["content"][0]["text"],
+        json!("Echo: the same")
+    );
+
+    // The session's binding holds in the lane: the same session on another
+    // profile's endpoint is refused, as rmcp refuses it.
+    let (_, head, refused) = mcp_post(&addr, "/mcp/other", session, &call(13, None));
+    let refused = answer(&refused, 13);
+    assert!(!is_json(&head), "{head}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("another endpoint")),
+        "{refused}"
+    );
+
+    // Once the GET stream is closed, the lane stands aside again.
+    drop(stream_head);
+    drop(listening);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (_, head, _) = mcp_post(&addr, "/mcp", session, &call(14, None));
+        if !is_json(&head) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the lane still answers after the GET stream closed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // The audit records of the two ways agree but for their own ids.
+    let audit = ws.audit();
+    let record = |id: &str| {
+        let mut record = audit
+            .iter()
+            .find(|record| record["tool_call_id"] == json!(id))
+            .unwrap_or_else(|| panic!("no record of {id}: {audit:?}"))
+            .as_object()
+            .unwrap()
+            .clone();
+        for key in [
+            "seq",
+            "ts",
+            "prev_hash",
+            "event_hash",
+            "tool_call_id",
+            "duration_ms",
+            "trace_id",
+            "span_id",
+        ] {
+            record.remove(key);
+        }
+        record
+    };
+    assert_eq!(record("10"), record("11"));
+    assert_eq!(record("11")["decision"], json!("allow"));
+}

@@ -20,6 +20,8 @@ pub struct McpFace {
     pub(crate) upstreams: Arc<Upstreams>,
     pub(crate) codec: RequestStateCodec,
     pub(crate) hub: Arc<Hub>,
+    /// The fast lanes of the streamable-HTTP sessions.
+    pub(crate) http_lanes: crate::lane::HttpLanes,
 }
 
 /// The least severe log message a session wants (`logging/setLevel`); until
@@ -104,6 +106,7 @@ impl McpFace {
             upstreams,
             codec,
             hub,
+            http_lanes: crate::lane::HttpLanes::default(),
         }))
     }
 

@@ -1,10 +1,12 @@
-//! The fast lane of a stdio session: a `tools/call` of an upstream's tool
-//! that the policy lets through at once is answered from the line it came
-//! on, without rmcp's typed request, its per-request service task and its
-//! typed response (with `perf`, about a third of the CPU a proxied call
-//! cost). The decision, the forwarding, the audit record and the result
-//! are the ones the usual way makes ([`Session::call`]'s `forward_now`):
-//! only the framing is skipped.
+//! The fast lane of a session: a `tools/call` of an upstream's tool that
+//! the policy lets through at once is answered from the message it came in,
+//! without rmcp's typed request, its per-request service task and its typed
+//! response (with `perf`, about a third of the CPU a proxied call cost over
+//! stdio). Over streamable HTTP it also skips rmcp's session worker and the
+//! SSE stream of the POST: the answer is the POST's `application/json` body
+//! (`crate::http`). The decision, the forwarding, the audit record and the
+//! result are the ones the usual way makes ([`Session::call`]'s
+//! `forward_now`): only the framing is skipped.
 //!
 //! A call takes the lane only when nothing about it needs rmcp: a session
 //! initialized on a protocol before 2026-07-28 (whose requests carry no
@@ -13,8 +15,15 @@
 //! upstream tool, and a decision that needs no human. Everything else, a
 //! call that would ask or be denied included, goes the usual way, which
 //! decides it again and says why.
+//!
+//! Over HTTP, an upstream's request to the client during a call
+//! (`sampling/createMessage`, `elicitation/create`, `roots/list`) rides the
+//! stream of the client's POST when rmcp answers it; a laned POST has none,
+//! so such a request goes on the session's standalone GET stream. A call
+//! takes the lane only while the client has that stream open.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rmcp::model::{NumberOrString, ProtocolVersion};
@@ -26,12 +35,14 @@ use crate::server::Session;
 /// `_meta` keys a laned call may carry (read by `Session::call_of`).
 const OWN_META: [&str; 2] = ["context_id", "airlock/requester"];
 
-/// The fast lane of one stdio session.
+/// The fast lane of one session.
 pub(crate) struct Lane {
     session: Session,
     /// The laned calls in flight, by their JSON-RPC id: cancelled by the
     /// client's `notifications/cancelled`.
     flying: Mutex<HashMap<NumberOrString, CancellationToken>>,
+    /// HTTP: how many standalone GET streams the client has open.
+    listening: AtomicUsize,
 }
 
 /// The line to write back to the client; none for a call the client
@@ -43,14 +54,45 @@ impl Lane {
         Arc::new(Lane {
             session,
             flying: Mutex::new(HashMap::new()),
+            listening: AtomicUsize::new(0),
         })
     }
 
-    /// Takes `message` if it can: the answer to write once it is ready.
-    /// `None` leaves the message to rmcp. A client's cancellation of a laned
-    /// call cancels it here (and is passed on to rmcp too, which knows
-    /// nothing of the call and ignores it).
-    pub(crate) fn take(self: &Arc<Self>, message: &Value) -> Option<Answer> {
+    /// HTTP: a standalone GET stream of the client opened; it counts until
+    /// the guard is dropped (the stream's body ended or was dropped).
+    pub(crate) fn listen(self: &Arc<Self>) -> Listening {
+        self.listening.fetch_add(1, Ordering::SeqCst);
+        Listening(self.clone())
+    }
+
+    /// The protocol version the session's client negotiated.
+    pub(crate) fn protocol(&self) -> Option<ProtocolVersion> {
+        Some(
+            self.session
+                .initialized_peer()?
+                .peer_info()?
+                .protocol_version
+                .clone(),
+        )
+    }
+
+    /// Whether the session is gone (its transport closed).
+    fn closed(&self) -> bool {
+        self.session
+            .initialized_peer()
+            .is_none_or(|peer| peer.is_transport_closed())
+    }
+
+    /// Takes `message` (over HTTP, a POST's body with the request's
+    /// `parts`) if it can: the answer to write once it is ready. `None`
+    /// leaves the message to rmcp. A client's cancellation of a laned call
+    /// cancels it here (and is passed on to rmcp too, which knows nothing
+    /// of the call and ignores it).
+    pub(crate) fn take(
+        self: &Arc<Self>,
+        message: &Value,
+        parts: Option<&http::request::Parts>,
+    ) -> Option<Answer> {
         let method = message.get("method")?.as_str()?;
         if method == "notifications/cancelled" {
             let id = message.get("params")?.get("requestId")?;
@@ -95,11 +137,18 @@ impl Lane {
         if info.protocol_version >= ProtocolVersion::V_2026_07_28 {
             return None;
         }
+        if self.session.is_http() && self.listening.load(Ordering::SeqCst) == 0 {
+            return None;
+        }
+        // Over HTTP: the same path and token the session was bound to.
+        let binding = self.session.bound_as(parts)?;
         // A second call under the id of one in flight is rmcp's to answer.
         if self.flying.lock().ok()?.contains_key(&id) {
             return None;
         }
-        let (call, now) = self.session.forward_at_once(name, args, meta, &id, &info)?;
+        let (call, now) = self
+            .session
+            .forward_at_once(name, args, meta, &id, &info, binding)?;
         let cancelled = CancellationToken::new();
         let key = id.clone();
         self.flying
@@ -127,5 +176,42 @@ impl Lane {
             line.push(b'\n');
             Some(line)
         }))
+    }
+}
+
+/// A standalone GET stream of an HTTP session, counted while it is held.
+pub(crate) struct Listening(Arc<Lane>);
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        self.0.listening.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The lanes of the HTTP sessions, by their `Mcp-Session-Id`.
+#[derive(Default)]
+pub(crate) struct HttpLanes(Mutex<HashMap<String, Arc<Lane>>>);
+
+impl HttpLanes {
+    /// The session `id` is initialized: its requests may take the lane.
+    /// Lanes of sessions that ended are forgotten here.
+    pub(crate) fn open(&self, id: &str, session: Session) {
+        if let Ok(mut lanes) = self.0.lock() {
+            lanes.retain(|_, lane| !lane.closed());
+            lanes.insert(id.to_owned(), Lane::new(session));
+        }
+    }
+
+    /// The lane of session `id`, if it is open.
+    pub(crate) fn get(&self, id: &str) -> Option<Arc<Lane>> {
+        let lanes = self.0.lock().ok()?;
+        lanes.get(id).filter(|lane| !lane.closed()).cloned()
+    }
+
+    /// The session `id` was deleted by its client.
+    pub(crate) fn close(&self, id: &str) {
+        if let Ok(mut lanes) = self.0.lock() {
+            lanes.remove(id);
+        }
     }
 }

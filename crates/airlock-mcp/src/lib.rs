@@ -12,6 +12,7 @@ mod asks;
 mod caller;
 mod child;
 mod face;
+mod http;
 mod hub;
 mod lane;
 mod resources;
@@ -23,6 +24,7 @@ mod tools;
 mod upstream;
 
 pub use face::McpFace;
+pub use http::{McpBody, McpHttp};
 pub use server::{Session, SessionOptions};
 
 /// The built-in tools exactly as `tools/list` serves them (name,
@@ -118,13 +120,9 @@ where
 /// session (the profile and user of each come from the request, see
 /// `airlock_core::HttpPrincipal`). It checks neither `Host` nor `Origin`: whatever
 /// mounts it must (airlock-http does, for every route).
-pub fn streamable_http_service(
-    face: Arc<McpFace>,
-) -> rmcp::transport::StreamableHttpService<
-    Session,
-    rmcp::transport::streamable_http_server::session::local::LocalSessionManager,
-> {
-    rmcp::transport::StreamableHttpService::new(
+pub fn streamable_http_service(face: Arc<McpFace>) -> McpHttp {
+    let sessions = face.clone();
+    let inner = rmcp::transport::StreamableHttpService::new(
         move || {
             Ok(Session::new(
                 face.clone(),
@@ -142,5 +140,6 @@ pub fn streamable_http_service(
         rmcp::transport::streamable_http_server::StreamableHttpServerConfig::default()
             .disable_allowed_hosts()
             .disable_allowed_origins(),
-    )
+    );
+    McpHttp::new(inner, sessions)
 }

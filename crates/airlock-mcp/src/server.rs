@@ -50,7 +50,7 @@ pub struct SessionOptions {
 /// What a session's requests are bound to: the profile, and who makes them
 /// (the user; over HTTP also the token, which the calls' principal carries).
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Binding {
+pub(crate) struct Binding {
     profile: Option<String>,
     user: Option<String>,
     token: Option<String>,
@@ -68,7 +68,7 @@ pub struct Session {
     bound: Arc<Mutex<Option<Binding>>>,
     /// The least severe log message the client wants.
     log_level: LogLevel,
-    /// The client, once initialized (the stdio fast lane answers it).
+    /// The client, once initialized (the fast lane answers it).
     peer: Arc<std::sync::OnceLock<rmcp::service::Peer<RoleServer>>>,
 }
 
@@ -84,17 +84,32 @@ impl Session {
         }
     }
 
-    /// The client of a stdio session, once it is initialized.
+    /// The client of this session, once it is initialized.
     pub(crate) fn initialized_peer(&self) -> Option<rmcp::service::Peer<RoleServer>> {
-        if self.options.http {
-            return None;
-        }
         self.peer.get().cloned()
     }
 
-    /// For the fast lane: the call a stdio request of tool `name` makes,
-    /// and the forwarding the policy lets through at once, if it does
-    /// (see `crate::lane`). `None` leaves the request to `call`.
+    /// Whether this session is served over streamable HTTP.
+    pub(crate) fn is_http(&self) -> bool {
+        self.options.http
+    }
+
+    /// For the fast lane: the binding of a request that came with `parts`
+    /// (HTTP) or on stdio, if the session is bound to it already. `None`
+    /// when it is not bound yet or is bound otherwise (the usual way says
+    /// why).
+    pub(crate) fn bound_as(&self, parts: Option<&http::request::Parts>) -> Option<Binding> {
+        if !self.options.http {
+            return Some(self.stdio_binding());
+        }
+        let now = Self::http_binding(parts?);
+        let bound = self.bound.lock().ok()?;
+        (bound.as_ref() == Some(&now)).then_some(now)
+    }
+
+    /// For the fast lane: the call a request of tool `name` bound to
+    /// `binding` makes, and the forwarding the policy lets through at once,
+    /// if it does (see `crate::lane`). `None` leaves the request to `call`.
     pub(crate) fn forward_at_once(
         &self,
         name: &str,
@@ -102,8 +117,9 @@ impl Session {
         meta: &serde_json::Map<String, Value>,
         id: &rmcp::model::RequestId,
         info: &rmcp::model::InitializeRequestParams,
+        binding: Binding,
     ) -> Option<(ToolCall, airlock_broker::ForwardNow)> {
-        if self.options.http || (name == tools::PERMISSION_PROMPT && self.face.wrap().is_none()) {
+        if name == tools::PERMISSION_PROMPT && self.face.wrap().is_none() {
             return None;
         }
         let (tool, origin) = self.face.runtime().resolve(name);
@@ -115,7 +131,7 @@ impl Session {
                 tool,
                 args,
                 origin,
-                self.stdio_binding(),
+                binding,
                 Some(info.client_info.name.clone()),
                 meta,
                 id.to_string(),
@@ -168,22 +184,14 @@ impl Session {
         if !self.options.http {
             return Ok(self.stdio_binding());
         }
-        let parts = extensions.get::<http::request::Parts>();
-        let profile = parts.and_then(|parts| {
-            parts
-                .uri
-                .path()
-                .strip_prefix("/mcp/")
-                .map(|rest| rest.trim_end_matches('/').to_owned())
-                .filter(|rest| !rest.is_empty())
-        });
-        let principal =
-            parts.and_then(|parts| parts.extensions.get::<airlock_core::call::HttpPrincipal>());
-        let now = Binding {
-            profile,
-            user: principal.and_then(|principal| principal.user.clone()),
-            token: principal.map(|principal| principal.token_name.clone()),
-            admin: principal.is_some_and(|principal| principal.admin),
+        let now = match extensions.get::<http::request::Parts>() {
+            Some(parts) => Self::http_binding(parts),
+            None => Binding {
+                profile: None,
+                user: None,
+                token: None,
+                admin: false,
+            },
         };
         let mut bound = self
             .bound
@@ -199,6 +207,24 @@ impl Session {
                 *bound = Some(now.clone());
                 Ok(now)
             }
+        }
+    }
+
+    /// The profile (from the path) and caller (from the token) of an HTTP
+    /// request.
+    fn http_binding(parts: &http::request::Parts) -> Binding {
+        let profile = parts
+            .uri
+            .path()
+            .strip_prefix("/mcp/")
+            .map(|rest| rest.trim_end_matches('/').to_owned())
+            .filter(|rest| !rest.is_empty());
+        let principal = parts.extensions.get::<airlock_core::call::HttpPrincipal>();
+        Binding {
+            profile,
+            user: principal.and_then(|principal| principal.user.clone()),
+            token: principal.map(|principal| principal.token_name.clone()),
+            admin: principal.is_some_and(|principal| principal.admin),
         }
     }
 
@@ -932,6 +958,17 @@ impl ServerHandler for Session {
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
         let _ = self.peer.set(context.peer.clone());
+        // Over HTTP, the fast lane finds the session by the id its
+        // requests carry from now on.
+        if self.options.http
+            && let Some(id) = context
+                .extensions
+                .get::<http::request::Parts>()
+                .and_then(|parts| parts.headers.get("mcp-session-id"))
+                .and_then(|id| id.to_str().ok())
+        {
+            self.face.http_lanes.open(id, self.clone());
+        }
         self.face
             .register_peer(&self.id, context.peer, self.log_level.clone());
     }

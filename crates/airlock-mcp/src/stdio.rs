@@ -87,7 +87,7 @@ where
                         continue;
                     }
                 };
-                if let Some(answer) = self.lane.as_ref().and_then(|lane| lane.take(&value)) {
+                if let Some(answer) = self.lane.as_ref().and_then(|lane| lane.take(&value, None)) {
                     let writer = self.writer.clone();
                     while self.laned.try_join_next().is_some() {}
                     self.laned.spawn(async move {
