@@ -113,6 +113,8 @@ struct HttpPeer {
     path: String,
     session: Option<String>,
     next: u64,
+    /// The standalone GET stream, open as SDK clients keep it.
+    _listening: Option<TcpStream>,
 }
 
 impl HttpPeer {
@@ -128,6 +130,7 @@ impl HttpPeer {
             path: path.to_owned(),
             session: None,
             next: 1,
+            _listening: None,
         }
     }
 
@@ -218,6 +221,27 @@ impl HttpPeer {
                    "clientInfo": {"name": "bench", "version": "1"}}),
         );
         self.post(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        // The SDK clients open the session's GET stream once initialized;
+        // whatever comes on it is read and dropped.
+        let mut listening = TcpStream::connect(&self.authority).unwrap();
+        write!(
+            listening,
+            "GET {} HTTP/1.1\r\nHost: {}\r\nAccept: text/event-stream\r\n\
+             MCP-Protocol-Version: 2025-11-25\r\nMcp-Session-Id: {}\r\n\r\n",
+            self.path,
+            self.authority,
+            self.session.as_deref().unwrap_or_default()
+        )
+        .unwrap();
+        let mut reader = BufReader::new(listening.try_clone().unwrap());
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        assert!(line.starts_with("HTTP/1.1 200"), "GET stream: {line}");
+        std::thread::spawn(move || {
+            let mut sink = [0; 4096];
+            while matches!(reader.read(&mut sink), Ok(read) if read > 0) {}
+        });
+        self._listening = Some(listening);
     }
 
     fn call(&mut self, tool: &str, args: Value) -> Value {

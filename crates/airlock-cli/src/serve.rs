@@ -342,10 +342,7 @@ fn run(
     // switch) to each message; the HTTP face serves agents in parallel.
     // Calls that wait for a human or a command move off the worker
     // (`block_in_place`) either way.
-    let workers = std::env::var("XW")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(if http.is_some() { 2 } else { 1 });
+    let workers = if http.is_some() { 2 } else { 1 };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
         .enable_all()

@@ -2811,6 +2811,36 @@ fn everything_an_upstream_offers_reaches_the_client_through_wrap_and_serve() {
         assert_eq!(got, want, "wrap --http");
     }
 
+    // wrap in front of the server over streamable HTTP: the tool calls
+    // take the HTTP raw lane (a relay in front of the server sees their
+    // ids), and the server's requests on a call's stream (sampling, roots)
+    // reach the client through rmcp as before.
+    let upstream = EverythingHttp::start();
+    let (relay_port, relayed) = recording_relay(upstream.port);
+    let mut over_url = ws.client(
+        &client_args(&[
+            "--stdio",
+            "--",
+            &airlock,
+            "wrap",
+            "--name",
+            "every",
+            "--url",
+            &format!("http://127.0.0.1:{relay_port}/mcp"),
+        ]),
+        "tester",
+    );
+    let seen = gateway_probe(&mut over_url, str::to_owned);
+    for (got, want) in seen.iter().zip(&expected) {
+        assert_eq!(got, want, "wrap --url");
+    }
+    drop(over_url);
+    let relayed = String::from_utf8_lossy(&relayed.lock().unwrap()).to_string();
+    assert!(
+        relayed.contains("\"id\":\"airlock-raw-"),
+        "no call took the raw lane: {relayed}"
+    );
+
     // serve with the server as an upstream: its tools are every__<tool>,
     // its resources keep their URIs.
     let served_ws = Ws::new(&format!(
@@ -3348,7 +3378,8 @@ fn http_calls_answered_in_the_fast_lane_equal_the_usual_way() {
                 .then(|| value.trim().to_owned())
         })
         .unwrap_or_else(|| panic!("no session id: {head}"));
-    let session = Some(session.as_str());
+    let session_id = session;
+    let session = Some(session_id.as_str());
     let (status, head, _) = mcp_post(
         &addr,
         "/mcp",
@@ -3380,7 +3411,7 @@ fn http_calls_answered_in_the_fast_lane_equal_the_usual_way() {
         listening,
         "GET /mcp HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n\
          Mcp-Session-Id: {}\r\nMCP-Protocol-Version: 2025-11-25\r\n\r\n",
-        session.unwrap()
+        session_id
     )
     .unwrap();
     let mut stream_head = BufReader::new(listening.try_clone().unwrap());

@@ -15,6 +15,7 @@ mod face;
 mod http;
 mod hub;
 mod lane;
+mod remote;
 mod resources;
 mod result;
 mod rounds;

@@ -179,9 +179,14 @@ impl ClientHandler for UpstreamClient {
 /// is read: the server's last progress then reaches the client before the
 /// answer that follows it (rmcp hands notifications to tasks of their own,
 /// which could run after the answer went out).
+///
+/// It also reads what the HTTP raw lane hands rmcp (`crate::remote`): the
+/// messages other than the answer on a raw call's stream.
 struct Ordered<T> {
     inner: T,
     upstream: std::sync::Weak<Upstream>,
+    injected:
+        Option<tokio::sync::mpsc::UnboundedReceiver<rmcp::service::RxJsonRpcMessage<RoleClient>>>,
 }
 
 impl<T> rmcp::transport::Transport<RoleClient> for Ordered<T>
@@ -198,7 +203,19 @@ where
     }
 
     async fn receive(&mut self) -> Option<rmcp::service::RxJsonRpcMessage<RoleClient>> {
-        let message = self.inner.receive().await?;
+        let Ordered {
+            inner, injected, ..
+        } = self;
+        let message = match injected {
+            // Both receives are a channel's: a message is never lost to the
+            // other branch.
+            Some(injected) => tokio::select! {
+                biased;
+                message = inner.receive() => message?,
+                Some(message) = injected.recv() => message,
+            },
+            None => inner.receive().await?,
+        };
         if let rmcp::model::JsonRpcMessage::Notification(notification) = &message
             && let rmcp::model::ServerNotification::ProgressNotification(progress) =
                 &notification.notification
@@ -249,8 +266,15 @@ pub(crate) struct Upstream {
     pub(crate) hub: Arc<Hub>,
     /// How long a request may take (`upstreams[].timeout`).
     timeout: Duration,
-    /// A stdio connection's raw lane, and the connection's generation.
-    raw: RwLock<Option<(Arc<crate::child::Raw>, u64)>>,
+    /// The connection's raw lane, and the connection's generation.
+    raw: RwLock<Option<(RawLane, u64)>>,
+}
+
+/// A connection's raw lane (`crate::child`, `crate::remote`).
+#[derive(Clone)]
+enum RawLane {
+    Child(Arc<crate::child::Raw>),
+    Remote(Arc<crate::remote::Remote>),
 }
 
 impl Upstream {
@@ -510,7 +534,7 @@ impl Upstream {
             upstream: self.clone(),
         };
         let config = &self.config;
-        let mut raw = None;
+        let raw;
         let client = if let Some(command) = &config.command {
             let mut cmd = tokio::process::Command::new(command);
             cmd.args(&config.args)
@@ -518,7 +542,7 @@ impl Upstream {
                 .current_dir(self.root.join(config.cwd.as_deref().unwrap_or(".")));
             let (transport, lane) = crate::child::ChildLines::spawn(cmd, Arc::downgrade(self))
                 .map_err(|error| format!("cannot start {command}: {error}"))?;
-            raw = Some(lane);
+            raw = Some(RawLane::Child(lane));
             tokio::time::timeout(CONNECT_TIMEOUT, handler.serve(transport))
                 .await
                 .map_err(|_| "no answer to initialize".to_owned())?
@@ -545,9 +569,12 @@ impl Upstream {
                 .map_err(|error| error.to_string())?
                 .build()
                 .map_err(|error| format!("cannot make an HTTP client: {error}"))?;
+            let (recording, remote, injected) = crate::remote::connection(http, url.as_str());
+            raw = Some(RawLane::Remote(remote));
             let transport = Ordered {
-                inner: StreamableHttpClientTransport::with_client(http, transport_config),
+                inner: StreamableHttpClientTransport::with_client(recording, transport_config),
                 upstream: Arc::downgrade(self),
+                injected: Some(injected),
             };
             tokio::time::timeout(CONNECT_TIMEOUT, handler.serve(transport))
                 .await
@@ -708,14 +735,26 @@ impl Upstream {
     ) -> Result<Value, ForwardError> {
         let name = &self.config.name;
         // A tool call that needs no progress mapping goes on the raw lane
-        // of a stdio connection that is up.
+        // of a connection that is up.
         if call.request == UpstreamRequest::ToolCall
             && caller
                 .as_ref()
                 .is_none_or(|caller| caller.progress_token.is_none())
-            && let Some((raw, generation)) = self.raw_lane().await
+            && let Some((lane, generation)) = self.raw_lane().await
         {
-            return self.forward_raw(&raw, generation, call, caller).await;
+            match lane {
+                RawLane::Child(raw) => {
+                    return self.forward_raw(&raw, generation, call, caller).await;
+                }
+                RawLane::Remote(remote) => {
+                    if let Some(forwarded) = self
+                        .forward_remote(&remote, generation, call, caller.clone())
+                        .await
+                    {
+                        return forwarded;
+                    }
+                }
+            }
         }
         let (peer, generation) = self.peer().await?;
         let request = match call.request {
@@ -820,16 +859,90 @@ impl Upstream {
         })
     }
 
-    /// The raw lane of the stdio connection in place, if it is up.
-    async fn raw_lane(&self) -> Option<(Arc<crate::child::Raw>, u64)> {
-        let (raw, generation) = self.raw.read().ok()?.clone()?;
+    /// The raw lane of the connection in place, if it is up.
+    async fn raw_lane(&self) -> Option<(RawLane, u64)> {
+        let (lane, generation) = self.raw.read().ok()?.clone()?;
         let (peer, current) = self.peer().await.ok()?;
+        let version = peer.peer_info()?.protocol_version.clone();
         // A server on a protocol without `initialize` wants the protocol
         // fields in every request's `_meta`, which rmcp adds.
-        let initialized = peer
-            .peer_info()
-            .is_some_and(|info| info.protocol_version.has_initialize());
-        (current == generation && initialized).then_some((raw, generation))
+        let ready = match &lane {
+            RawLane::Child(_) => version.has_initialize(),
+            RawLane::Remote(remote) => remote.ready(&version),
+        };
+        (current == generation && ready).then_some((lane, generation))
+    }
+
+    /// [`Upstream::forward`] of a tool call on an HTTP connection's raw
+    /// lane: what the rmcp way gives, the same errors included. `None` when
+    /// the server refused the POST unread: the call goes rmcp's way.
+    async fn forward_remote(
+        &self,
+        remote: &crate::remote::Remote,
+        generation: u64,
+        call: &UpstreamCall,
+        caller: Option<Caller>,
+    ) -> Option<Result<Value, ForwardError>> {
+        use crate::remote::Outcome;
+        let name = &self.config.name;
+        let arguments = match &call.args {
+            Value::Object(_) => Some(&call.args),
+            Value::Null => None,
+            _ => {
+                return Some(Err(ForwardError::Failed {
+                    upstream: name.clone(),
+                    message: "arguments must be an object".to_owned(),
+                }));
+            }
+        };
+        let id = remote.id();
+        let request = rmcp::model::NumberOrString::String(id.as_str().into());
+        let mut flying = caller.as_ref().map(|caller| {
+            self.in_flight
+                .start(rmcp::model::ProgressToken(request.clone()), caller)
+        });
+        if let (Some(flying), Some(caller)) = (flying.as_mut(), caller.as_ref()) {
+            self.in_flight.sent(flying, request, caller);
+        }
+        let cancelled = caller
+            .as_ref()
+            .map(|caller| caller.cancelled.clone())
+            .unwrap_or_default();
+        let outcome = tokio::select! {
+            outcome = tokio::time::timeout(self.timeout, remote.call(&id, &call.tool, arguments)) => outcome,
+            () = cancelled.cancelled() => {
+                remote.cancel(&id, "the client cancelled its request").await;
+                return Some(Err(ForwardError::Failed {
+                    upstream: name.clone(),
+                    message: "the client cancelled the request".to_owned(),
+                }));
+            }
+        };
+        drop(flying);
+        match outcome {
+            Ok(Outcome::Answered(response)) => Some(self.answer_of(&response)),
+            Ok(Outcome::Declined) => None,
+            Ok(Outcome::Lost(message)) => {
+                self.lost(generation).await;
+                Some(Err(ForwardError::Lost {
+                    upstream: name.clone(),
+                    message,
+                }))
+            }
+            Ok(Outcome::Failed(message)) => Some(Err(ForwardError::Failed {
+                upstream: name.clone(),
+                message,
+            })),
+            Err(_) => {
+                remote
+                    .cancel(&id, "no answer within the upstream's timeout")
+                    .await;
+                Some(Err(ForwardError::TimedOut {
+                    upstream: name.clone(),
+                    seconds: self.timeout.as_secs(),
+                }))
+            }
+        }
     }
 
     /// [`Upstream::forward`] of a tool call on the raw lane: what the rmcp
@@ -900,23 +1013,32 @@ impl Upstream {
                 });
             }
         };
+        self.answer_of(&response)
+    }
+
+    /// A raw lane's JSON-RPC `response` to a tool call, read as rmcp reads
+    /// an answer (a response before an error, a result as the first kind of
+    /// result it matches), and given on as `forward` gives it.
+    #[expect(
+        clippy::result_large_err,
+        reason = "the error `forward` gives, made in a helper it shares"
+    )]
+    fn answer_of(&self, response: &Value) -> Result<Value, ForwardError> {
+        let name = &self.config.name;
         let unexpected = |what: &Value| ForwardError::Failed {
             upstream: name.clone(),
             message: format!("unexpected answer: {}", short_json(what)),
         };
-        // Read as rmcp reads an answer (a response before an error, a
-        // result as the first kind of result it matches), and given on as
-        // `forward` gives it.
         let result = match (response.get("result"), response.get("error")) {
             (Some(result), _) => serde_json::from_value::<ServerResult>(result.clone())
-                .map_err(|_| unexpected(&response))?,
+                .map_err(|_| unexpected(response))?,
             (None, Some(error)) => {
                 return match serde_json::from_value::<ErrorData>(error.clone()) {
                     Ok(error) => Err(self.failure(ServiceError::McpError(error))),
-                    Err(_) => Err(unexpected(&response)),
+                    Err(_) => Err(unexpected(response)),
                 };
             }
-            (None, None) => return Err(unexpected(&response)),
+            (None, None) => return Err(unexpected(response)),
         };
         let ServerResult::CallToolResult(result) = result else {
             return Err(ForwardError::Failed {
