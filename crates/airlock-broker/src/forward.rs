@@ -225,10 +225,14 @@ impl Broker {
     }
 
     /// Whether this process may carry out `approval` once approved: any process
-    /// can apply file changes; an upstream call only its holder can.
+    /// can apply file changes; an upstream call only its holder can, on the
+    /// thread that waits on it if one does.
     pub(crate) fn can_apply(&self, approval: &Approval) -> bool {
         !approval.plan.is_upstream()
-            || (self.forwarder.is_some() && approval.waiter_pid == Some(self.store.me()))
+            || (self.forwarder.is_some()
+                && approval.waiter_pid == Some(self.store.me())
+                // The thread waiting on it carries it out, for its client.
+                && !crate::wait::waited_elsewhere(&approval.id))
     }
 
     /// Carries out the approved upstream calls this process holds (a decision

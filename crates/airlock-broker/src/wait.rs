@@ -43,12 +43,60 @@ impl Away {
     }
 }
 
+/// The approvals a thread of this process waits on in [`Broker::wait`], and
+/// the first such thread of each. An approved upstream call is carried out
+/// by that thread, not by whoever decided it: the waiting thread runs for
+/// the client the call came from (an MCP face keeps which client in a
+/// thread-local), which a sampling request must be put to and an upstream's
+/// progress routed to. Process-wide, since a reload makes a new broker while
+/// calls wait on the old one.
+static WAITED: std::sync::LazyLock<
+    std::sync::Mutex<std::collections::HashMap<String, std::thread::ThreadId>>,
+> = std::sync::LazyLock::new(Default::default);
+
+/// This thread's place in [`WAITED`], given up when its wait ends.
+struct Waiting(Option<String>);
+
+impl Waiting {
+    fn enter(id: &str) -> Waiting {
+        let Ok(mut waited) = WAITED.lock() else {
+            return Waiting(None);
+        };
+        if waited.contains_key(id) {
+            return Waiting(None);
+        }
+        waited.insert(id.to_owned(), std::thread::current().id());
+        Waiting(Some(id.to_owned()))
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        if let Some(id) = &self.0
+            && let Ok(mut waited) = WAITED.lock()
+        {
+            waited.remove(id);
+        }
+    }
+}
+
+/// Whether another thread of this process waits on approval `id` (and so
+/// carries it out once approved).
+pub(crate) fn waited_elsewhere(id: &str) -> bool {
+    WAITED.lock().is_ok_and(|waited| {
+        waited
+            .get(id)
+            .is_some_and(|thread| *thread != std::thread::current().id())
+    })
+}
+
 impl Broker {
     /// Blocks until the approval is settled or its time is up (then it expires,
     /// which denies: a timeout never approves). It never waits for a process that
     /// is gone: a settled approval without a stored result is answered from its
     /// row, and an apply whose owner died is recovered here.
     pub fn wait(&self, id: &str) -> Envelope {
+        let _waiting = Waiting::enter(id);
         // The call waiting for a person (or whoever applies it).
         let _decide = crate::telemetry::child("decide");
         let mut last_recovery = std::time::Instant::now();

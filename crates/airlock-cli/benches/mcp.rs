@@ -5,6 +5,10 @@
 //!   upstream) and over streamable HTTP (`wrap --http` in front of the server
 //!   served over HTTP, one keep-alive connection each), the same client code
 //!   for both (target: added p50 <= 100 us);
+//! - beside them, the floor any relay pays on this machine: the same upstream
+//!   behind a relay that does nothing but copy bytes (`cat | server | cat`
+//!   over stdio; two threads copying each way of a TCP connection over HTTP),
+//!   so airlock's own cost is the part over that relay's;
 //! - `serve --stdio` ready to answer `initialize` (<= 50 ms) and its idle RSS
 //!   (<= 30 MB).
 //!
@@ -393,16 +397,28 @@ fn main() {
         reads.push(started.elapsed());
     }
 
-    // Side by side: the upstream directly, and through airlock, alternating.
+    // Side by side: the upstream directly, behind a do-nothing relay, and
+    // through airlock, in turn.
     let mut direct = Peer::spawn(Command::new("node").arg(&everything).arg("stdio"));
     direct.initialize();
+    let mut relayed = Peer::spawn(
+        Command::new("sh")
+            .arg("-c")
+            .arg("cat | node \"$0\" stdio | cat")
+            .arg(&everything),
+    );
+    relayed.initialize();
     let mut direct_times = Vec::with_capacity(iterations);
+    let mut relay_times = Vec::with_capacity(iterations);
     let mut proxied_times = Vec::with_capacity(iterations);
     for i in 0..iterations {
         let args = json!({"message": format!("ping {i}")});
         let started = Instant::now();
         direct.call("echo", args.clone());
         direct_times.push(started.elapsed());
+        let started = Instant::now();
+        relayed.call("echo", args.clone());
+        relay_times.push(started.elapsed());
         let started = Instant::now();
         served.call("every__echo", args);
         proxied_times.push(started.elapsed());
@@ -420,15 +436,22 @@ fn main() {
     let (_wrap, wrap_url) = wrap_http(wrap_workspace.path(), &http_url);
     let mut direct_http = HttpPeer::connect(&http_url);
     direct_http.initialize();
+    let relay_url = tcp_relay(&http_url);
+    let mut relayed_http = HttpPeer::connect(&relay_url);
+    relayed_http.initialize();
     let mut wrapped_http = HttpPeer::connect(&wrap_url);
     wrapped_http.initialize();
     let mut direct_http_times = Vec::with_capacity(iterations);
+    let mut relay_http_times = Vec::with_capacity(iterations);
     let mut wrapped_http_times = Vec::with_capacity(iterations);
     for i in 0..iterations {
         let args = json!({"message": format!("ping {i}")});
         let started = Instant::now();
         direct_http.call("echo", args.clone());
         direct_http_times.push(started.elapsed());
+        let started = Instant::now();
+        relayed_http.call("echo", args.clone());
+        relay_http_times.push(started.elapsed());
         let started = Instant::now();
         wrapped_http.call("echo", args);
         wrapped_http_times.push(started.elapsed());
@@ -441,6 +464,7 @@ fn main() {
     let proxied_p50 = percentile(&mut proxied_times, 0.5);
     let proxied_p99 = percentile(&mut proxied_times, 0.99);
     let direct_p99 = percentile(&mut direct_times, 0.99);
+    let relay_p50 = percentile(&mut relay_times, 0.5);
     println!(
         "mcp stdio ({iterations} calls each{})",
         if full { "" } else { ", test mode" }
@@ -468,10 +492,17 @@ fn main() {
         micros(proxied_p99) - micros(direct_p99),
         proxied_p50.as_secs_f64() / direct_p50.as_secs_f64()
     );
+    println!(
+        "  a do-nothing relay (cat | server | cat): p50 {:.0} us, adds p50 {:.0} us; airlock over that relay: p50 {:.0} us",
+        micros(relay_p50),
+        micros(relay_p50) - micros(direct_p50),
+        micros(proxied_p50) - micros(relay_p50)
+    );
     let http_direct_p50 = percentile(&mut direct_http_times, 0.5);
     let http_direct_p99 = percentile(&mut direct_http_times, 0.99);
     let http_wrapped_p50 = percentile(&mut wrapped_http_times, 0.5);
     let http_wrapped_p99 = percentile(&mut wrapped_http_times, 0.99);
+    let http_relay_p50 = percentile(&mut relay_http_times, 0.5);
     println!(
         "mcp streamable HTTP ({iterations} calls each{})",
         if full { "" } else { ", test mode" }
@@ -489,4 +520,46 @@ fn main() {
         micros(http_wrapped_p99) - micros(http_direct_p99),
         http_wrapped_p50.as_secs_f64() / http_direct_p50.as_secs_f64()
     );
+    println!(
+        "  a do-nothing TCP relay: p50 {:.0} us, adds p50 {:.0} us; airlock over that relay: p50 {:.0} us",
+        micros(http_relay_p50),
+        micros(http_relay_p50) - micros(http_direct_p50),
+        micros(http_wrapped_p50) - micros(http_relay_p50)
+    );
+}
+
+/// A relay in front of the server at `url` that only copies bytes, two
+/// threads a connection (one each way); the URL to reach the server
+/// through it.
+fn tcp_relay(url: &str) -> String {
+    let rest = url.strip_prefix("http://").unwrap();
+    let (authority, path) = rest.split_at(rest.find('/').unwrap());
+    let target = authority.to_owned();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(client) = client else { return };
+            let Ok(server) = TcpStream::connect(&target) else {
+                continue;
+            };
+            client.set_nodelay(true).unwrap();
+            server.set_nodelay(true).unwrap();
+            for (mut from, mut to) in [
+                (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                (server, client),
+            ] {
+                std::thread::spawn(move || {
+                    let mut buffer = [0; 64 * 1024];
+                    while let Ok(read) = from.read(&mut buffer) {
+                        if read == 0 || to.write_all(&buffer[..read]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = to.shutdown(std::net::Shutdown::Both);
+                });
+            }
+        }
+    });
+    format!("http://127.0.0.1:{port}{path}")
 }

@@ -3125,7 +3125,14 @@ fn roots_changes_resource_updates_and_unapproved_sampling_through_wrap() {
     let ws =
         Ws::new("security:\n  hitl:\n    rules:\n      - {tools: [\"every__*\"], risk: low}\n");
     let mut client = ws.stdio_client(
-        &["--sampling", "never sent", "--root", "file:///srv/first"],
+        &[
+            "--elicitation",
+            "none",
+            "--sampling",
+            "never sent",
+            "--root",
+            "file:///srv/first",
+        ],
         &[
             "wrap",
             "--name",
@@ -3189,6 +3196,54 @@ fn roots_changes_resource_updates_and_unapproved_sampling_through_wrap() {
         "{:?}",
         ws.audit()
     );
+    drop(client);
+
+    // A client that can be asked is asked, with a form, as for its own
+    // calls: approved, the request reaches its model; denied, the server
+    // is refused with the human's reason.
+    let mut client = ws.stdio_client(
+        &["--elicitation", "form", "--sampling", "sampled!"],
+        &[
+            "wrap",
+            "--name",
+            "every",
+            "--",
+            "node",
+            &everything,
+            "stdio",
+        ],
+    );
+    client.answer_elicitations("accept", json!({"decision": "approve"}));
+    let approved = client.call(
+        "trigger-sampling-request",
+        json!({"prompt": "spend", "maxTokens": 5}),
+    );
+    assert!(approved.to_string().contains("sampled!"), "{approved}");
+    let asked = approved["elicitations"].as_array().unwrap();
+    assert_eq!(asked.len(), 1, "{approved}");
+    assert!(
+        asked[0].to_string().contains("sampling:every"),
+        "the form names what is asked: {approved}"
+    );
+    let sampled = client.send(json!({"op": "sampled"}));
+    assert_eq!(sampled["sampled"].as_array().unwrap().len(), 1, "{sampled}");
+    client.answer_elicitations(
+        "accept",
+        json!({"decision": "deny", "reason": "not on my budget"}),
+    );
+    let denied = client.send_any(json!({"op": "call", "tool": "trigger-sampling-request",
+        "args": {"prompt": "spend more", "maxTokens": 5}}));
+    assert!(denied.to_string().contains("not on my budget"), "{denied}");
+    let sampled = client.send(json!({"op": "sampled"}));
+    assert_eq!(sampled["sampled"].as_array().unwrap().len(), 1, "{sampled}");
+    let audit = ws.audit();
+    let decided: Vec<&Value> = audit
+        .iter()
+        .filter(|record| {
+            record["tool"] == json!("sampling:every") && record["event"] == json!("hitl_decision")
+        })
+        .collect();
+    assert_eq!(decided.len(), 2, "{audit:?}");
 }
 
 #[test]

@@ -99,8 +99,10 @@ pub(crate) async fn roots(caller: Caller) -> Result<ListRootsResult, ErrorData> 
 
 /// `sampling/createMessage` from `upstream`: decided by the policy as
 /// `sampling:<upstream>` (medium risk: a human approves unless a rule or a
-/// grant says otherwise), then put to the client. A refusal is the error a
-/// user's refusal is (code -1), the envelope in its data.
+/// grant says otherwise), then put to the client. A client that can be
+/// asked with a form is asked to approve (`elicitation/create`), as for
+/// its own calls; its other channels can decide too. A refusal is the
+/// error a user's refusal is (code -1), the envelope in its data.
 pub(crate) async fn sample(
     upstream: &str,
     hub: &Arc<Hub>,
@@ -131,13 +133,28 @@ pub(crate) async fn sample(
         admin: false,
     };
     call.session = Some(caller.client.session.clone());
+    let ask = if crate::server::elicits(&capabilities) {
+        ClientAsk::Elicit
+    } else {
+        ClientAsk::Unable
+    };
+    let companion = Arc::new(crate::server::Companion::for_request(
+        broker.clone(),
+        caller.client.peer.clone(),
+        caller.cancelled.clone(),
+        ask == ClientAsk::Elicit,
+    ));
+    let started = companion.clone();
     let envelope = tokio::task::spawn_blocking(move || {
         crate::caller::with_caller(caller, || {
-            broker.submit(&call, &Mode::Client(ClientAsk::Unable), &|_| {})
+            broker.submit(&call, &Mode::Client(ask), &|approval| {
+                started.start(approval.id.clone());
+            })
         })
     })
-    .await
-    .map_err(|error| ErrorData::internal_error(error.to_string(), None))?;
+    .await;
+    companion.stop();
+    let envelope = envelope.map_err(|error| ErrorData::internal_error(error.to_string(), None))?;
     if envelope.status == Status::Allowed
         && let Some(data) = &envelope.data
         && let Ok(result) = serde_json::from_value::<CreateMessageResult>(data.clone())

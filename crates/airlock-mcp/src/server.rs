@@ -725,7 +725,7 @@ impl Session {
 /// The work beside a call that waits for a human: asking the client's human
 /// (elicitation), progress notifications, and cancelling the approval when
 /// the client cancels the request.
-struct Companion {
+pub(crate) struct Companion {
     broker: Arc<airlock_broker::Broker>,
     peer: rmcp::service::Peer<RoleServer>,
     progress_token: Option<rmcp::model::ProgressToken>,
@@ -738,8 +738,29 @@ struct Companion {
 }
 
 impl Companion {
+    /// The companion of a request that is not a session's own (an
+    /// upstream's sampling request for `peer`'s call): it asks `peer`'s
+    /// human if `elicit`, and cancels the approval if `cancelled`.
+    pub(crate) fn for_request(
+        broker: Arc<airlock_broker::Broker>,
+        peer: rmcp::service::Peer<RoleServer>,
+        cancelled: tokio_util::sync::CancellationToken,
+        elicit: bool,
+    ) -> Companion {
+        Companion {
+            broker,
+            peer,
+            progress_token: None,
+            cancelled,
+            elicit,
+            user: None,
+            runtime: tokio::runtime::Handle::current(),
+            running: Mutex::new(None),
+        }
+    }
+
     /// Called (on the broker's thread) once approval `id` is pending.
-    fn start(&self, id: String) {
+    pub(crate) fn start(&self, id: String) {
         if self.elicit {
             self.runtime.spawn(elicit(
                 self.broker.clone(),
@@ -794,7 +815,7 @@ impl Companion {
     }
 
     /// The call has its answer: the companion task ends.
-    fn stop(&self) {
+    pub(crate) fn stop(&self) {
         if let Some(stop) = self
             .running
             .lock()
@@ -833,7 +854,7 @@ fn client_elicits(context: &RequestContext<RoleServer>) -> bool {
 
 /// Whether a client that says it can do `capabilities` can be asked with a
 /// form.
-fn elicits(capabilities: &rmcp::model::ClientCapabilities) -> bool {
+pub(crate) fn elicits(capabilities: &rmcp::model::ClientCapabilities) -> bool {
     match &capabilities.elicitation {
         Some(elicitation) => elicitation.form.is_some() || elicitation.url.is_none(),
         None => false,
