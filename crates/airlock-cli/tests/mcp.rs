@@ -3575,3 +3575,62 @@ fn http_calls_answered_in_the_fast_lane_equal_the_usual_way() {
     assert_eq!(record("10"), record("11"));
     assert_eq!(record("11")["decision"], json!("allow"));
 }
+
+#[test]
+fn an_http_upstreams_requests_reach_the_client_whose_call_they_came_with() {
+    if !require(
+        "an_http_upstreams_requests_reach_the_client_whose_call_they_came_with",
+        &[Peer::PythonMcp, Peer::NodeTools],
+    ) {
+        return;
+    }
+    // Two clients of one airlock, each with a call in flight on the same
+    // streamable-HTTP upstream connection; the server asks each caller
+    // (elicitation/create) on its call's stream. Each question reaches the
+    // client whose call it came with, and each answer goes back to the
+    // call it belongs to.
+    let upstream = EverythingHttp::start();
+    let ws = Ws::new(&format!(
+        "security:\n  hitl:\n    rules:\n      - {{tools: [\"every__*\"], risk: low}}\nupstreams:\n  - name: every\n    url: {}\n",
+        upstream.url
+    ));
+    let server = HttpServer::start(&ws);
+    let client = |ws: &Ws| {
+        ws.client(
+            &[
+                "--elicitation".to_owned(),
+                "form".to_owned(),
+                "--http".to_owned(),
+                server.url.clone(),
+            ],
+            "tester",
+        )
+    };
+    let mut alice = client(&ws);
+    let mut bob = client(&ws);
+    // Alice answers late, so both calls are in flight when Bob is asked.
+    alice.send(json!({"op": "set_elicit", "delay": 1.5,
+        "answer": {"action": "accept", "content": {"name": "Alice"}}}));
+    bob.send(json!({"op": "set_elicit",
+        "answer": {"action": "accept", "content": {"name": "Bob"}}}));
+    let (of_alice, of_bob) = std::thread::scope(|scope| {
+        let first = scope.spawn(|| alice.call("every__trigger-elicitation-request", json!({})));
+        std::thread::sleep(Duration::from_millis(500));
+        let second = scope.spawn(|| bob.call("every__trigger-elicitation-request", json!({})));
+        (first.join().unwrap(), second.join().unwrap())
+    });
+    for (result, name, other) in [(&of_alice, "Alice", "Bob"), (&of_bob, "Bob", "Alice")] {
+        assert_eq!(status(result), "allowed", "{result}");
+        let text = result["content"].to_string();
+        assert!(
+            text.contains(name),
+            "{name}'s answer reached her call: {result}"
+        );
+        assert!(!text.contains(other), "{result}");
+        assert_eq!(
+            result["elicitations"].as_array().map(Vec::len),
+            Some(1),
+            "{name} was asked once: {result}"
+        );
+    }
+}

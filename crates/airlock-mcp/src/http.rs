@@ -130,10 +130,8 @@ impl McpHttp {
                     .ok()
                     .and_then(|message| lane.take(&message, Some(&parts)));
                 match taken {
-                    // The call runs to its end (and is audited) even if the
-                    // client goes away, as it does under rmcp.
-                    Some(answer) => match tokio::spawn(answer).await {
-                        Ok(Some(mut line)) => {
+                    Some(answer) => match (Detached(Some(answer))).await {
+                        Some(mut line) => {
                             if line.last() == Some(&b'\n') {
                                 line.pop();
                             }
@@ -145,12 +143,11 @@ impl McpHttp {
                         }
                         // Cancelled by the client: no answer, as rmcp sends
                         // none (its stream ends without one).
-                        Ok(None) => Response::builder()
+                        None => Response::builder()
                             .status(StatusCode::OK)
                             .header(header::CONTENT_TYPE, "text/event-stream")
                             .body(Full::new(Bytes::new()).boxed())
                             .unwrap_or_else(|_| internal()),
-                        Err(_) => internal(),
                     },
                     None => {
                         self.rmcp(Request::from_parts(parts, Full::new(bytes)))
@@ -171,6 +168,33 @@ impl McpHttp {
         match self.inner.call(request).await {
             Ok(response) => response,
             Err(never) => match never {},
+        }
+    }
+}
+
+/// A laned call, run on the request's own task (no hand-off to another
+/// task and thread). If the request is dropped first (the client went
+/// away), the call is spawned to run to its end and be audited, as it
+/// does under rmcp.
+struct Detached(Option<crate::lane::Answer>);
+
+impl Future for Detached {
+    type Output = Option<Vec<u8>>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Vec<u8>>> {
+        let Some(answer) = self.0.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let output = std::task::ready!(answer.as_mut().poll(cx));
+        self.0 = None;
+        Poll::Ready(output)
+    }
+}
+
+impl Drop for Detached {
+    fn drop(&mut self) {
+        if let Some(answer) = self.0.take() {
+            tokio::spawn(answer);
         }
     }
 }

@@ -9,7 +9,10 @@
 //! `Last-Event-ID` if the server closes it first), without rmcp's worker
 //! tasks and typed messages. Any other message on that stream (the
 //! server's request to the client, a log message) is handed to rmcp's
-//! client as if its own transport had read it, so it is served as usual.
+//! client as if its own transport had read it, so it is served as usual;
+//! a request is marked as having come with that call (rmcp's
+//! `InboundStreamOrigin`), so it reaches the client that made the call
+//! even while other clients have calls in flight.
 //!
 //! A POST the server refuses as a client error (4xx, an expired session
 //! included) was not acted on: the call then goes rmcp's way, which knows
@@ -333,7 +336,7 @@ impl Remote {
             if answer.is_none() && is_answer_to(&message, id) {
                 answer = Some(message);
             } else {
-                self.hand_on(message);
+                self.hand_on(id, message);
             }
         }
         answer.map_or_else(
@@ -381,7 +384,7 @@ impl Remote {
                 if is_answer_to(&message, id) {
                     return Outcome::Answered(message);
                 }
-                self.hand_on(message);
+                self.hand_on(id, message);
             }
             let Some(event_id) = &last_event else {
                 return Outcome::Lost("the stream ended before the answer came".to_owned());
@@ -410,12 +413,24 @@ impl Remote {
         }
     }
 
-    /// A message on the call's stream that is not its answer: rmcp's to
-    /// serve.
-    fn hand_on(&self, message: Value) {
-        if let Ok(message) = serde_json::from_value::<RxJsonRpcMessage<RoleClient>>(message) {
-            let _ = self.inject.send(message);
+    /// A message on the stream of call `id` that is not its answer:
+    /// rmcp's to serve. A request says it came with that call (as rmcp's
+    /// own transport says of a request on a POST's stream), so it goes to
+    /// the client that made the call, however many have calls in flight.
+    fn hand_on(&self, id: &str, message: Value) {
+        let Ok(mut message) = serde_json::from_value::<RxJsonRpcMessage<RoleClient>>(message)
+        else {
+            return;
+        };
+        if let rmcp::model::JsonRpcMessage::Request(request) = &mut message {
+            use rmcp::model::GetExtensions as _;
+            request.request.extensions_mut().insert(
+                rmcp::service::InboundStreamOrigin::OutboundRequest(
+                    rmcp::model::NumberOrString::String(id.into()),
+                ),
+            );
         }
+        let _ = self.inject.send(message);
     }
 
     /// Tells the server the call `id` is cancelled (as rmcp tells it).
