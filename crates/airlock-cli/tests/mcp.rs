@@ -3634,3 +3634,68 @@ fn an_http_upstreams_requests_reach_the_client_whose_call_they_came_with() {
         );
     }
 }
+
+#[test]
+fn a_hostile_http_upstreams_endless_answers_are_cut_off_and_the_connection_serves_on() {
+    if !require(
+        "a_hostile_http_upstreams_endless_answers_are_cut_off_and_the_connection_serves_on",
+        &[Peer::PythonMcp],
+    ) {
+        return;
+    }
+    // A server that answers one tool with an SSE event that never ends and
+    // another with a JSON body past what airlock reads.
+    let mut hostile = Command::new("python3")
+        .arg(repo().join("tests/mcp/hostile_upstream.py"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut port = String::new();
+    BufReader::new(hostile.stdout.take().unwrap())
+        .read_line(&mut port)
+        .unwrap();
+    let ws = Ws::new(&format!(
+        "security:\n  hitl:\n    rules:\n      - {{tools: [\"hostile__*\"], risk: low}}\nupstreams:\n  - name: hostile\n    url: http://127.0.0.1:{}/mcp\n    timeout: 60s\n",
+        port.trim()
+    ));
+    let mut mcp = airlock_testkit::mcp::RawStdio::start(&ws, &[]);
+    let call = |id: u64, tool: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": {"name": tool, "arguments": {}}})
+    };
+    // The upstream connects in the background: its tools are listed once it is up.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let listed = mcp.request(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
+        if listed.to_string().contains("hostile__flood") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{listed}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let started = std::time::Instant::now();
+    for (id, tool) in [(3, "hostile__flood"), (4, "hostile__bulk")] {
+        let answer = mcp.request(call(id, tool));
+        let result = &answer["result"];
+        assert_eq!(result["isError"], json!(true), "{tool}: {answer}");
+        assert!(
+            result.to_string().contains("too large"),
+            "{tool} is refused as too large: {answer}"
+        );
+    }
+    // Cut off at the cap, long before the upstream's timeout.
+    assert!(
+        started.elapsed() < Duration::from_secs(50),
+        "{:?}",
+        started.elapsed()
+    );
+    // Memory stayed bounded: about one capped answer, not the stream.
+    let peak = peak_rss(mcp.pid());
+    assert!(peak < 160 * 1024 * 1024, "peak RSS {peak}");
+    // The connection still serves.
+    let listed = mcp.request(json!({"jsonrpc": "2.0", "id": 5, "method": "tools/list"}));
+    assert!(listed.to_string().contains("hostile__bulk"), "{listed}");
+    let _ = hostile.kill();
+    let _ = hostile.wait();
+}

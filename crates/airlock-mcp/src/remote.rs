@@ -319,6 +319,9 @@ impl Remote {
         let body = http_body_util::Limited::new(reqwest::Body::from(response), MAX_ANSWER);
         let bytes = match http_body_util::BodyExt::collect(body).await {
             Ok(collected) => collected.to_bytes(),
+            Err(error) if error.is::<http_body_util::LengthLimitError>() => {
+                return Outcome::Failed("the answer is too large".to_owned());
+            }
             Err(error) => return Outcome::Lost(error.to_string()),
         };
         let Ok(value) = serde_json::from_slice::<Value>(&bytes) else {
@@ -350,7 +353,8 @@ impl Remote {
     /// the `retry` the server asked for), as rmcp resumes one.
     async fn stream(&self, id: &str, response: reqwest::Response) -> Outcome {
         use futures_util::StreamExt as _;
-        let mut body = reqwest::Body::from(response);
+        let over = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut body = Capped::new(reqwest::Body::from(response), &over);
         let mut last_event: Option<String> = None;
         let mut retry = std::time::Duration::ZERO;
         let mut resumes = 0;
@@ -358,8 +362,13 @@ impl Remote {
         loop {
             let mut events = sse_stream::SseStream::new(body);
             while let Some(event) = events.next().await {
+                // A broken stream is resumed as one that ended; one past
+                // its cap (see `Capped`) is the server's failure.
                 let event = match event {
                     Ok(event) => event,
+                    Err(_) if over.load(Ordering::Relaxed) => {
+                        return Outcome::Failed("the answer's stream is too large".to_owned());
+                    }
                     Err(_) => break,
                 };
                 if let Some(event_id) = event.id {
@@ -400,7 +409,7 @@ impl Remote {
                 .header("last-event-id", event_id.as_str());
             body = match request.send().await {
                 Ok(response) if response.status() == reqwest::StatusCode::OK => {
-                    reqwest::Body::from(response)
+                    Capped::new(reqwest::Body::from(response), &over)
                 }
                 Ok(response) => {
                     return Outcome::Lost(format!(
@@ -456,4 +465,53 @@ fn is_answer_to(message: &Value, id: &str) -> bool {
     message.get("id").and_then(Value::as_str) == Some(id)
         && message.get("method").is_none()
         && (message.get("result").is_some() || message.get("error").is_some())
+}
+
+/// A response body read up to [`MAX_ANSWER`] bytes: past that it ends in
+/// an error, so a server that never ends a line or an event cannot grow
+/// the SSE parser's buffer without bound.
+struct Capped {
+    body: reqwest::Body,
+    read: usize,
+    /// Set once the cap is passed.
+    over: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Capped {
+    fn new(body: reqwest::Body, over: &Arc<std::sync::atomic::AtomicBool>) -> Capped {
+        Capped {
+            body,
+            read: 0,
+            over: over.clone(),
+        }
+    }
+}
+
+impl http_body::Body for Capped {
+    type Data = bytes::Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<bytes::Bytes>, std::io::Error>>> {
+        let this = &mut *self;
+        let frame = std::task::ready!(std::pin::Pin::new(&mut this.body).poll_frame(cx));
+        std::task::Poll::Ready(match frame {
+            Some(Ok(frame)) => {
+                if let Some(data) = frame.data_ref() {
+                    this.read += data.len();
+                    if this.read > MAX_ANSWER {
+                        this.over.store(true, Ordering::Relaxed);
+                        return std::task::Poll::Ready(Some(Err(std::io::Error::other(
+                            "the answer's stream is too large",
+                        ))));
+                    }
+                }
+                Some(Ok(frame))
+            }
+            Some(Err(error)) => Some(Err(std::io::Error::other(error))),
+            None => None,
+        })
+    }
 }

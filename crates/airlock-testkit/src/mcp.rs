@@ -158,6 +158,11 @@ impl RawStdio {
         mcp
     }
 
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Sends one message (a line of its JSON).
     pub fn send(&mut self, message: &Value) {
         self.send_line(&message.to_string());
