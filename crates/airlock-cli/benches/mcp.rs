@@ -325,6 +325,20 @@ fn wrap_http(workspace: &Path, url: &str) -> (Killed, String) {
     (Killed(child), served)
 }
 
+/// The median, over the iterations, of what one call took through the
+/// gateway minus what the call next to it took directly (in microseconds):
+/// each pair ran back to back, so a slow spell of the upstream counts on
+/// both sides.
+fn paired_p50(through: &[Duration], direct: &[Duration]) -> f64 {
+    let mut deltas: Vec<f64> = through
+        .iter()
+        .zip(direct)
+        .map(|(through, direct)| micros(*through) - micros(*direct))
+        .collect();
+    deltas.sort_by(f64::total_cmp);
+    deltas[deltas.len() / 2]
+}
+
 fn percentile(samples: &mut [Duration], p: f64) -> Duration {
     samples.sort();
     let index = ((samples.len() as f64 - 1.0) * p).round() as usize;
@@ -460,6 +474,8 @@ fn main() {
     let ready_p50 = percentile(&mut ready, 0.5);
     let read_p50 = percentile(&mut reads, 0.5);
     let read_p99 = percentile(&mut reads, 0.99);
+    let paired = paired_p50(&proxied_times, &direct_times);
+    let paired_over_relay = paired_p50(&proxied_times, &relay_times);
     let direct_p50 = percentile(&mut direct_times, 0.5);
     let proxied_p50 = percentile(&mut proxied_times, 0.5);
     let proxied_p99 = percentile(&mut proxied_times, 0.99);
@@ -498,6 +514,11 @@ fn main() {
         micros(relay_p50) - micros(direct_p50),
         micros(proxied_p50) - micros(relay_p50)
     );
+    println!(
+        "  paired, call by call (through airlock minus the call beside it): p50 {paired:.0} us over direct, {paired_over_relay:.0} us over the relay"
+    );
+    let http_paired = paired_p50(&wrapped_http_times, &direct_http_times);
+    let http_paired_over_relay = paired_p50(&wrapped_http_times, &relay_http_times);
     let http_direct_p50 = percentile(&mut direct_http_times, 0.5);
     let http_direct_p99 = percentile(&mut direct_http_times, 0.99);
     let http_wrapped_p50 = percentile(&mut wrapped_http_times, 0.5);
@@ -525,6 +546,9 @@ fn main() {
         micros(http_relay_p50),
         micros(http_relay_p50) - micros(http_direct_p50),
         micros(http_wrapped_p50) - micros(http_relay_p50)
+    );
+    println!(
+        "  paired, call by call (through airlock minus the call beside it): p50 {http_paired:.0} us over direct, {http_paired_over_relay:.0} us over the relay"
     );
 }
 
