@@ -166,7 +166,12 @@ fn each_protocol_and_storage_library_is_known_to_one_crate() {
                 "airlock-cli",
             ],
         ),
-        ("reqwest", &["airlock-net", "airlock-http", "airlock-chat"]),
+        // airlock-mcp: a streamable-HTTP upstream's raw lane posts with the
+        // client rmcp's transport uses (made by airlock-net).
+        (
+            "reqwest",
+            &["airlock-net", "airlock-http", "airlock-chat", "airlock-mcp"],
+        ),
         // The test kit's TLS servers.
         ("rustls", &["airlock-net", "airlock-testkit"]),
         ("tokio-tungstenite", &["airlock-net", "airlock-testkit"]),
