@@ -3520,19 +3520,44 @@ fn http_calls_answered_in_the_fast_lane_equal_the_usual_way() {
         json!("Echo: the same")
     );
 
-    // The session's binding holds in the lane: the same session on another
-    // profile's endpoint is refused, as rmcp refuses it.
-    let (_, head, refused) = mcp_post(&addr, "/mcp/other", session, &call(13, None));
-    let refused = answer(&refused, 13);
-    assert!(!is_json(&head), "{head}");
-    assert!(
-        refused["error"]["message"]
-            .as_str()
-            .is_some_and(|message| message.contains("another endpoint")),
-        "{refused}"
+    // The session's binding holds for every request of it: the same
+    // session on another profile's endpoint is refused, a call, a POSTed
+    // answer and a GET stream alike.
+    let (status, head, _) = mcp_post(&addr, "/mcp/other", session, &call(13, None));
+    assert_eq!(status, 403, "{head}");
+    let (status, head, _) = mcp_post(
+        &addr,
+        "/mcp/other",
+        session,
+        &json!({"jsonrpc": "2.0", "id": "s-1", "result": {}}),
     );
+    assert_eq!(status, 403, "{head}");
+    let (status, head, _) = airlock_testkit::http::exchange(
+        &addr,
+        "GET",
+        "/mcp/other",
+        &format!(
+            "Accept: text/event-stream\r\nMcp-Session-Id: {session_id}\r\nMCP-Protocol-Version: 2025-11-25\r\n"
+        ),
+        b"",
+    );
+    assert_eq!(status, 403, "{head}");
+    // A second GET while the first is open gets keep-alives only (rmcp
+    // sends to the first): it does not count, and once the first closes the
+    // lane stands aside though the second is still open.
+    let mut shadow = std::net::TcpStream::connect(&addr).unwrap();
+    write!(
+        shadow,
+        "GET /mcp HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n\
+         Mcp-Session-Id: {session_id}\r\nMCP-Protocol-Version: 2025-11-25\r\n\r\n"
+    )
+    .unwrap();
+    let mut shadow_head = BufReader::new(shadow.try_clone().unwrap());
+    let mut line = String::new();
+    shadow_head.read_line(&mut line).unwrap();
+    assert!(line.starts_with("HTTP/1.1 200"), "{line}");
 
-    // Once the GET stream is closed, the lane stands aside again.
+    // Once the first GET stream is closed, the lane stands aside again.
     drop(stream_head);
     drop(listening);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -3574,6 +3599,8 @@ fn http_calls_answered_in_the_fast_lane_equal_the_usual_way() {
     };
     assert_eq!(record("10"), record("11"));
     assert_eq!(record("11")["decision"], json!("allow"));
+    drop(shadow_head);
+    drop(shadow);
 }
 
 #[test]

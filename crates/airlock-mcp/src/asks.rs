@@ -141,6 +141,7 @@ pub(crate) async fn sample(
     let companion = Arc::new(crate::server::Companion::for_request(
         broker.clone(),
         caller.client.peer.clone(),
+        caller.request.clone(),
         caller.cancelled.clone(),
         ask == ClientAsk::Elicit,
     ));

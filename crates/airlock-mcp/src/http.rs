@@ -80,42 +80,64 @@ impl McpHttp {
         B::Data: Send + 'static,
         B::Error: std::fmt::Display + std::error::Error + Send + Sync + 'static,
     {
-        let id = request
-            .headers()
+        let (parts, body) = request.into_parts();
+        let id = parts
+            .headers
             .get("mcp-session-id")
             .and_then(|id| id.to_str().ok())
             .map(str::to_owned);
-        let Some(lane) = id.as_deref().and_then(|id| self.face.http_lanes.get(id)) else {
-            return self.rmcp(request).await;
+        let Some(id) = id else {
+            return self.rmcp(Request::from_parts(parts, body)).await;
         };
-        match *request.method() {
+        let lane = self.face.http_lanes.get(&id);
+        // Every request of a session comes on its path with its token: a
+        // GET stream, a DELETE or a POSTed answer too (rmcp checks only the
+        // session id, and only airlock's handlers the binding).
+        if lane.as_ref().is_some_and(|lane| lane.conflicts(&parts)) {
+            return plain(
+                StatusCode::FORBIDDEN,
+                "Forbidden: this session was started on another endpoint or with another token",
+            );
+        }
+        let seen = |lane: &Option<Arc<Lane>>| {
+            if let Some(lane) = lane {
+                lane.seen_by_rmcp();
+            }
+        };
+        match parts.method {
             Method::GET => {
-                let response = self.rmcp(request).await;
+                // A resumed stream is a POST's, never the standalone one.
+                let resumes = parts.headers.contains_key("last-event-id");
+                let response = self.rmcp(Request::from_parts(parts, body)).await;
+                seen(&lane);
                 let streams = response.status() == StatusCode::OK
                     && content_type_is(response.headers(), "text/event-stream");
-                if !streams {
+                if resumes || !streams {
                     return response;
                 }
-                let listening = lane.listen();
-                response.map(|body| {
-                    Counted {
-                        body,
-                        _listening: listening,
-                    }
-                    .boxed()
-                })
+                match self.face.http_lanes.listen(&id) {
+                    Some(listening) => response.map(|body| {
+                        Counted {
+                            body,
+                            _listening: listening,
+                        }
+                        .boxed()
+                    }),
+                    None => response,
+                }
             }
             Method::DELETE => {
-                let response = self.rmcp(request).await;
-                if response.status().is_success()
-                    && let Some(id) = &id
-                {
-                    self.face.http_lanes.close(id);
+                let response = self.rmcp(Request::from_parts(parts, body)).await;
+                if response.status().is_success() {
+                    self.face.http_lanes.close(&id);
                 }
                 response
             }
-            Method::POST if laneable(request.headers(), &lane) => {
-                let (parts, body) = request.into_parts();
+            Method::POST
+                if lane
+                    .as_ref()
+                    .is_some_and(|lane| laneable(&parts.headers, lane)) =>
+            {
                 let bytes = match Limited::new(body, MAX_BODY).collect().await {
                     Ok(collected) => collected.to_bytes(),
                     Err(error) => {
@@ -126,9 +148,12 @@ impl McpHttp {
                         };
                     }
                 };
-                let taken = serde_json::from_slice::<serde_json::Value>(&bytes)
+                // Checked as a stdio line is; anything it refuses is rmcp's
+                // to answer.
+                let taken = airlock_core::jsonrpc::check_message(&bytes)
                     .ok()
-                    .and_then(|message| lane.take(&message, Some(&parts)));
+                    .zip(lane.as_ref())
+                    .and_then(|(message, lane)| lane.take(&message, Some(&parts)));
                 match taken {
                     Some(answer) => match (Detached(Some(answer))).await {
                         Some(mut line) => {
@@ -150,12 +175,19 @@ impl McpHttp {
                             .unwrap_or_else(|_| internal()),
                     },
                     None => {
-                        self.rmcp(Request::from_parts(parts, Full::new(bytes)))
-                            .await
+                        let response = self
+                            .rmcp(Request::from_parts(parts, Full::new(bytes)))
+                            .await;
+                        seen(&lane);
+                        response
                     }
                 }
             }
-            _ => self.rmcp(request).await,
+            _ => {
+                let response = self.rmcp(Request::from_parts(parts, body)).await;
+                seen(&lane);
+                response
+            }
         }
     }
 

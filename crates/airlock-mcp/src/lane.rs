@@ -23,8 +23,9 @@
 //! takes the lane only while the client has that stream open.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use rmcp::model::{NumberOrString, ProtocolVersion};
 use serde_json::{Map, Value, json};
@@ -41,9 +42,19 @@ pub(crate) struct Lane {
     /// The laned calls in flight, by their JSON-RPC id: cancelled by the
     /// client's `notifications/cancelled`.
     flying: Mutex<HashMap<NumberOrString, CancellationToken>>,
-    /// HTTP: how many standalone GET streams the client has open.
-    listening: AtomicUsize,
+    /// HTTP: whether the client holds the session's standalone GET stream
+    /// open (the one rmcp sends to; a second GET while it lives gets only
+    /// keep-alives).
+    listening: Arc<AtomicBool>,
+    /// HTTP: when a request of the session last went to rmcp. rmcp ends a
+    /// session it has not seen for a while, so the lane lets one through
+    /// now and then.
+    seen_by_rmcp: Mutex<Instant>,
 }
+
+/// How long the lane answers a session's calls before it lets one go to
+/// rmcp, well within rmcp's idle limit (300 s).
+const RMCP_SEES_EVERY: Duration = Duration::from_secs(60);
 
 /// The line to write back to the client; none for a call the client
 /// cancelled (as rmcp drops the response to a cancelled request).
@@ -51,18 +62,29 @@ pub(crate) type Answer = std::pin::Pin<Box<dyn Future<Output = Option<Vec<u8>>> 
 
 impl Lane {
     pub(crate) fn new(session: Session) -> Arc<Lane> {
+        Lane::with_listener(session, Arc::default())
+    }
+
+    fn with_listener(session: Session, listening: Arc<AtomicBool>) -> Arc<Lane> {
         Arc::new(Lane {
             session,
             flying: Mutex::new(HashMap::new()),
-            listening: AtomicUsize::new(0),
+            listening,
+            seen_by_rmcp: Mutex::new(Instant::now()),
         })
     }
 
-    /// HTTP: a standalone GET stream of the client opened; it counts until
-    /// the guard is dropped (the stream's body ended or was dropped).
-    pub(crate) fn listen(self: &Arc<Self>) -> Listening {
-        self.listening.fetch_add(1, Ordering::SeqCst);
-        Listening(self.clone())
+    /// HTTP: a request of the session went to rmcp.
+    pub(crate) fn seen_by_rmcp(&self) {
+        if let Ok(mut seen) = self.seen_by_rmcp.lock() {
+            *seen = Instant::now();
+        }
+    }
+
+    /// The session's binding conflicts with the path and token of a
+    /// request that came with `parts` (see `Session::binding_conflicts`).
+    pub(crate) fn conflicts(&self, parts: &http::request::Parts) -> bool {
+        self.session.binding_conflicts(parts)
     }
 
     /// The protocol version the session's client negotiated.
@@ -137,7 +159,13 @@ impl Lane {
         if info.protocol_version >= ProtocolVersion::V_2026_07_28 {
             return None;
         }
-        if self.session.is_http() && self.listening.load(Ordering::SeqCst) == 0 {
+        if self.session.is_http()
+            && (!self.listening.load(Ordering::SeqCst)
+                || self
+                    .seen_by_rmcp
+                    .lock()
+                    .map_or(true, |seen| seen.elapsed() >= RMCP_SEES_EVERY))
+        {
             return None;
         }
         // Over HTTP: the same path and token the session was bound to.
@@ -179,39 +207,82 @@ impl Lane {
     }
 }
 
-/// A standalone GET stream of an HTTP session, counted while it is held.
-pub(crate) struct Listening(Arc<Lane>);
+/// The standalone GET stream of an HTTP session, marked open while this
+/// is held (the stream's body was not yet dropped).
+pub(crate) struct Listening(Arc<AtomicBool>);
 
 impl Drop for Listening {
     fn drop(&mut self) {
-        self.0.listening.fetch_sub(1, Ordering::SeqCst);
+        self.0.store(false, Ordering::SeqCst);
+    }
+}
+
+/// One HTTP session as the lane knows it.
+struct Entry {
+    /// Once the session is initialized.
+    lane: Option<Arc<Lane>>,
+    /// Whether its standalone GET stream is open (known before the lane:
+    /// a client may open it before its `initialized` was handled).
+    listening: Arc<AtomicBool>,
+}
+
+impl Entry {
+    fn ended(&self) -> bool {
+        match &self.lane {
+            Some(lane) => lane.closed(),
+            None => !self.listening.load(Ordering::SeqCst),
+        }
     }
 }
 
 /// The lanes of the HTTP sessions, by their `Mcp-Session-Id`.
 #[derive(Default)]
-pub(crate) struct HttpLanes(Mutex<HashMap<String, Arc<Lane>>>);
+pub(crate) struct HttpLanes(Mutex<HashMap<String, Entry>>);
 
 impl HttpLanes {
-    /// The session `id` is initialized: its requests may take the lane.
-    /// Lanes of sessions that ended are forgotten here.
+    /// The session `id` is initialized: its requests may take the lane. A
+    /// second `initialized` changes nothing. Sessions that ended are
+    /// forgotten here.
     pub(crate) fn open(&self, id: &str, session: Session) {
-        if let Ok(mut lanes) = self.0.lock() {
-            lanes.retain(|_, lane| !lane.closed());
-            lanes.insert(id.to_owned(), Lane::new(session));
+        if let Ok(mut entries) = self.0.lock() {
+            entries.retain(|_, entry| !entry.ended());
+            let entry = entries.entry(id.to_owned()).or_insert_with(|| Entry {
+                lane: None,
+                listening: Arc::default(),
+            });
+            if entry.lane.is_none() {
+                entry.lane = Some(Lane::with_listener(session, entry.listening.clone()));
+            }
         }
     }
 
     /// The lane of session `id`, if it is open.
     pub(crate) fn get(&self, id: &str) -> Option<Arc<Lane>> {
-        let lanes = self.0.lock().ok()?;
-        lanes.get(id).filter(|lane| !lane.closed()).cloned()
+        let entries = self.0.lock().ok()?;
+        entries
+            .get(id)?
+            .lane
+            .as_ref()
+            .filter(|lane| !lane.closed())
+            .cloned()
+    }
+
+    /// rmcp opened session `id`'s standalone GET stream: the guard marks it
+    /// open until dropped. `None` when one is open already (rmcp sends to
+    /// the first; this one only gets keep-alives).
+    pub(crate) fn listen(&self, id: &str) -> Option<Listening> {
+        let mut entries = self.0.lock().ok()?;
+        let entry = entries.entry(id.to_owned()).or_insert_with(|| Entry {
+            lane: None,
+            listening: Arc::default(),
+        });
+        (!entry.listening.swap(true, Ordering::SeqCst)).then(|| Listening(entry.listening.clone()))
     }
 
     /// The session `id` was deleted by its client.
     pub(crate) fn close(&self, id: &str) {
-        if let Ok(mut lanes) = self.0.lock() {
-            lanes.remove(id);
+        if let Ok(mut entries) = self.0.lock() {
+            entries.remove(id);
         }
     }
 }

@@ -14,9 +14,11 @@
 //! `InboundStreamOrigin`), so it reaches the client that made the call
 //! even while other clients have calls in flight.
 //!
-//! A POST the server refuses as a client error (4xx, an expired session
-//! included) was not acted on: the call then goes rmcp's way, which knows
-//! what to do about it.
+//! A POST the server answers 404 (the session expired) was not acted on:
+//! the call then goes rmcp's way, which makes the session again. Any other
+//! refusal fails the call. A stream that ends without the answer fails the
+//! call, not the connection; only a POST that cannot be sent at all counts
+//! as the connection lost.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -40,6 +42,11 @@ const MAX_ANSWER: usize = 16 * 1024 * 1024;
 
 /// How often a stream closed before the answer is resumed.
 const MAX_RESUMES: u32 = 16;
+
+/// The next raw id, process-wide: an id is never used twice, even by a
+/// call still in flight on a connection made before (the calls in flight
+/// are kept by id across connections).
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
 /// rmcp's session, as its own POSTs carry it.
 #[derive(Default)]
@@ -197,7 +204,6 @@ pub(crate) struct Remote {
     client: reqwest::Client,
     uri: Arc<str>,
     seen: Arc<Mutex<Seen>>,
-    next: AtomicU64,
     /// Into rmcp's client, as if its transport had read it.
     inject: mpsc::UnboundedSender<RxJsonRpcMessage<RoleClient>>,
 }
@@ -206,10 +212,10 @@ pub(crate) struct Remote {
 pub(crate) enum Outcome {
     /// The server's JSON-RPC response to it.
     Answered(Value),
-    /// The server refused the POST as a client error, so it did nothing:
-    /// the call goes rmcp's way.
+    /// The server answered 404 (its session ended), so it did nothing: the
+    /// call goes rmcp's way.
     Declined,
-    /// The connection failed (no answer, or the stream ended for good).
+    /// The POST could not be sent: the connection is gone.
     Lost(String),
     /// The server answered something that is not MCP.
     Failed(String),
@@ -235,7 +241,6 @@ pub(crate) fn connection(
         client,
         uri: uri.into(),
         seen,
-        next: AtomicU64::new(0),
         inject,
     });
     (recording, remote, injected)
@@ -266,7 +271,7 @@ impl Remote {
 
     /// A new raw id.
     pub(crate) fn id(&self) -> String {
-        format!("{RAW_ID}{}", self.next.fetch_add(1, Ordering::Relaxed))
+        format!("{RAW_ID}{}", NEXT_ID.fetch_add(1, Ordering::Relaxed))
     }
 
     /// POSTs `tools/call` of `tool` with `arguments` under `id`, and reads
@@ -293,7 +298,7 @@ impl Remote {
             Err(error) => return Outcome::Lost(error.to_string()),
         };
         let status = response.status();
-        if status.is_client_error() {
+        if status == reqwest::StatusCode::NOT_FOUND {
             return Outcome::Declined;
         }
         if status != reqwest::StatusCode::OK {
@@ -322,7 +327,7 @@ impl Remote {
             Err(error) if error.is::<http_body_util::LengthLimitError>() => {
                 return Outcome::Failed("the answer is too large".to_owned());
             }
-            Err(error) => return Outcome::Lost(error.to_string()),
+            Err(error) => return Outcome::Failed(format!("reading the answer: {error}")),
         };
         let Ok(value) = serde_json::from_slice::<Value>(&bytes) else {
             return Outcome::Failed(format!(
@@ -396,11 +401,11 @@ impl Remote {
                 self.hand_on(id, message);
             }
             let Some(event_id) = &last_event else {
-                return Outcome::Lost("the stream ended before the answer came".to_owned());
+                return Outcome::Failed("the stream ended before the answer came".to_owned());
             };
             resumes += 1;
             if resumes > MAX_RESUMES {
-                return Outcome::Lost("the stream kept ending before the answer came".to_owned());
+                return Outcome::Failed("the stream kept ending before the answer came".to_owned());
             }
             tokio::time::sleep(retry).await;
             let request = self
@@ -412,7 +417,7 @@ impl Remote {
                     Capped::new(reqwest::Body::from(response), &over)
                 }
                 Ok(response) => {
-                    return Outcome::Lost(format!(
+                    return Outcome::Failed(format!(
                         "resuming the stream: HTTP {}",
                         response.status()
                     ));

@@ -107,6 +107,18 @@ impl Session {
         (bound.as_ref() == Some(&now)).then_some(now)
     }
 
+    /// Whether this HTTP session is bound to another path or token than
+    /// those of a request that came with `parts`.
+    pub(crate) fn binding_conflicts(&self, parts: &http::request::Parts) -> bool {
+        if !self.options.http {
+            return false;
+        }
+        let now = Self::http_binding(parts);
+        self.bound.lock().map_or(true, |bound| {
+            bound.as_ref().is_some_and(|bound| *bound != now)
+        })
+    }
+
     /// For the fast lane: the call a request of tool `name` bound to
     /// `binding` makes, and the forwarding the policy lets through at once,
     /// if it does (see `crate::lane`). `None` leaves the request to `call`.
@@ -432,6 +444,7 @@ impl Session {
         let companion = Companion {
             broker: broker.clone(),
             peer: context.peer.clone(),
+            origin: Some(context.id.clone()),
             progress_token,
             cancelled: context.ct.clone(),
             elicit: ask == ClientAsk::Elicit,
@@ -728,6 +741,9 @@ impl Session {
 pub(crate) struct Companion {
     broker: Arc<airlock_broker::Broker>,
     peer: rmcp::service::Peer<RoleServer>,
+    /// The client's request the call waits in: the form goes on its stream
+    /// (over HTTP, the POST's), where the client is listening.
+    origin: Option<rmcp::model::RequestId>,
     progress_token: Option<rmcp::model::ProgressToken>,
     cancelled: tokio_util::sync::CancellationToken,
     elicit: bool,
@@ -744,12 +760,14 @@ impl Companion {
     pub(crate) fn for_request(
         broker: Arc<airlock_broker::Broker>,
         peer: rmcp::service::Peer<RoleServer>,
+        origin: Option<rmcp::model::RequestId>,
         cancelled: tokio_util::sync::CancellationToken,
         elicit: bool,
     ) -> Companion {
         Companion {
             broker,
             peer,
+            origin,
             progress_token: None,
             cancelled,
             elicit,
@@ -765,6 +783,7 @@ impl Companion {
             self.runtime.spawn(elicit(
                 self.broker.clone(),
                 self.peer.clone(),
+                self.origin.clone(),
                 id.clone(),
                 self.user.clone(),
             ));
@@ -861,11 +880,44 @@ pub(crate) fn elicits(capabilities: &rmcp::model::ClientCapabilities) -> bool {
     }
 }
 
+/// `elicitation/create` with `params`, on the stream of the client's
+/// request `origin` if there is one (over HTTP, rmcp sends it on the POST's
+/// stream, where every client listens, rather than on the session's GET
+/// stream, which a client may not have opened).
+async fn ask_form(
+    peer: &rmcp::service::Peer<RoleServer>,
+    origin: Option<&rmcp::model::RequestId>,
+    params: rmcp::model::ElicitRequestParams,
+    timeout: Duration,
+) -> Result<rmcp::model::ElicitResult, rmcp::service::ServiceError> {
+    use rmcp::model::GetExtensions as _;
+    let mut request =
+        rmcp::model::ServerRequest::ElicitRequest(rmcp::model::ElicitRequest::new(params));
+    if let Some(origin) = origin {
+        request
+            .extensions_mut()
+            .insert(rmcp::service::OriginatingRequestId(origin.clone()));
+    }
+    let result = peer
+        .send_request_with_option(
+            request,
+            rmcp::service::PeerRequestOptions::with_timeout(timeout),
+        )
+        .await?
+        .await_response()
+        .await?;
+    match result {
+        rmcp::model::ClientResult::ElicitResult(result) => Ok(result),
+        _ => Err(rmcp::service::ServiceError::UnexpectedResponse),
+    }
+}
+
 /// Asks the client's human about approval `id` with `elicitation/create`, and
 /// decides it with the answer (unless another channel decided first).
 async fn elicit(
     broker: Arc<airlock_broker::Broker>,
     peer: rmcp::service::Peer<RoleServer>,
+    origin: Option<rmcp::model::RequestId>,
     id: String,
     user: Option<String>,
 ) {
@@ -898,9 +950,7 @@ async fn elicit(
         if left == 0 {
             return;
         }
-        let answer = peer
-            .create_elicitation_with_timeout(params, Some(Duration::from_millis(left)))
-            .await;
+        let answer = ask_form(&peer, origin.as_ref(), params, Duration::from_millis(left)).await;
         let result = match answer {
             Ok(result) => result,
             Err(error) => {

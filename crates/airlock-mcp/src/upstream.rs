@@ -231,6 +231,18 @@ where
     }
 }
 
+/// How long telling a server a raw call is cancelled may take.
+const CANCEL_WAIT: Duration = Duration::from_secs(5);
+
+/// Tells an HTTP upstream its raw call `id` is cancelled, in the
+/// background and within a few seconds: a server that no longer answers
+/// must not hold the call's end (and its audit record) back.
+fn tell_cancelled(remote: Arc<crate::remote::Remote>, id: String, reason: &'static str) {
+    tokio::spawn(async move {
+        let _ = tokio::time::timeout(CANCEL_WAIT, remote.cancel(&id, reason)).await;
+    });
+}
+
 /// Every resource and resource template a server lists.
 async fn list_resources(
     peer: &Peer<RoleClient>,
@@ -704,9 +716,15 @@ impl Upstream {
             context
                 .extensions
                 .get::<rmcp::service::InboundStreamOrigin>()
-            && let Some(caller) = self.in_flight.by_request(id)
         {
-            return Ok(caller);
+            // It came with a call: that call's client, or nobody once the
+            // call is over (never a guess).
+            return self.in_flight.by_request(id).ok_or_else(|| {
+                ErrorData::invalid_request(
+                    "the call this request came with is over; airlock cannot tell which client it is for",
+                    None,
+                )
+            });
         }
         if let Some(caller) = self.in_flight.only_session() {
             return Ok(caller);
@@ -748,7 +766,7 @@ impl Upstream {
                 }
                 RawLane::Remote(remote) => {
                     if let Some(forwarded) = self
-                        .forward_remote(&remote, generation, call, caller.clone())
+                        .forward_remote(remote, generation, call, caller.clone())
                         .await
                     {
                         return forwarded;
@@ -878,7 +896,7 @@ impl Upstream {
     /// the server refused the POST unread: the call goes rmcp's way.
     async fn forward_remote(
         &self,
-        remote: &crate::remote::Remote,
+        remote: Arc<crate::remote::Remote>,
         generation: u64,
         call: &UpstreamCall,
         caller: Option<Caller>,
@@ -911,7 +929,7 @@ impl Upstream {
         let outcome = tokio::select! {
             outcome = tokio::time::timeout(self.timeout, remote.call(&id, &call.tool, arguments)) => outcome,
             () = cancelled.cancelled() => {
-                remote.cancel(&id, "the client cancelled its request").await;
+                tell_cancelled(remote.clone(), id.clone(), "the client cancelled its request");
                 return Some(Err(ForwardError::Failed {
                     upstream: name.clone(),
                     message: "the client cancelled the request".to_owned(),
@@ -934,9 +952,7 @@ impl Upstream {
                 message,
             })),
             Err(_) => {
-                remote
-                    .cancel(&id, "no answer within the upstream's timeout")
-                    .await;
+                tell_cancelled(remote, id, "no answer within the upstream's timeout");
                 Some(Err(ForwardError::TimedOut {
                     upstream: name.clone(),
                     seconds: self.timeout.as_secs(),
@@ -987,7 +1003,13 @@ impl Upstream {
         let answer = tokio::select! {
             answer = tokio::time::timeout(self.timeout, &mut sent.answer) => answer,
             () = cancelled.cancelled() => {
-                raw.cancel(&sent.id, "the client cancelled its request").await;
+                // Within a few seconds: a server that reads no more must
+                // not hold the call's end back.
+                let _ = tokio::time::timeout(
+                    CANCEL_WAIT,
+                    raw.cancel(&sent.id, "the client cancelled its request"),
+                )
+                .await;
                 return Err(ForwardError::Failed {
                     upstream: name.clone(),
                     message: "the client cancelled the request".to_owned(),
@@ -1005,8 +1027,11 @@ impl Upstream {
                 });
             }
             Err(_) => {
-                raw.cancel(&sent.id, "no answer within the upstream's timeout")
-                    .await;
+                let _ = tokio::time::timeout(
+                    CANCEL_WAIT,
+                    raw.cancel(&sent.id, "no answer within the upstream's timeout"),
+                )
+                .await;
                 return Err(ForwardError::TimedOut {
                     upstream: name.clone(),
                     seconds: self.timeout.as_secs(),

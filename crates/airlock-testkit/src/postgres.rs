@@ -343,7 +343,11 @@ fn after_exit(server: Option<(&Path, &Path)>, dir: &Path) {
     let (pg_ctl, data) = server.map_or((PathBuf::new(), PathBuf::new()), |(bin, data)| {
         (bin.join("pg_ctl"), data.to_owned())
     });
+    use std::os::unix::process::CommandExt as _;
     let _ = Command::new("sh")
+        // A group of its own: a kill of the test's process group (Ctrl-C,
+        // a runner's timeout) leaves it to clean up.
+        .process_group(0)
         .args(["-c", &script, "sh", &std::process::id().to_string()])
         .arg(pg_ctl)
         .arg(data)
