@@ -1931,28 +1931,31 @@ fn upstream_calls_answered_in_the_fast_lane_equal_the_usual_way() {
             .unwrap_or_else(|| panic!("no record of {id}: {audit:?}"))
             .clone()
     };
-    let comparable = |record: Value| {
-        let mut record = record.as_object().unwrap().clone();
-        for key in [
-            "seq",
-            "ts",
-            "prev_hash",
-            "event_hash",
-            "tool_call_id",
-            "duration_ms",
-            "trace_id",
-            "span_id",
-        ] {
-            record.remove(key);
-        }
-        record
-    };
-    assert_eq!(comparable(record("10")), comparable(record("11")));
+    assert_eq!(without_ids(&record("10")), without_ids(&record("11")));
     assert_eq!(record("s-12")["context_id"], json!("ctx-1"));
     assert_eq!(record("10")["decision"], json!("allow"));
     let cancelled = record("20");
     assert_eq!(cancelled["status"], json!("error"), "{cancelled}");
     assert_eq!(record("30")["status"], json!("allowed"));
+}
+
+/// An audit record without what differs between two calls made the same
+/// way (their ids, times and hashes).
+fn without_ids(record: &Value) -> serde_json::Map<String, Value> {
+    let mut record = record.as_object().unwrap().clone();
+    for key in [
+        "seq",
+        "ts",
+        "prev_hash",
+        "event_hash",
+        "tool_call_id",
+        "duration_ms",
+        "trace_id",
+        "span_id",
+    ] {
+        record.remove(key);
+    }
+    record
 }
 
 /// Reads one line from the server's stdout, as JSON.
@@ -3576,26 +3579,12 @@ fn http_calls_answered_in_the_fast_lane_equal_the_usual_way() {
     // The audit records of the two ways agree but for their own ids.
     let audit = ws.audit();
     let record = |id: &str| {
-        let mut record = audit
-            .iter()
-            .find(|record| record["tool_call_id"] == json!(id))
-            .unwrap_or_else(|| panic!("no record of {id}: {audit:?}"))
-            .as_object()
-            .unwrap()
-            .clone();
-        for key in [
-            "seq",
-            "ts",
-            "prev_hash",
-            "event_hash",
-            "tool_call_id",
-            "duration_ms",
-            "trace_id",
-            "span_id",
-        ] {
-            record.remove(key);
-        }
-        record
+        without_ids(
+            audit
+                .iter()
+                .find(|record| record["tool_call_id"] == json!(id))
+                .unwrap_or_else(|| panic!("no record of {id}: {audit:?}")),
+        )
     };
     assert_eq!(record("10"), record("11"));
     assert_eq!(record("11")["decision"], json!("allow"));

@@ -903,37 +903,17 @@ impl Upstream {
     ) -> Option<Result<Value, ForwardError>> {
         use crate::remote::Outcome;
         let name = &self.config.name;
-        let arguments = match &call.args {
-            Value::Object(_) => Some(&call.args),
-            Value::Null => None,
-            _ => {
-                return Some(Err(ForwardError::Failed {
-                    upstream: name.clone(),
-                    message: "arguments must be an object".to_owned(),
-                }));
-            }
+        let arguments = match self.raw_arguments(call) {
+            Ok(arguments) => arguments,
+            Err(error) => return Some(Err(error)),
         };
         let id = remote.id();
-        let request = rmcp::model::NumberOrString::String(id.as_str().into());
-        let mut flying = caller.as_ref().map(|caller| {
-            self.in_flight
-                .start(rmcp::model::ProgressToken(request.clone()), caller)
-        });
-        if let (Some(flying), Some(caller)) = (flying.as_mut(), caller.as_ref()) {
-            self.in_flight.sent(flying, request, caller);
-        }
-        let cancelled = caller
-            .as_ref()
-            .map(|caller| caller.cancelled.clone())
-            .unwrap_or_default();
+        let (flying, cancelled) = self.fly(&id, caller.as_ref());
         let outcome = tokio::select! {
             outcome = tokio::time::timeout(self.timeout, remote.call(&id, &call.tool, arguments)) => outcome,
             () = cancelled.cancelled() => {
                 tell_cancelled(remote.clone(), id.clone(), "the client cancelled its request");
-                return Some(Err(ForwardError::Failed {
-                    upstream: name.clone(),
-                    message: "the client cancelled the request".to_owned(),
-                }));
+                return Some(Err(self.client_cancelled()));
             }
         };
         drop(flying);
@@ -953,10 +933,7 @@ impl Upstream {
             })),
             Err(_) => {
                 tell_cancelled(remote, id, "no answer within the upstream's timeout");
-                Some(Err(ForwardError::TimedOut {
-                    upstream: name.clone(),
-                    seconds: self.timeout.as_secs(),
-                }))
+                Some(Err(self.timed_out()))
             }
         }
     }
@@ -971,16 +948,7 @@ impl Upstream {
         caller: Option<Caller>,
     ) -> Result<Value, ForwardError> {
         let name = &self.config.name;
-        let arguments = match &call.args {
-            Value::Object(_) => Some(&call.args),
-            Value::Null => None,
-            _ => {
-                return Err(ForwardError::Failed {
-                    upstream: name.clone(),
-                    message: "arguments must be an object".to_owned(),
-                });
-            }
-        };
+        let arguments = self.raw_arguments(call)?;
         let Some(mut sent) = raw.call(&call.tool, arguments).await else {
             self.lost(generation).await;
             return Err(ForwardError::Lost {
@@ -988,18 +956,7 @@ impl Upstream {
                 message: "the connection is closed".to_owned(),
             });
         };
-        let id = rmcp::model::NumberOrString::String(sent.id.as_str().into());
-        let mut flying = caller.as_ref().map(|caller| {
-            self.in_flight
-                .start(rmcp::model::ProgressToken(id.clone()), caller)
-        });
-        if let (Some(flying), Some(caller)) = (flying.as_mut(), caller.as_ref()) {
-            self.in_flight.sent(flying, id, caller);
-        }
-        let cancelled = caller
-            .as_ref()
-            .map(|caller| caller.cancelled.clone())
-            .unwrap_or_default();
+        let (flying, cancelled) = self.fly(&sent.id, caller.as_ref());
         let answer = tokio::select! {
             answer = tokio::time::timeout(self.timeout, &mut sent.answer) => answer,
             () = cancelled.cancelled() => {
@@ -1010,10 +967,7 @@ impl Upstream {
                     raw.cancel(&sent.id, "the client cancelled its request"),
                 )
                 .await;
-                return Err(ForwardError::Failed {
-                    upstream: name.clone(),
-                    message: "the client cancelled the request".to_owned(),
-                });
+                return Err(self.client_cancelled());
             }
         };
         drop(flying);
@@ -1032,13 +986,65 @@ impl Upstream {
                     raw.cancel(&sent.id, "no answer within the upstream's timeout"),
                 )
                 .await;
-                return Err(ForwardError::TimedOut {
-                    upstream: name.clone(),
-                    seconds: self.timeout.as_secs(),
-                });
+                return Err(self.timed_out());
             }
         };
         self.answer_of(&response)
+    }
+
+    /// A raw lane's tool arguments: an object, or none.
+    #[expect(
+        clippy::result_large_err,
+        reason = "the error `forward` gives, made in a helper it shares"
+    )]
+    fn raw_arguments<'c>(&self, call: &'c UpstreamCall) -> Result<Option<&'c Value>, ForwardError> {
+        match &call.args {
+            Value::Object(_) => Ok(Some(&call.args)),
+            Value::Null => Ok(None),
+            _ => Err(ForwardError::Failed {
+                upstream: self.config.name.clone(),
+                message: "arguments must be an object".to_owned(),
+            }),
+        }
+    }
+
+    /// A raw call `id` in flight for `caller`: recorded (so the server's
+    /// progress and requests reach that client) until the guard drops, and
+    /// the caller's cancellation.
+    fn fly(
+        &self,
+        id: &str,
+        caller: Option<&Caller>,
+    ) -> (
+        Option<crate::caller::Flying<'_>>,
+        tokio_util::sync::CancellationToken,
+    ) {
+        let request = rmcp::model::NumberOrString::String(id.into());
+        let mut flying = caller.map(|caller| {
+            self.in_flight
+                .start(rmcp::model::ProgressToken(request.clone()), caller)
+        });
+        if let (Some(flying), Some(caller)) = (flying.as_mut(), caller) {
+            self.in_flight.sent(flying, request, caller);
+        }
+        let cancelled = caller
+            .map(|caller| caller.cancelled.clone())
+            .unwrap_or_default();
+        (flying, cancelled)
+    }
+
+    fn client_cancelled(&self) -> ForwardError {
+        ForwardError::Failed {
+            upstream: self.config.name.clone(),
+            message: "the client cancelled the request".to_owned(),
+        }
+    }
+
+    fn timed_out(&self) -> ForwardError {
+        ForwardError::TimedOut {
+            upstream: self.config.name.clone(),
+            seconds: self.timeout.as_secs(),
+        }
     }
 
     /// A raw lane's JSON-RPC `response` to a tool call, read as rmcp reads
