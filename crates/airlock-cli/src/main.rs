@@ -163,6 +163,17 @@ impl Failure {
 }
 
 fn main() -> ExitCode {
+    // A code-mode worker (started by airlock itself) confines itself before
+    // anything else runs: no argument parsing, no threads, no runtime.
+    let mut args = std::env::args_os();
+    if args
+        .nth(1)
+        .is_some_and(|first| first == airlock_codemode::worker::SUBCOMMAND)
+    {
+        let rest: Vec<String> = args.map(|arg| arg.to_string_lossy().into_owned()).collect();
+        let code = airlock_codemode::worker::main(&rest);
+        return ExitCode::from(u8::try_from(code).unwrap_or(1));
+    }
     let cli = Cli::parse();
     // An MCP client shows a server that fails to start as "connection
     // closed" at best, with at most one line of its stderr: say why in one.
