@@ -87,6 +87,20 @@ fn design_defaults() -> Value {
             "max_memory_bytes": 8589934592u64,
             "rules": []
         },
+        "codemode": {
+            "enabled": true,
+            "profile_tools": [],
+            "cpu": "5s",
+            "wall": "60s",
+            "memory_bytes": 67108864,
+            "stack_bytes": 1048576,
+            "max_source_bytes": 262144,
+            "max_result_bytes": 1048576,
+            "max_console_bytes": 65536,
+            "max_calls": 256,
+            "max_in_flight": 8,
+            "max_concurrent_runs": 2
+        },
         "store": {"url": null, "pool_size": 16, "lease": "10s"},
         "telemetry": {"metrics": true, "otlp": {"endpoint": null}}
     })
@@ -337,4 +351,65 @@ fn the_specs_own_configs_load() {
             assert!(!loaded.config.file_broker.enabled);
         }
     }
+}
+
+/// Spec 004's own form (`servers`, `evaluation`) loads as written and
+/// means what airlock's keys would: servers are upstreams, profiles are
+/// profiles (a missing `elicitationFallback` denies) and each one is also
+/// offered as `codemode_eval_<profile>`.
+#[test]
+fn a_spec_004_config_loads_as_written() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/spec004/bridge.json");
+    let loaded = config::load(&std::fs::read_to_string(path).unwrap(), "mcp.json").unwrap();
+    let config = serde_json::to_value(&loaded.config).unwrap();
+    assert_eq!(
+        json!({
+            "upstreams": config["upstreams"],
+            "profiles": config["profiles"],
+            "default_profile": config["default_profile"],
+            "profile_tools": config["codemode"]["profile_tools"],
+        }),
+        json!({
+            "upstreams": [
+                {"name": "filesystem", "command": "npx",
+                 "args": ["-y", "@modelcontextprotocol/server-filesystem", "."], "env": {"DEBUG": "0"},
+                 "trusted_annotations": false},
+                {"name": "swf_gitlab", "url": "https://gitlab.example/mcp",
+                 "headers": {"Authorization": "Bearer ${GITLAB_TOKEN}"}, "trusted_annotations": false},
+                {"name": "time", "command": "uvx", "args": ["mcp-server-time"], "trusted_annotations": false},
+            ],
+            "profiles": {
+                "safe": {"allowlist": ["time__*", "search_tools", "get_tools"], "elicitation_fallback": "deny"},
+                "supervised": {"denylist": ["filesystem__delete_*"], "asklist": ["filesystem__*", "swf_gitlab__*"],
+                               "elicitation_fallback": "allow"},
+            },
+            "default_profile": "supervised",
+            "profile_tools": ["safe", "supervised"],
+        })
+    );
+    // The precedence of spec 004: denylist > asklist > allowlist > allow.
+    let decide = |profile: &str, tool: &str| {
+        let upstream = tool.split("__").next().unwrap_or_default();
+        let mut call = ToolCall::new(
+            tool,
+            json!({}),
+            airlock_core::ToolOrigin::Upstream {
+                upstream: upstream.into(),
+                annotations: None,
+            },
+            0,
+        );
+        call.profile = Some(profile.to_owned());
+        policy::evaluate(&loaded.policy, &call, &[]).disposition
+    };
+    assert_eq!(
+        decide("supervised", "filesystem__delete_file"),
+        Disposition::Deny
+    );
+    assert_eq!(
+        decide("supervised", "filesystem__read_file"),
+        Disposition::Ask
+    );
+    assert_eq!(decide("safe", "filesystem__read_file"), Disposition::Deny);
+    assert_eq!(decide("safe", "time__now"), Disposition::Allow);
 }

@@ -10,6 +10,7 @@
 //! ```
 
 mod model;
+mod spec004;
 mod template;
 
 use std::collections::BTreeMap;
@@ -98,12 +99,18 @@ pub fn load(text: &str, source_name: &str) -> Result<LoadedConfig, ConfigError> 
         }])
     })?;
     let lines = &document.lines;
+    let origins = std::cell::RefCell::new(spec004::Origins::default());
     let with_lines = |issues: Vec<ConfigIssue>| {
+        let origins = origins.borrow();
         let mut issues: Vec<ConfigIssue> = issues
             .into_iter()
-            .map(|issue| ConfigIssue {
-                line: issue.line.or_else(|| lines.line_of(&issue.path)),
-                ..issue
+            .map(|issue| {
+                let path = origins.original(&issue.path);
+                ConfigIssue {
+                    line: issue.line.or_else(|| lines.line_of(&path)),
+                    path,
+                    ..issue
+                }
             })
             .collect();
         issues.sort_by_key(|issue| issue.line);
@@ -111,7 +118,12 @@ pub fn load(text: &str, source_name: &str) -> Result<LoadedConfig, ConfigError> 
     };
     let value = match document.value {
         Value::Null => Value::Object(serde_json::Map::new()),
-        value @ Value::Object(_) => value,
+        Value::Object(map) => {
+            // Spec 004's form (`servers`, `evaluation`) becomes airlock's.
+            let (map, found) = spec004::translate(map).map_err(&with_lines)?;
+            *origins.borrow_mut() = found;
+            Value::Object(map)
+        }
         _ => {
             return Err(with_lines(vec![ConfigIssue::new(
                 "",
@@ -562,6 +574,7 @@ fn validate(config: &Config) -> Vec<ConfigIssue> {
     }
     issues.extend(validate_channels(&config.channels));
     issues.extend(validate_exec(&config.exec));
+    issues.extend(validate_codemode(config));
     issues.extend(validate_store(&config.store));
     issues
 }
@@ -595,6 +608,107 @@ fn validate_store(store: &StoreConfig) -> Vec<ConfigIssue> {
         "store.lease".to_owned(),
         "must be a duration from 1s to 1h",
     );
+    issues
+}
+
+/// Code mode's keys (DESIGN §3, §5.2): limits within what the engine and
+/// its worker can hold, and `profile_tools` naming configured profiles.
+fn validate_codemode(config: &Config) -> Vec<ConfigIssue> {
+    let codemode = &config.codemode;
+    let mut issues = Vec::new();
+    require(
+        &mut issues,
+        codemode
+            .cpu_seconds()
+            .is_some_and(|s| (1..=600).contains(&s)),
+        "codemode.cpu".to_owned(),
+        "must be a duration from 1s to 10m",
+    );
+    require(
+        &mut issues,
+        codemode
+            .wall_seconds()
+            .is_some_and(|s| (1..=86_400).contains(&s)),
+        "codemode.wall".to_owned(),
+        "must be a duration from 1s to 24h",
+    );
+    let ranges: [(&str, u64, u64, u64, &str); 8] = [
+        (
+            "memory_bytes",
+            codemode.memory_bytes,
+            8 << 20,
+            4 << 30,
+            "from 8388608 (8 MiB) to 4294967296 (4 GiB)",
+        ),
+        (
+            "stack_bytes",
+            codemode.stack_bytes,
+            64 << 10,
+            4 << 20,
+            "from 65536 (64 KiB) to 4194304 (4 MiB)",
+        ),
+        (
+            "max_source_bytes",
+            codemode.max_source_bytes,
+            1,
+            16 << 20,
+            "from 1 to 16777216 (16 MiB)",
+        ),
+        (
+            "max_result_bytes",
+            codemode.max_result_bytes,
+            1,
+            32 << 20,
+            "from 1 to 33554432 (32 MiB)",
+        ),
+        (
+            "max_console_bytes",
+            codemode.max_console_bytes,
+            0,
+            16 << 20,
+            "at most 16777216 (16 MiB)",
+        ),
+        (
+            "max_calls",
+            u64::from(codemode.max_calls),
+            1,
+            100_000,
+            "from 1 to 100000",
+        ),
+        (
+            "max_in_flight",
+            u64::from(codemode.max_in_flight),
+            1,
+            64,
+            "from 1 to 64",
+        ),
+        (
+            "max_concurrent_runs",
+            u64::from(codemode.max_concurrent_runs),
+            1,
+            64,
+            "from 1 to 64",
+        ),
+    ];
+    for (key, value, low, high, words) in ranges {
+        require(
+            &mut issues,
+            (low..=high).contains(&value),
+            format!("codemode.{key}"),
+            &format!("must be {words}"),
+        );
+    }
+    for (index, name) in codemode.profile_tools.iter().enumerate() {
+        require(
+            &mut issues,
+            config.profiles.contains_key(name),
+            format!("codemode.profile_tools[{index}]"),
+            &format!(
+                "names no profile in `profiles` ({})",
+                crate::display::safe_text(name)
+            ),
+        );
+    }
     issues
 }
 

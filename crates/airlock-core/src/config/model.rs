@@ -39,6 +39,8 @@ pub struct Config {
     pub channels: ChannelsConfig,
     /// The shell tool (DESIGN §5.1).
     pub exec: ExecConfig,
+    /// Code mode: the `codemode_eval` tool (DESIGN §5.2, spec 004).
+    pub codemode: CodemodeConfig,
     /// Where the state lives: SQLite in the state dir, or PostgreSQL shared
     /// by several instances (DESIGN §7.2).
     pub store: StoreConfig,
@@ -1016,6 +1018,71 @@ impl ExecConfig {
     /// configuration check refuses).
     pub fn timeout_seconds(&self) -> Option<u64> {
         parse_duration_seconds(&self.timeout)
+    }
+}
+
+/// Code mode (DESIGN §5.2): scripts that call tools as
+/// `codemode.<tool>(args)`, each call gated like any other. The limits
+/// bind every run; a script cannot raise them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct CodemodeConfig {
+    /// `false`: no `codemode_eval` tool.
+    pub enabled: bool,
+    /// Profiles also offered as `codemode_eval_<profile>`, whose calls
+    /// answer to the endpoint's profile and this one both.
+    pub profile_tools: Vec<String>,
+    /// CPU time of one run (`5s`).
+    pub cpu: String,
+    /// Wall time of one run, not counting time waiting for a human (`60s`).
+    pub wall: String,
+    /// Memory the engine may allocate in one run.
+    pub memory_bytes: u64,
+    /// Native stack the script's calls may use.
+    pub stack_bytes: u64,
+    /// The longest script.
+    pub max_source_bytes: u64,
+    /// The longest result (its JSON).
+    pub max_result_bytes: u64,
+    /// Console output kept per run; beyond, lines are dropped and the run
+    /// says so.
+    pub max_console_bytes: u64,
+    /// Tool calls per run.
+    pub max_calls: u32,
+    /// Tool calls under way at once in one run.
+    pub max_in_flight: u32,
+    /// Runs at once in this process; more are refused (`rate_limited`).
+    pub max_concurrent_runs: u32,
+}
+
+impl Default for CodemodeConfig {
+    fn default() -> Self {
+        CodemodeConfig {
+            enabled: true,
+            profile_tools: Vec::new(),
+            cpu: "5s".to_owned(),
+            wall: "60s".to_owned(),
+            memory_bytes: 64 << 20,
+            stack_bytes: 1 << 20,
+            max_source_bytes: 256 << 10,
+            max_result_bytes: 1 << 20,
+            max_console_bytes: 64 << 10,
+            max_calls: 256,
+            max_in_flight: 8,
+            max_concurrent_runs: 2,
+        }
+    }
+}
+
+impl CodemodeConfig {
+    /// `cpu` in seconds (`None` when it does not parse).
+    pub fn cpu_seconds(&self) -> Option<u64> {
+        parse_duration_seconds(&self.cpu)
+    }
+
+    /// `wall` in seconds (`None` when it does not parse).
+    pub fn wall_seconds(&self) -> Option<u64> {
+        parse_duration_seconds(&self.wall)
     }
 }
 

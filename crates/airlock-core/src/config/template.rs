@@ -153,6 +153,20 @@ telemetry:                   # what monitoring tools can read (DESIGN 8.1)
   otlp:
     endpoint: null           # http://collector:4318: each call's trace and every audit record as a log (OTLP/HTTP)
 
+codemode:                    # codemode_eval: scripts whose every tool call is gated (DESIGN 5.2)
+  enabled: true
+  profile_tools: []          # profiles also offered as codemode_eval_<profile> (rights: both profiles)
+  cpu: 5s                    # per run
+  wall: 60s                  # per run, not counting time waiting for a human
+  memory_bytes: 67108864
+  stack_bytes: 1048576
+  max_source_bytes: 262144
+  max_result_bytes: 1048576
+  max_console_bytes: 65536
+  max_calls: 256
+  max_in_flight: 8
+  max_concurrent_runs: 2     # at once in this process
+
 exec:                        # the shell tool (DESIGN 5.1)
   enabled: true
   default: ask               # allow | ask | deny for commands no rule matches
