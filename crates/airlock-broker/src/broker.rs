@@ -81,6 +81,10 @@ pub struct Broker {
     /// Carries approved upstream calls out (only in a process holding the
     /// upstream connections).
     pub(crate) forwarder: Option<Arc<dyn Forwarder>>,
+    /// The upstreams' tools, to name and list them (code mode).
+    pub(crate) upstreams: Option<Arc<dyn crate::runtime::Upstreams>>,
+    /// Code mode's engine, when one is registered.
+    pub(crate) code_mode: Option<Arc<dyn crate::code::CodeMode>>,
     /// Where the time comes from.
     pub(crate) clock: Arc<dyn Clock>,
 }
@@ -162,6 +166,8 @@ impl Broker {
             root,
             journal_dir,
             forwarder: None,
+            upstreams: None,
+            code_mode: None,
             clock,
         };
         // What the log's recovery found is recorded in the log itself.

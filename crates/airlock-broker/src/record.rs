@@ -36,6 +36,12 @@ impl Record {
             .value("tool_call_id", call.tool_call_id.clone().map(Value::String))
             .value("context_id", call.context_id.clone().map(Value::String))
             .value(
+                "via",
+                call.via
+                    .as_ref()
+                    .and_then(|via| serde_json::to_value(via).ok()),
+            )
+            .value(
                 "profile",
                 decision
                     .profile

@@ -40,15 +40,25 @@ pub trait Upstreams: Forwarder {
     fn find_tool(&self, upstream: &str, tool: &str) -> Option<UpstreamTool>;
     /// The names of the tools `upstream` offers now.
     fn tool_names(&self, upstream: &str) -> Vec<String>;
+    /// Every tool of every upstream as offered now: the upstream's name,
+    /// the tool's own name, and what is known of it.
+    fn all_tools(&self) -> Vec<(String, String, UpstreamTool)> {
+        Vec::new()
+    }
     /// Stops every server.
     fn stop_all(&self);
 }
 
 /// What the runtime knows of one upstream tool.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct UpstreamTool {
     /// The tool's own hints (`readOnlyHint`, …), if it gave any.
     pub annotations: Option<ToolAnnotations>,
+    pub description: Option<String>,
+    /// The JSON Schema of its arguments.
+    pub input_schema: Option<serde_json::Value>,
+    /// The JSON Schema of its structured result, if it declares one.
+    pub output_schema: Option<serde_json::Value>,
 }
 
 /// A runtime without upstream servers (a configuration with none, tests).
@@ -93,13 +103,25 @@ impl Upstreams for NoUpstreams {
 }
 
 /// How the tools are presented, and where time comes from.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct RuntimeOptions {
     /// `airlock wrap`: only this upstream's tools, under their own names (and
     /// `proposal_status`); no built-in file tools.
     pub wrap: Option<String>,
     /// The clock of every broker the runtime opens (default: the system's).
     pub clock: Option<Arc<dyn Clock>>,
+    /// Code mode's engine, registered with every broker the runtime opens.
+    pub code_mode: Option<Arc<dyn crate::code::CodeMode>>,
+}
+
+impl std::fmt::Debug for RuntimeOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeOptions")
+            .field("wrap", &self.wrap)
+            .field("clock", &self.clock)
+            .field("code_mode", &self.code_mode.is_some())
+            .finish()
+    }
 }
 
 /// Reads the configuration again: `Ok(None)` when it did not change,
@@ -153,12 +175,15 @@ impl Runtime {
                 message: "no such upstream to wrap".to_owned(),
             });
         }
-        let forwarder: Arc<dyn Forwarder> = upstreams.clone();
         let clock = options
             .clock
             .clone()
             .unwrap_or_else(|| Arc::new(SystemClock));
-        let broker = Broker::open_with_clock(workspace, clock.clone())?.with_forwarder(forwarder);
+        let broker = attach(
+            Broker::open_with_clock(workspace, clock.clone())?,
+            &upstreams,
+            &options,
+        );
         let runtime = Arc::new(Runtime {
             clock,
             broker: RwLock::new(Arc::new(broker)),
@@ -243,10 +268,9 @@ impl Runtime {
     fn take(&self, workspace: Workspace) {
         let configs = workspace.loaded.config.upstreams.clone();
         let ca_file = ca_file_of(&workspace);
-        let forwarder: Arc<dyn Forwarder> = self.upstreams.clone();
         match Broker::open_with_clock(workspace, self.clock.clone()) {
             Ok(broker) => {
-                let broker = Arc::new(broker.with_forwarder(forwarder));
+                let broker = Arc::new(attach(broker, &self.upstreams, &self.options));
                 if let Ok(mut slot) = self.broker.write() {
                     *slot = broker;
                 }
@@ -383,6 +407,16 @@ fn spawn_loop(
                 format!("cannot start a thread: {error}"),
             )
         })
+}
+
+/// A broker the runtime opened, with its upstreams and (where one is
+/// registered) code mode's engine.
+fn attach(broker: Broker, upstreams: &Arc<dyn Upstreams>, options: &RuntimeOptions) -> Broker {
+    let broker = broker.with_upstreams(upstreams.clone());
+    match &options.code_mode {
+        Some(code) => broker.with_code_mode(code.clone()),
+        None => broker,
+    }
 }
 
 /// `tls.ca_file` of `workspace`, resolved against its root.

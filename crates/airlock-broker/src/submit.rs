@@ -179,7 +179,12 @@ impl Broker {
     }
 
     /// Runs one call through the pipeline and returns its envelope.
-    pub fn submit(&self, call: &ToolCall, mode: &Mode, on_pending: &dyn Fn(&Approval)) -> Envelope {
+    pub fn submit(
+        &self,
+        call: &ToolCall,
+        mode: &Mode,
+        on_pending: &(dyn Fn(&Approval) + Sync),
+    ) -> Envelope {
         self.submit_cancellable(call, mode, on_pending, &Cancel::new())
     }
 
@@ -190,9 +195,14 @@ impl Broker {
         &self,
         call: &ToolCall,
         mode: &Mode,
-        on_pending: &dyn Fn(&Approval),
+        on_pending: &(dyn Fn(&Approval) + Sync),
         cancel: &Cancel,
     ) -> Envelope {
+        // A script: the engine runs it, and its calls come back here, each
+        // with a trace of its own.
+        if let Some(envelope) = self.code_call(call, mode, on_pending, cancel) {
+            return envelope;
+        }
         // The call's trace (DESIGN §8.1): policy, propose (until the
         // approval is stored), decide and apply are its children.
         let trace = crate::telemetry::CallTrace::start();

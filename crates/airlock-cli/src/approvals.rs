@@ -60,6 +60,23 @@ pub(crate) struct ExecArgs {
     command: Vec<String>,
 }
 
+/// `airlock call` of `spec`, as another command builds it.
+pub(crate) fn call_with(
+    broker: Broker,
+    spec: crate::check::CallSpec,
+    defer: bool,
+    yes: bool,
+    reason: Option<String>,
+) -> Result<u8, Failure> {
+    let call = CallArgs {
+        call: spec,
+        defer,
+        yes,
+        reason,
+    };
+    self::call(broker, &call)
+}
+
 /// `airlock exec -- CMD…`.
 pub(crate) fn exec(broker: Broker, args: &ExecArgs) -> Result<u8, Failure> {
     let mut call_args = serde_json::json!({"argv": args.command});

@@ -8,6 +8,7 @@ mod approvals;
 mod audit;
 mod channels;
 mod check;
+mod codemode;
 mod grants;
 mod hook;
 mod otlp;
@@ -75,6 +76,9 @@ enum Command {
     /// Run a command through the exec tool (`airlock call exec` with argv):
     /// `airlock exec -- cargo test`.
     Exec(approvals::ExecArgs),
+    /// Run a script through code mode (`airlock call codemode_eval`): every
+    /// tool call it makes is gated like a direct one.
+    Eval(codemode::EvalArgs),
     /// List pending approvals, oldest first.
     Pending(approvals::PendingArgs),
     /// Show one approval with its diff.
@@ -260,6 +264,7 @@ fn run_command(cli: Cli, workspace: Workspace) -> Result<u8, Failure> {
         Command::Check(args) => check::run(&workspace, &args).map(|()| 0),
         Command::Call(args) => approvals::call(workspace.broker()?, &args),
         Command::Exec(args) => approvals::exec(workspace.broker()?, &args),
+        Command::Eval(args) => codemode::eval(workspace.broker()?, &args),
         Command::Pending(args) => approvals::pending(&workspace.broker()?, &args),
         Command::Show(args) => approvals::show(&workspace.broker()?, &args),
         Command::Approve(args) => approvals::approve(&workspace.broker()?, &args),

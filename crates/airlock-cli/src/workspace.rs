@@ -253,6 +253,7 @@ impl Workspace {
             self.into_broker_workspace()?,
             airlock_broker::clock_from_env(),
         )
+        .map(|broker| broker.with_code_mode(crate::codemode::engine()))
         .map_err(|error| {
             // A log that cannot be continued is the audit's verdict (6), not
             // an internal error.

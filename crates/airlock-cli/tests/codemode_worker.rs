@@ -94,7 +94,7 @@ fn the_worker_runs_a_script_confined() {
             "const r = await codemode.look({a: 1}); console.log('hi', r.a); [r, new Date().getHours(), 'é'.normalize('NFD').length]",
         ),
         Duration::from_secs(20),
-        probe.clone(),
+        &*probe,
     );
     assert_eq!(outcome.end, End::Done(r#"[{"a":1},0,2]"#.to_owned()));
     assert_eq!(outcome.logs, vec![("log".to_owned(), "hi 1".to_owned())]);
@@ -119,7 +119,7 @@ fn the_worker_ends_runaway_scripts_with_their_codes() {
             &worker(),
             start(code),
             Duration::from_secs(20),
-            Arc::new(Probe::default()),
+            &Probe::default(),
         )
         .end
     };
@@ -143,7 +143,7 @@ fn the_worker_ends_runaway_scripts_with_their_codes() {
         &worker(),
         start("for (;;) {}"),
         Duration::from_millis(300),
-        Arc::new(Probe::default()),
+        &Probe::default(),
     );
     assert!(
         matches!(slow.end, End::Failed(ref f) if f.code == FailCode::ScriptTimeout),

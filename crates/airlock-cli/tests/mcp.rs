@@ -102,7 +102,7 @@ fn code(result: &Value) -> &str {
     envelope(result)["error"]["code"].as_str().unwrap_or("")
 }
 
-const BUILTIN: [&str; 14] = [
+const BUILTIN: [&str; 15] = [
     "read_file",
     "write_file",
     "edit_file",
@@ -117,6 +117,7 @@ const BUILTIN: [&str; 14] = [
     "exec",
     "proposal_status",
     "permission_prompt",
+    "codemode_eval",
 ];
 
 #[test]

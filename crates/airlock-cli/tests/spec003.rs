@@ -941,7 +941,7 @@ fn spec_000_switches_load_and_mean_what_they_say() {
     );
     // Over MCP, the tool list holds no file tool (the shell tool is not
     // one: `exec.enabled` switches it; nor is Claude Code's permission
-    // prompt).
+    // prompt, nor code mode, whose scripts see the same tools).
     let mut mcp = RawStdio::start(&ws, &[]);
     let listed = mcp.request(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
     mcp.finish();
@@ -953,7 +953,12 @@ fn spec_000_switches_load_and_mean_what_they_say() {
         .collect();
     assert_eq!(
         names,
-        ["exec", "proposal_status", "permission_prompt"],
+        [
+            "exec",
+            "proposal_status",
+            "permission_prompt",
+            "codemode_eval"
+        ],
         "{listed:#}"
     );
 

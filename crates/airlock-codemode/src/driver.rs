@@ -62,13 +62,16 @@ impl Drop for Waiting {
 }
 
 /// What carries out the script's calls, and hears its console.
-pub trait Host: Send + Sync {
+pub trait Host: Sync {
     /// One call, `args` the guest's JSON text as it sent it. Blocks until
     /// the call is settled; `human` stops the wall clock while a human
     /// decides. Runs on a thread of its own.
     fn call(&self, seq: u32, tool: &str, args: &str, human: &HumanClock) -> Reply;
     /// A console line, as the script wrote it.
     fn console(&self, _level: &str, _text: &str) {}
+    /// The run is over: calls still under way give up (their approvals
+    /// are cancelled, their commands killed). The run waits for them.
+    fn ended(&self) {}
 }
 
 /// How a run ended.
@@ -99,8 +102,20 @@ enum Event {
     Settled(u32, Reply),
 }
 
-/// Runs `start` in `isolation`, with the wall-clock limit `wall`.
-pub fn run(isolation: &Isolation, start: Start, wall: Duration, host: Arc<dyn Host>) -> Outcome {
+/// Runs `start` in `isolation`, with the wall-clock limit `wall`; each call
+/// the script makes runs on a thread of its own, and the run returns once
+/// every one has finished.
+pub fn run(isolation: &Isolation, start: Start, wall: Duration, host: &dyn Host) -> Outcome {
+    std::thread::scope(|scope| run_in(scope, isolation, start, wall, host))
+}
+
+fn run_in<'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    isolation: &Isolation,
+    start: Start,
+    wall: Duration,
+    host: &'scope dyn Host,
+) -> Outcome {
     let (events, inbox) = mpsc::channel::<Event>();
     let human = HumanClock::default();
     let mut engine = match Engine::start(isolation, &start, events.clone()) {
@@ -167,12 +182,11 @@ pub fn run(isolation: &Isolation, start: Start, wall: Duration, host: Arc<dyn Ho
                     ));
                 }
                 in_flight.push(seq);
-                let host = host.clone();
                 let events = events.clone();
                 let human = human.clone();
                 let spawned = std::thread::Builder::new()
                     .name(format!("codemode-call-{seq}"))
-                    .spawn(move || {
+                    .spawn_scoped(scope, move || {
                         let reply = host.call(seq, &tool, &args, &human);
                         let _ = events.send(Event::Settled(seq, reply));
                     });
@@ -236,6 +250,7 @@ pub fn run(isolation: &Isolation, start: Start, wall: Duration, host: Arc<dyn Ho
         }
     };
     engine.stop();
+    host.ended();
     outcome.end = end;
     outcome
 }

@@ -24,9 +24,13 @@ use crate::raw;
 pub const SCRIPT_FILE: &str = "codemode.js";
 const PRELUDE_FILE: &str = "airlock-prelude.js";
 const PRELUDE: &str = include_str!("prelude.js");
-/// What a script with a top-level `return` is wrapped in, on its first line
-/// so that lines stay true.
+/// What a script with a top-level `return` is wrapped in, on a line of its
+/// own before the script.
 const WRAP_OPEN: &str = "(async function () {";
+// The script always starts on line 2 of what QuickJS compiles: QuickJS
+// counts the columns of line 1 from 0 and of every other line from 1, so
+// on line 2 and after every position is true (1-based bytes); a script's
+// line is QuickJS's minus one.
 const WRAP_CLOSE: &str = "\n})()";
 
 /// The engine's side of the channel to the parent.
@@ -258,7 +262,7 @@ impl Engine {
                 PRELUDE_FILE,
                 rquickjs::qjs::JS_EVAL_TYPE_GLOBAL,
             )
-            .map_err(|_| describe(&ctx, &ctx.catch(), PRELUDE, 0))
+            .map_err(|_| describe(&ctx, &ctx.catch(), ""))
         }) {
             Ok(bytes) => bytes,
             Err(failure) => return Ok(failure.into()),
@@ -284,19 +288,19 @@ impl Engine {
         use rquickjs::qjs::{JS_EVAL_FLAG_ASYNC, JS_EVAL_FLAG_STRICT, JS_EVAL_TYPE_GLOBAL};
         self.compiler.with(|ctx| {
             let flags = JS_EVAL_TYPE_GLOBAL | JS_EVAL_FLAG_STRICT | JS_EVAL_FLAG_ASYNC;
-            let first = match raw::compile(&ctx, code, SCRIPT_FILE, flags) {
+            let first = match raw::compile(&ctx, &format!("\n{code}"), SCRIPT_FILE, flags) {
                 Ok(bytes) => {
                     return Ok(Compiled {
                         bytecode: bytes,
                         wrapped: false,
                     });
                 }
-                Err(_) => describe(&ctx, &ctx.catch(), code, 0),
+                Err(_) => describe(&ctx, &ctx.catch(), code),
             };
             if !first.message.contains("return not in a function") {
                 return Err(with_code(first, FailCode::ParseError));
             }
-            let wrapped = format!("{WRAP_OPEN}{code}{WRAP_CLOSE}");
+            let wrapped = format!("{WRAP_OPEN}\n{code}{WRAP_CLOSE}");
             match raw::compile(
                 &ctx,
                 &wrapped,
@@ -308,7 +312,7 @@ impl Engine {
                     wrapped: true,
                 }),
                 Err(_) => Err(with_code(
-                    describe(&ctx, &ctx.catch(), &wrapped, WRAP_OPEN.len()),
+                    describe(&ctx, &ctx.catch(), code),
                     FailCode::ParseError,
                 )),
             }
@@ -352,7 +356,7 @@ impl<'js> Session<'js> {
         prelude: &[u8],
         script: &Compiled,
     ) -> Result<Session<'js>, Failure> {
-        let fail = |ctx: &Ctx<'js>| describe(ctx, &ctx.catch(), PRELUDE, 0);
+        let fail = |ctx: &Ctx<'js>| describe(ctx, &ctx.catch(), "");
         let install: Function = raw::run_compiled(ctx, prelude)
             .and_then(|value| value.get())
             .map_err(|_| fail(ctx))?;
@@ -384,21 +388,13 @@ impl<'js> Session<'js> {
             Value::new_float(ctx.clone(), (start.now_ms & ((1 << 53) - 1)) as f64),
         )?;
         let settle: Function = install.call((host,)).map_err(|_| fail(ctx))?;
-        let source = if script.wrapped {
-            format!("{WRAP_OPEN}{}{WRAP_CLOSE}", start.code)
-        } else {
-            start.code.clone()
-        };
-        let offset = if script.wrapped { WRAP_OPEN.len() } else { 0 };
+        let source = start.code.clone();
         let result = match raw::run_compiled(ctx, &script.bytecode) {
             Ok(value) => value,
             Err(_) => {
                 let thrown = ctx.catch();
                 return Err(shared.stop.borrow().clone().unwrap_or_else(|| {
-                    with_code(
-                        describe(ctx, &thrown, &source, offset),
-                        FailCode::ScriptError,
-                    )
+                    with_code(describe(ctx, &thrown, &source), FailCode::ScriptError)
                 }));
             }
         };
@@ -418,7 +414,6 @@ impl<'js> Session<'js> {
     }
 
     fn drive(&mut self, ctx: &Ctx<'js>, link: &mut dyn Link) -> io::Result<Ended> {
-        let offset = if self.wrapped { WRAP_OPEN.len() } else { 0 };
         loop {
             while self.shared.stop.borrow().is_none() && ctx.execute_pending_job() {}
             if let Some(failure) = self.stopped() {
@@ -451,7 +446,7 @@ impl<'js> Session<'js> {
                         return Ok(failure.into());
                     }
                     return Ok(with_code(
-                        describe(ctx, &thrown, &self.source, offset),
+                        describe(ctx, &thrown, &self.source),
                         FailCode::ScriptError,
                     )
                     .into());
@@ -494,11 +489,9 @@ impl<'js> Session<'js> {
                 if let Some(failure) = self.stopped() {
                     return Ok(failure.into());
                 }
-                return Ok(with_code(
-                    describe(ctx, &thrown, &self.source, offset),
-                    FailCode::ScriptError,
-                )
-                .into());
+                return Ok(
+                    with_code(describe(ctx, &thrown, &self.source), FailCode::ScriptError).into(),
+                );
             }
         }
     }
@@ -543,8 +536,8 @@ impl<'js> Session<'js> {
                 if let Some(failure) = self.stopped() {
                     return failure.into();
                 }
-                let mut failure = describe(ctx, &thrown, &self.source, 0);
-                failure.code = FailCode::ScriptError;
+                let mut failure =
+                    with_code(describe(ctx, &thrown, &self.source), FailCode::ScriptError);
                 failure.message = format!("the script's value is not JSON: {}", failure.message);
                 return failure.into();
             }
@@ -611,9 +604,8 @@ fn console(shared: &Shared, level: String, text: String) {
 }
 
 /// A thrown value as a failure: `Name: message` and, when the stack names
-/// the script, its line and column (characters, 1-based). `offset` is how
-/// many bytes a wrapper put before the script on line 1.
-fn describe<'js>(ctx: &Ctx<'js>, thrown: &Value<'js>, source: &str, offset: usize) -> Failure {
+/// the script, its line and column (characters, 1-based) in `code`.
+fn describe<'js>(ctx: &Ctx<'js>, thrown: &Value<'js>, code: &str) -> Failure {
     let mut failure = Failure::new(FailCode::ScriptError, String::new());
     if let Some(object) = thrown.as_object() {
         let name: Option<String> = object.get("name").ok();
@@ -630,9 +622,11 @@ fn describe<'js>(ctx: &Ctx<'js>, thrown: &Value<'js>, source: &str, offset: usiz
                 .unwrap_or_else(|| "an object was thrown".to_owned()),
         };
         let stack: Option<String> = object.get("stack").ok();
-        if let Some((line, byte_column)) = stack.as_deref().and_then(position_in) {
-            failure.line = Some(line);
-            failure.column = Some(char_column(source, line, byte_column, offset));
+        if let Some((line, byte_column)) = stack.as_deref().and_then(position_in)
+            && line >= 2
+        {
+            failure.line = Some(line - 1);
+            failure.column = Some(char_column(code, line - 1, byte_column));
         }
     } else if let Some(text) = thrown.as_string().and_then(|text| text.to_string().ok()) {
         failure.message = text;
@@ -661,19 +655,17 @@ fn position_in(stack: &str) -> Option<(u32, u32)> {
     Some((line, column))
 }
 
-/// QuickJS's column (bytes, 1-based) as characters, 1-based, with a
-/// wrapper's bytes on line 1 taken off.
-fn char_column(source: &str, line: u32, byte_column: u32, offset: usize) -> u32 {
-    let Some(text) = source.split('\n').nth(line.saturating_sub(1) as usize) else {
+/// QuickJS's column on `line` of `code` (bytes, 1-based) as characters,
+/// 1-based.
+fn char_column(code: &str, line: u32, byte_column: u32) -> u32 {
+    let Some(text) = code.split('\n').nth(line.saturating_sub(1) as usize) else {
         return byte_column;
     };
-    let skip = if line == 1 { offset } else { 0 };
-    let end = (byte_column.saturating_sub(1) as usize).min(text.len());
-    let start = skip.min(end);
-    let Some(span) = text.get(start..end) else {
-        return byte_column;
-    };
-    span.chars().count() as u32 + 1
+    let mut end = (byte_column.saturating_sub(1) as usize).min(text.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].chars().count() as u32 + 1
 }
 
 #[cfg(test)]
@@ -689,7 +681,8 @@ mod tests {
 
     #[test]
     fn columns_count_characters_and_drop_the_wrapper() {
-        assert_eq!(char_column("é = x", 1, 4, 0), 3);
-        assert_eq!(char_column("(async function () {return 1", 1, 21, 20), 1);
+        assert_eq!(char_column("é = x", 1, 4), 3);
+        assert_eq!(char_column("a\n😀 x", 2, 6), 3);
+        assert_eq!(char_column("x", 9, 4), 4);
     }
 }

@@ -9,13 +9,19 @@
 //!   allocator);
 //! - `worker`: the worker process and its confinement;
 //! - `driver`: the parent's side (start, calls in flight, the wall clock);
-//! - `protocol`: the messages between them.
+//! - `protocol`: the messages between them;
+//! - `tool`: `codemode_eval` as the broker runs it (arguments, audit,
+//!   each call through the broker, the envelope);
+//! - `schema`: call arguments checked against the tool's schema.
 
 pub mod driver;
 pub mod engine;
 pub mod protocol;
 mod raw;
+pub mod schema;
+mod tool;
 pub mod worker;
 
 pub use driver::{End, Host, HumanClock, Isolation, Outcome, Reply, Waiting};
 pub use protocol::{EngineLimits, FailCode, Failure, Settled, Start};
+pub use tool::{CodeTool, METHOD, strip_fences};

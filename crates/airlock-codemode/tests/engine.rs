@@ -2,7 +2,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use airlock_codemode::{
@@ -50,12 +49,7 @@ fn run(code: &str) -> airlock_codemode::Outcome {
         seed: 42,
         now_ms: 1_700_000_000_000,
     };
-    airlock_codemode::driver::run(
-        &Isolation::InProcess,
-        start,
-        Duration::from_secs(10),
-        Arc::new(Echo),
-    )
+    airlock_codemode::driver::run(&Isolation::InProcess, start, Duration::from_secs(10), &Echo)
 }
 
 fn done(code: &str) -> String {

@@ -136,6 +136,19 @@ pub struct ToolCall {
     pub requester: Option<Requester>,
     /// When the call arrived; grants that expired before it do not apply.
     pub received_at: UnixMillis,
+    /// The code-mode run the call was made from, if any (DESIGN §5.2).
+    pub via: Option<Via>,
+}
+
+/// A call a code-mode script made: its run, its place in the run, and the
+/// profile the run's tool (`codemode_eval_<profile>`) binds beside the
+/// endpoint's, so that the call answers to both.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Via {
+    pub run_id: String,
+    pub seq: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub narrowed_to: Option<String>,
 }
 
 impl ToolCall {
@@ -157,6 +170,7 @@ impl ToolCall {
             context_id: None,
             requester: None,
             received_at,
+            via: None,
         }
     }
 }

@@ -60,6 +60,15 @@ pub enum ErrorCode {
     UnsupportedMediaType,
     /// A configured capability limit (spec 003) refuses the call.
     LimitExceeded,
+    /// Code mode: the script ran out of CPU or wall time.
+    ScriptTimeout,
+    /// Code mode: the script reached its memory limit.
+    ScriptMemory,
+    /// Code mode: another limit of the run (calls, stack, source, result).
+    ScriptLimit,
+    /// Code mode: the script threw, left a call unawaited, or waits on
+    /// nothing.
+    ScriptError,
 }
 
 impl ErrorCode {
@@ -103,6 +112,10 @@ impl ErrorCode {
             ErrorCode::Forbidden => "forbidden",
             ErrorCode::UnsupportedMediaType => "unsupported_media_type",
             ErrorCode::LimitExceeded => "limit_exceeded",
+            ErrorCode::ScriptTimeout => "script_timeout",
+            ErrorCode::ScriptMemory => "script_memory",
+            ErrorCode::ScriptLimit => "script_limit",
+            ErrorCode::ScriptError => "script_error",
         }
     }
 }

@@ -45,7 +45,7 @@ pub mod yaml;
 
 pub use approval::{ApprovalTerms, Channel, Decided, StateError};
 pub use call::{
-    HttpPrincipal, Principal, Requester, ToolAnnotations, ToolCall, ToolOrigin, UnixMillis,
+    HttpPrincipal, Principal, Requester, ToolAnnotations, ToolCall, ToolOrigin, UnixMillis, Via,
 };
 pub use error_code::ErrorCode;
 pub use plan::{ChangePlan, FileChange, Plan, UpstreamCall, UpstreamRequest};

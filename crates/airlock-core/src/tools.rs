@@ -393,3 +393,57 @@ mod tests {
         assert_eq!(BuiltinTool::from_name("rm"), None);
     }
 }
+
+/// A built-in tool as clients see it: its name, description, hints and the
+/// JSON Schema of its arguments (from `tools.json`, the one place they are
+/// written). The MCP face lists these, code mode validates a script's
+/// calls against them and declares them to the script.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSchema {
+    pub name: String,
+    pub description: String,
+    pub read_only: bool,
+    pub destructive: bool,
+    /// `{"type": "object", "properties": …, "required": …,
+    /// "additionalProperties": false}`.
+    pub input_schema: serde_json::Value,
+}
+
+/// One entry of `tools.json`.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SchemaEntry {
+    name: String,
+    description: String,
+    #[serde(rename = "readOnly")]
+    read_only: bool,
+    #[serde(default)]
+    destructive: bool,
+    properties: serde_json::Value,
+    required: Vec<String>,
+}
+
+/// Every built-in tool's schema, in listing order (`proposal_status`
+/// last).
+pub fn schemas() -> &'static [ToolSchema] {
+    static SCHEMAS: std::sync::OnceLock<Vec<ToolSchema>> = std::sync::OnceLock::new();
+    SCHEMAS.get_or_init(|| {
+        let entries: Vec<SchemaEntry> =
+            serde_json::from_str(include_str!("tools.json")).unwrap_or_default();
+        entries
+            .into_iter()
+            .map(|entry| ToolSchema {
+                input_schema: serde_json::json!({
+                    "type": "object",
+                    "properties": entry.properties,
+                    "required": entry.required,
+                    "additionalProperties": false,
+                }),
+                name: entry.name,
+                description: entry.description,
+                read_only: entry.read_only,
+                destructive: entry.destructive,
+            })
+            .collect()
+    })
+}

@@ -433,6 +433,7 @@ async fn tools_call(
         context_id: body.context_id,
         requester,
         received_at: api.runtime.broker().now_ms(),
+        via: None,
     };
     let broker = api.runtime.broker();
     let mode = airlock_broker::default_mode(broker.config());

@@ -306,6 +306,9 @@ impl Session {
         if wrap.is_none() && policy.lists_tool(profile, tools::PERMISSION_PROMPT) {
             out.push(tools::permission_prompt().clone());
         }
+        if wrap.is_none() {
+            out.extend(broker.code_tools(profile).iter().filter_map(tools::listed));
+        }
         for upstream in self.face.upstreams.all() {
             let upstream_name = &upstream.config.name;
             if wrap.is_some_and(|wrap| wrap != upstream_name) {
@@ -421,6 +424,7 @@ impl Session {
             context_id,
             requester,
             received_at: self.face.broker().now_ms(),
+            via: None,
         })
     }
 

@@ -1,50 +1,29 @@
-//! What `tools/list` shows: the built-in tools (schemas and annotations from
-//! `tools.json`), `proposal_status`, and the upstreams' tools.
+//! What `tools/list` shows: the built-in tools (airlock-core's schemas, with
+//! annotations), `proposal_status`, and the upstreams' tools.
 
 use std::sync::OnceLock;
 
 use rmcp::model::Tool;
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::json;
 
-/// One entry of `tools.json`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct BuiltinEntry {
-    name: String,
-    description: String,
-    #[serde(rename = "readOnly")]
-    read_only: bool,
-    #[serde(default)]
-    destructive: bool,
-    properties: Value,
-    required: Vec<String>,
-}
-
-/// The built-in tools as MCP tools, `proposal_status` last.
+/// The built-in tools as MCP tools (airlock-core's schemas),
+/// `proposal_status` last.
 pub(crate) fn builtin() -> &'static [Tool] {
     static TOOLS: OnceLock<Vec<Tool>> = OnceLock::new();
     TOOLS.get_or_init(|| {
-        let entries: Vec<BuiltinEntry> =
-            serde_json::from_str(include_str!("tools.json")).unwrap_or_default();
-        entries
-            .into_iter()
-            .filter_map(|entry| {
-                let mut annotations = json!({"readOnlyHint": entry.read_only});
-                if !entry.read_only {
-                    annotations["destructiveHint"] = json!(entry.destructive);
+        airlock_core::tools::schemas()
+            .iter()
+            .filter_map(|schema| {
+                let mut annotations = json!({"readOnlyHint": schema.read_only});
+                if !schema.read_only {
+                    annotations["destructiveHint"] = json!(schema.destructive);
                     annotations["idempotentHint"] = json!(false);
                 }
                 annotations["openWorldHint"] = json!(false);
                 serde_json::from_value(json!({
-                    "name": entry.name,
-                    "description": entry.description,
-                    "inputSchema": {
-                        "type": "object",
-                        "properties": entry.properties,
-                        "required": entry.required,
-                        "additionalProperties": false,
-                    },
+                    "name": schema.name,
+                    "description": schema.description,
+                    "inputSchema": schema.input_schema,
                     "annotations": annotations,
                 }))
                 .ok()
@@ -81,6 +60,24 @@ pub(crate) fn permission_prompt() -> &'static Tool {
     })
 }
 
+/// A tool the broker lists (code mode's), as an MCP tool.
+pub(crate) fn listed(tool: &airlock_broker::ListedTool) -> Option<Tool> {
+    let mut value = json!({
+        "name": tool.name,
+        "description": tool.description,
+        "inputSchema": tool.input_schema,
+    });
+    if let Some(hints) = &tool.annotations {
+        value["annotations"] = json!({
+            "readOnlyHint": hints.read_only_hint,
+            "destructiveHint": hints.destructive_hint,
+            "idempotentHint": hints.idempotent_hint,
+            "openWorldHint": hints.open_world_hint,
+        });
+    }
+    serde_json::from_value(value).ok()
+}
+
 /// A tool of an upstream as airlock lists it: renamed, and without an output
 /// schema (results airlock answers itself, a denial or a pending approval, do
 /// not follow the upstream's schema).
@@ -104,6 +101,7 @@ pub(crate) fn annotations_of(tool: &Tool) -> Option<airlock_core::ToolAnnotation
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
 
     #[test]
     fn every_builtin_tool_is_listed_with_its_schema() {
@@ -159,7 +157,7 @@ mod tests {
         shape(&serde_json::to_value(schemars::schema_for!(T)).unwrap())
     }
 
-    /// The schemas `tools/list` shows (tools.json) name exactly the parameters
+    /// The schemas `tools/list` shows (airlock-core's tools.json) name exactly the parameters
     /// the tools parse (airlock-fs's serde types): the same properties, the same
     /// required ones. A field added to one and not the other fails here.
     #[test]

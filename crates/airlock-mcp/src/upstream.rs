@@ -1266,9 +1266,21 @@ impl airlock_broker::Upstreams for UpstreamPool {
         let upstream = self.upstreams.get(upstream)?;
         let tools = upstream.tools();
         let listed = tools.iter().find(|listed| listed.name == tool)?;
-        Some(airlock_broker::UpstreamTool {
-            annotations: crate::tools::annotations_of(listed),
-        })
+        Some(upstream_tool(listed))
+    }
+
+    fn all_tools(&self) -> Vec<(String, String, airlock_broker::UpstreamTool)> {
+        let mut out = Vec::new();
+        for upstream in self.upstreams.all() {
+            for tool in upstream.tools().iter() {
+                out.push((
+                    upstream.config.name.clone(),
+                    tool.name.to_string(),
+                    upstream_tool(tool),
+                ));
+            }
+        }
+        out
     }
 
     fn tool_names(&self, upstream: &str) -> Vec<String> {
@@ -1322,4 +1334,17 @@ fn short(result: &ServerResult) -> String {
 /// The first characters of a message, to name it in an error.
 fn short_json(message: &Value) -> String {
     message.to_string().chars().take(120).collect()
+}
+
+/// What the broker knows of an upstream's tool.
+fn upstream_tool(tool: &rmcp::model::Tool) -> airlock_broker::UpstreamTool {
+    airlock_broker::UpstreamTool {
+        annotations: crate::tools::annotations_of(tool),
+        description: tool.description.as_ref().map(|text| text.to_string()),
+        input_schema: Some(serde_json::Value::Object((*tool.input_schema).clone())),
+        output_schema: tool
+            .output_schema
+            .as_ref()
+            .map(|schema| serde_json::Value::Object((**schema).clone())),
+    }
 }

@@ -106,22 +106,15 @@ fn upstreams(
             ));
             continue;
         }
-        match server.remove("type") {
-            None => {}
+        let needs = match server.remove("type") {
+            None => None,
             Some(Value::String(kind)) if kind == "stdio" => {
-                if !server.contains_key("command") {
-                    issues.push(ConfigIssue::new(
-                        here.clone(),
-                        "a stdio server needs `command`",
-                    ));
-                }
+                Some(("command", "a stdio server needs `command`"))
             }
             Some(Value::String(kind))
                 if ["http", "streamable-http", "streamableHttp"].contains(&kind.as_str()) =>
             {
-                if !server.contains_key("url") {
-                    issues.push(ConfigIssue::new(here.clone(), "an http server needs `url`"));
-                }
+                Some(("url", "an http server needs `url`"))
             }
             Some(_) => {
                 issues.push(ConfigIssue::new(
@@ -130,6 +123,11 @@ fn upstreams(
                 ));
                 continue;
             }
+        };
+        if let Some((key, message)) = needs
+            && !server.contains_key(key)
+        {
+            issues.push(ConfigIssue::new(here.clone(), message));
         }
         origins.0.push((format!("upstreams[{}]", list.len()), here));
         server.insert("name".to_owned(), Value::String(name.clone()));

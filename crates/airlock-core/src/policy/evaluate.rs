@@ -198,10 +198,17 @@ impl Policy {
             }
         }
 
-        // Layer 3: the profile (spec 004), strictest list wins.
+        // Layer 3: the profile (spec 004), strictest list wins; a
+        // code-mode run's `codemode_eval_<profile>` binds its profile too,
+        // so the call answers to both (it can narrow, never widen).
         let mut elicitation_fallback = self.elicitation_fallback;
         let mut applied_profile = None;
-        if let Some(name) = call.profile.as_deref().or(self.default_profile.as_deref()) {
+        let endpoint = call.profile.as_deref().or(self.default_profile.as_deref());
+        let narrowed = call.via.as_ref().and_then(|via| via.narrowed_to.as_deref());
+        for (index, name) in [endpoint, narrowed].into_iter().enumerate() {
+            let Some(name) = name else {
+                continue;
+            };
             match self.profiles.get(name) {
                 None => tally.deny(
                     Reason::UnknownProfile {
@@ -210,8 +217,13 @@ impl Policy {
                     ErrorCode::PolicyDenied,
                 ),
                 Some(profile) => {
-                    applied_profile = Some(profile.name.clone());
-                    if let Some(fallback) = profile.elicitation_fallback {
+                    if index == 0 {
+                        applied_profile = Some(profile.name.clone());
+                    }
+                    if let Some(fallback) = profile.elicitation_fallback
+                        && !(index > 0
+                            && elicitation_fallback == crate::config::ElicitationFallback::Deny)
+                    {
                         elicitation_fallback = fallback;
                     }
                     let tool = call.tool.as_str();

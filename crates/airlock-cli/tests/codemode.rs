@@ -1,0 +1,366 @@
+//! Code mode from the public surface: `airlock eval`, `codemode_eval` over
+//! MCP stdio and `POST /v1/tools/call`.
+//!
+//! The escape and denial-of-service corpora are files under
+//! `tests/codemode/{escape,dos}/`, one script each, with what must come of
+//! it in its first lines:
+//!
+//! ```text
+//! // expect-status: completed        (data.status)
+//! // expect-code: script_timeout     (error.code)
+//! // expect-result: [true, "x"]      (data.result, compared as JSON)
+//! // expect-logs-truncated: true
+//! ```
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use airlock_testkit::Workspace;
+use airlock_testkit::mcp::RawStdio;
+use serde_json::{Value, json};
+
+/// The corpus workspace: tight limits, so that each breach comes fast, and
+/// a profile that denies the destructive tools and `exec`.
+const CORPUS_CONFIG: &str = "\
+codemode:
+  cpu: 1s
+  wall: 10s
+  memory_bytes: 16777216
+  max_source_bytes: 4096
+  max_console_bytes: 4096
+  max_calls: 20
+profiles:
+  coder:
+    denylist: [delete_file, move_file, exec]
+default_profile: coder
+";
+
+fn corpus(dir: &str) -> Vec<PathBuf> {
+    let dir = airlock_testkit::repo().join("tests/codemode").join(dir);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "js"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// What a corpus file says must come of it.
+#[derive(Debug, Default)]
+struct Expected {
+    status: Option<String>,
+    code: Option<String>,
+    result: Option<Value>,
+    logs_truncated: Option<bool>,
+}
+
+fn expected(path: &Path) -> Expected {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut out = Expected::default();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("// expect-") else {
+            break;
+        };
+        let (key, value) = rest.split_once(": ").expect("// expect-KEY: VALUE");
+        match key {
+            "status" => out.status = Some(value.to_owned()),
+            "code" => out.code = Some(value.to_owned()),
+            "result" => out.result = Some(serde_json::from_str(value).expect("a JSON result")),
+            "logs-truncated" => out.logs_truncated = Some(value == "true"),
+            other => panic!("{}: unknown expectation {other}", path.display()),
+        }
+    }
+    assert!(
+        out.status.is_some() || out.code.is_some(),
+        "{}: says nothing of its outcome",
+        path.display()
+    );
+    out
+}
+
+/// Where `envelope` differs from what `path` expects.
+fn mismatch(path: &Path, envelope: &Value) -> Option<String> {
+    let want = expected(path);
+    let data = &envelope["data"];
+    let mut wrong = Vec::new();
+    if let Some(status) = &want.status
+        && data["status"] != json!(status)
+    {
+        wrong.push(format!("status {} (want {status})", data["status"]));
+    }
+    if let Some(code) = &want.code
+        && envelope["error"]["code"] != json!(code)
+    {
+        wrong.push(format!(
+            "code {} (want {code}): {}",
+            envelope["error"]["code"], envelope["error"]["message"]
+        ));
+    }
+    if let Some(result) = &want.result
+        && data["result"] != *result
+    {
+        wrong.push(format!("result {} (want {result})", data["result"]));
+    }
+    if let Some(truncated) = want.logs_truncated
+        && data["logs_truncated"] != json!(truncated)
+    {
+        wrong.push(format!("logs_truncated {}", data["logs_truncated"]));
+    }
+    (!wrong.is_empty()).then(|| format!("{}: {}\n  {envelope}", path.display(), wrong.join("; ")))
+}
+
+fn corpus_workspace() -> Workspace {
+    let ws = Workspace::new(CORPUS_CONFIG);
+    ws.write("hello.txt", "hello\nworld\n");
+    ws
+}
+
+/// Runs every file of `dir` with `airlock eval`, two at a time.
+fn run_corpus(dir: &str, at_least: usize) {
+    let ws = corpus_workspace();
+    let files = corpus(dir);
+    assert!(files.len() >= at_least, "{dir}: {} scripts", files.len());
+    let queue = Mutex::new(files.clone());
+    let failures = Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..2 {
+            scope.spawn(|| {
+                loop {
+                    let Some(path) = queue.lock().unwrap().pop() else {
+                        return;
+                    };
+                    let run = ws.run(&["eval", path.to_str().unwrap()]);
+                    if run.json.is_null() {
+                        failures.lock().unwrap().push(format!(
+                            "{}: no envelope (exit {}): {}",
+                            path.display(),
+                            run.code,
+                            run.stderr
+                        ));
+                    } else if let Some(wrong) = mismatch(&path, &run.json) {
+                        failures.lock().unwrap().push(wrong);
+                    }
+                }
+            });
+        }
+    });
+    let failures = failures.into_inner().unwrap();
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // Every run is in the audit log, start and end, and the chain holds.
+    let audit = ws.read(".airlock/audit.jsonl").unwrap();
+    let count = |event: &str| {
+        audit
+            .lines()
+            .filter(|line| line.contains(&format!("\"event\":\"{event}\"")))
+            .count()
+    };
+    let refused_before_start = 1; // source_too_large never starts
+    let expected_runs = files.len()
+        - if dir == "dos" {
+            refused_before_start
+        } else {
+            0
+        };
+    assert_eq!(count("code_run_start"), expected_runs);
+    assert_eq!(count("code_run_end"), expected_runs);
+    assert_eq!(ws.run(&["audit", "verify"]).code, 0);
+}
+
+/// At least 40 scripts that try to get out (code from strings, the
+/// intrinsics and `codemode` polluted, arguments that change between
+/// serialisation and use, host objects, modules, files and sockets, denied
+/// tools through aliases and computed names): each refused or contained.
+#[test]
+fn the_escape_corpus_is_contained() {
+    run_corpus("escape", 40);
+}
+
+/// Loops, regexes, recursion, memory, floods, unawaited and endless calls:
+/// each run ends with its code within its limit.
+#[test]
+fn the_denial_of_service_corpus_ends_each_run_with_its_code() {
+    run_corpus("dos", 15);
+}
+
+/// The policy decides every call a script makes, and the audit log records
+/// each one with the run it came from.
+#[test]
+fn every_call_of_a_script_is_audited_with_its_run() {
+    let ws = corpus_workspace();
+    ws.write(
+        "s.js",
+        "const a = await codemode.read_file({ path: \"hello.txt\" });\n\
+         let denied = null;\n\
+         try { await codemode.read_file({ path: \".airlock/audit.jsonl\" }) } catch (e) { denied = e.code }\n\
+         ({ lines: a.content.split(\"\\n\").length, denied })\n",
+    );
+    let run = ws.run(&["eval", "s.js", "--description", "count lines"]);
+    assert_eq!(run.code, 0, "{}", run.stdout);
+    let data = &run.json["data"];
+    assert_eq!(
+        data["result"],
+        json!({"lines": 3, "denied": "path_forbidden"})
+    );
+    let run_id = data["run_id"].as_str().unwrap().to_owned();
+    let calls: Vec<(u64, String, String)> = data["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|call| {
+            (
+                call["seq"].as_u64().unwrap(),
+                call["tool"].as_str().unwrap().to_owned(),
+                call["status"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        calls,
+        [
+            (1, "read_file".to_owned(), "allowed".to_owned()),
+            (2, "read_file".to_owned(), "denied".to_owned())
+        ]
+    );
+    let records: Vec<Value> = ws
+        .read(".airlock/audit.jsonl")
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .filter(|record: &Value| {
+            record["run_id"] == json!(run_id) || record["via"]["run_id"] == json!(run_id)
+        })
+        .collect();
+    let events: Vec<(String, Value, Value)> = records
+        .iter()
+        .map(|record| {
+            (
+                record["event"].as_str().unwrap().to_owned(),
+                record["via"]["seq"].clone(),
+                record["status"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        events,
+        [
+            ("code_run_start".to_owned(), Value::Null, Value::Null),
+            ("read_file".to_owned(), json!(1), json!("allowed")),
+            ("read_file".to_owned(), json!(2), json!("denied")),
+            ("code_run_end".to_owned(), Value::Null, json!("completed")),
+        ]
+    );
+    let start = &records[0];
+    assert_eq!(start["description"], json!("count lines"));
+    assert_eq!(
+        start["script_sha256"],
+        json!(airlock_testkit::sha(ws.read("s.js").unwrap()))
+    );
+}
+
+/// A syntax error is `parse_error` with its line and column; a throw is
+/// `script_error` with the line and column it came from.
+#[test]
+fn errors_carry_their_position() {
+    let ws = corpus_workspace();
+    // Where QuickJS records a position: a property read on its object, a
+    // name on the name; the column counts characters. (In a script with a
+    // top-level `return`, which runs as a function body, QuickJS records
+    // fewer: a call's, not a property read's.)
+    let cases = [
+        ("let b = ;\n", "parse_error", 1, 9),
+        ("let a = 1;\nlet b = ;\n", "parse_error", 2, 9),
+        ("null.y", "script_error", 1, 1),
+        ("const x = 1;\n\n  null.y;\n", "script_error", 3, 3),
+        ("\"é\"; null.y\n", "script_error", 1, 6),
+        ("'😀'; null.y\n", "script_error", 1, 6),
+        ("return missing(1)", "script_error", 1, 8),
+        ("function f() { null.y }\nf()", "script_error", 1, 16),
+    ];
+    for (code, want, line, column) in cases {
+        ws.write("e.js", code);
+        let run = ws.run(&["eval", "e.js"]);
+        let error = &run.json["data"]["error"];
+        assert_eq!(
+            (
+                error["code"].clone(),
+                error["line"].clone(),
+                error["column"].clone()
+            ),
+            (json!(want), json!(line), json!(column)),
+            "{code:?}: {}",
+            run.stdout
+        );
+    }
+}
+
+/// `codemode_eval` over MCP: listed with its variants, run, and a runaway
+/// script does not hold up the server: a call made after it is answered
+/// first.
+#[test]
+fn mcp_lists_and_runs_scripts_and_keeps_serving_during_a_runaway_one() {
+    let ws = Workspace::new(
+        "codemode:\n  cpu: 2s\n  profile_tools: [reader]\nprofiles:\n  reader:\n    allowlist: [read_file, exists]\n",
+    );
+    ws.write("hello.txt", "hello\n");
+    let mut raw = RawStdio::start(&ws, &[]);
+    let listed = raw.request(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}));
+    let names: Vec<&str> = listed["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|tool| tool["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.ends_with(&["codemode_eval", "codemode_eval_reader"]),
+        "{names:?}"
+    );
+    // The variant narrows: write_file is not offered to its scripts.
+    let call = |id: u64, tool: &str, code: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": {"name": tool, "arguments": {"code": code}}})
+    };
+    let answer = raw.request(call(
+        2,
+        "codemode_eval_reader",
+        "[typeof codemode.write_file, (await codemode.read_file({path: 'hello.txt'})).content]",
+    ));
+    assert_eq!(
+        answer["result"]["structuredContent"]["data"]["result"],
+        json!(["undefined", "hello\n"]),
+        "{answer}"
+    );
+    raw.send(&call(3, "codemode_eval", "for (;;) {}"));
+    raw.send(&json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+                     "params": {"name": "read_file", "arguments": {"path": "hello.txt"}}}));
+    let first = raw.receive();
+    assert_eq!(first["id"], json!(4), "{first}");
+    let second = raw.receive();
+    assert_eq!(second["id"], json!(3));
+    assert_eq!(
+        second["result"]["structuredContent"]["error"]["code"],
+        json!("script_timeout"),
+        "{second}"
+    );
+}
+
+/// `POST /v1/tools/call` runs `codemode_eval` like any tool.
+#[test]
+fn the_http_api_runs_scripts() {
+    const AGENT: &str = "agent-token-1";
+    let config = format!(
+        "auth:\n  tokens:\n    - {{name: claude, sha256: \"{}\", roles: [agent], user: u1}}\n",
+        airlock_testkit::token_sha256(AGENT)
+    );
+    let server = airlock_testkit::http::Server::start(&config);
+    let (status, body) = server.post(
+        "/v1/tools/call",
+        Some(AGENT),
+        &json!({"tool": "codemode_eval", "arguments": {"code": "(await codemode.stat({path: 'a.txt'})).size_bytes"}}),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["status"], json!("allowed"), "{body}");
+    assert_eq!(body["data"]["result"], json!(6), "{body}");
+}

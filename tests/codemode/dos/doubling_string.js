@@ -1,0 +1,3 @@
+// expect-code: script_memory
+let s = "x";
+for (;;) s = s.repeat(2);

@@ -1,0 +1,3 @@
+// expect-code: script_memory
+const a = [];
+for (;;) a.push({ n: a.length });

@@ -1,0 +1,2 @@
+// expect-code: script_timeout
+for (;;) {}

@@ -1,0 +1,4 @@
+// expect-code: script_timeout
+for (;;) {
+  try { while (true) {} } finally { continue }
+}

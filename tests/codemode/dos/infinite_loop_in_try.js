@@ -1,0 +1,4 @@
+// expect-code: script_timeout
+for (;;) {
+  try { for (;;) {} } catch (e) {}
+}

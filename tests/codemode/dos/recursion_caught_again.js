@@ -1,0 +1,3 @@
+// expect-code: script_timeout
+function f() { try { f() } catch (e) { f() } }
+f()

@@ -1,0 +1,2 @@
+// expect-code: script_limit
+"x".repeat(2 * 1024 * 1024)

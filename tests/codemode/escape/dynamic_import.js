@@ -1,0 +1,3 @@
+// expect-status: completed
+// expect-result: "ReferenceError"
+try { await import("fs"); "escaped" } catch (e) { e.name }

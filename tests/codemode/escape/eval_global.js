@@ -1,0 +1,3 @@
+// expect-status: completed
+// expect-result: ["undefined","undefined"]
+[typeof eval, typeof globalThis.eval]

@@ -1,0 +1,3 @@
+// expect-status: completed
+// expect-result: ["undefined","undefined","undefined","undefined"]
+[typeof fetch, typeof XMLHttpRequest, typeof WebSocket, typeof navigator]

@@ -1,0 +1,3 @@
+// expect-status: completed
+// expect-result: ["undefined","undefined","undefined"]
+[typeof Error.prepareStackTrace, typeof Error.captureStackTrace, typeof Error.stackTraceLimit]

@@ -1,0 +1,3 @@
+// expect-status: completed
+// expect-result: ["undefined","undefined","undefined","undefined"]
+[typeof setTimeout, typeof setInterval, typeof setImmediate, typeof performance]

@@ -1,0 +1,2 @@
+// expect-code: parse_error
+with (codemode) { read_file({ path: "hello.txt" }) }
