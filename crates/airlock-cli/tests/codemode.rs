@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use airlock_testkit::Workspace;
-use airlock_testkit::mcp::RawStdio;
+use airlock_testkit::mcp::{Driver, RawStdio};
 use serde_json::{Value, json};
 
 /// The corpus workspace: tight limits, so that each breach comes fast, and
@@ -363,4 +363,141 @@ fn the_http_api_runs_scripts() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["status"], json!("allowed"), "{body}");
     assert_eq!(body["data"]["result"], json!(6), "{body}");
+}
+
+fn everything_server() -> String {
+    let script = airlock_testkit::peers::tools_dir()
+        .join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    assert!(script.exists(), "{} is missing", script.display());
+    script.display().to_string()
+}
+
+/// One script run through `tool` by an MCP client: `data.status`,
+/// `data.result` and how many elicitations the client saw.
+fn run_script(
+    client: &mut airlock_testkit::mcp::Driver,
+    tool: &str,
+    code: &str,
+) -> (Value, Value, usize) {
+    let answer = client.call(tool, json!({"code": code}));
+    let data = &answer["structuredContent"]["data"];
+    (
+        data["status"].clone(),
+        data["result"].clone(),
+        answer["elicitations"].as_array().map_or(0, Vec::len),
+    )
+}
+
+/// Spec 004's precedence (denylist > asklist > allowlist miss > allow) and
+/// `elicitationFallback`, through `codemode_eval_<profile>` of a spec 004
+/// configuration loaded as written, with server-everything's tools and the
+/// Python SDK as the client: an asked call is asked when the script reaches
+/// it (approved: it runs; declined: the run ends `denied`), and a client
+/// that cannot be asked gets the profile's fallback.
+#[test]
+fn spec_004_profiles_decide_each_call_of_a_script() {
+    use airlock_testkit::peers::{Peer, require};
+    if !require(
+        "spec_004_profiles_decide_each_call_of_a_script",
+        &[Peer::PythonMcp, Peer::NodeTools],
+    ) {
+        return;
+    }
+    let ws = Workspace::empty();
+    let config = json!({
+        "servers": {"every": {"type": "stdio", "command": "node", "args": [everything_server(), "stdio"]}},
+        "evaluation": {"profiles": {
+            "safe": {"allowlist": ["every__echo", "every__get-sum"]},
+            "supervised": {"denylist": ["every__get-sum"], "asklist": ["every__*"]},
+            "lenient": {"asklist": ["every__echo"], "elicitationFallback": "allow"}
+        }}
+    });
+    ws.write(
+        "bridge.json",
+        serde_json::to_string_pretty(&config).unwrap(),
+    );
+    let echo = "try { (await codemode.every__echo({message: 'hi'})).content[0].text } catch (e) { [e.name, e.code] }";
+    let sum = "try { (await codemode['every__get-sum']({a: 1, b: 2})).content[0].text } catch (e) { [e.name, e.code] }";
+    let absent = "[typeof codemode.every__echo, typeof codemode['every__get-sum'], typeof codemode['every__get-env']]";
+
+    let serve = ["--config", "bridge.json", "serve", "--stdio"];
+    let mut form = Driver::stdio(&ws, &["--elicitation", "form"], &serve);
+    let names = form.tool_names();
+    for variant in [
+        "codemode_eval",
+        "codemode_eval_safe",
+        "codemode_eval_supervised",
+        "codemode_eval_lenient",
+    ] {
+        assert!(names.iter().any(|name| name == variant), "{names:?}");
+    }
+    // safe: an allowlist; what it names runs, the rest is not there.
+    assert_eq!(
+        run_script(&mut form, "codemode_eval_safe", absent),
+        (
+            json!("completed"),
+            json!(["function", "function", "undefined"]),
+            0
+        )
+    );
+    assert_eq!(
+        run_script(&mut form, "codemode_eval_safe", echo),
+        (json!("completed"), json!("Echo: hi"), 0)
+    );
+    // supervised: denylist over asklist; the asked call is asked.
+    assert_eq!(
+        run_script(&mut form, "codemode_eval_supervised", absent),
+        (
+            json!("completed"),
+            json!(["function", "undefined", "function"]),
+            0
+        )
+    );
+    form.answer_elicitations("accept", json!({"decision": "approve"}));
+    assert_eq!(
+        run_script(&mut form, "codemode_eval_supervised", echo),
+        (json!("completed"), json!("Echo: hi"), 1)
+    );
+    form.answer_elicitations("decline", json!(null));
+    let (status, result, asked) = run_script(&mut form, "codemode_eval_supervised", echo);
+    assert_eq!((status, result, asked), (json!("denied"), Value::Null, 1));
+    // The base tool under no profile: spec 004's default allow.
+    assert_eq!(
+        run_script(&mut form, "codemode_eval", sum),
+        (json!("completed"), json!("The sum of 1 and 2 is 3."), 0)
+    );
+    drop(form);
+
+    // A client that cannot be asked: the profile's fallback.
+    let mut none = Driver::stdio(&ws, &["--elicitation", "none"], &serve);
+    let refused = "try { await codemode.every__echo({message: 'hi'}); 'ran' } catch (e) { [e.name, e.code, e.reason] }";
+    assert_eq!(
+        run_script(&mut none, "codemode_eval_supervised", refused),
+        (
+            json!("completed"),
+            json!([
+                "ToolCallDeniedError",
+                "policy_denied",
+                "elicitation_unsupported"
+            ]),
+            0
+        )
+    );
+    let denied = "try { await codemode.read_file({path: '.airlock/audit.jsonl'}); 'ran' } catch (e) { [e.name, e.code, e.reason] }";
+    assert_eq!(
+        run_script(&mut none, "codemode_eval", denied),
+        (
+            json!("completed"),
+            json!(["ToolCallDeniedError", "path_forbidden", "denied"]),
+            0
+        )
+    );
+    assert_eq!(
+        run_script(&mut none, "codemode_eval_lenient", echo),
+        (json!("completed"), json!("Echo: hi"), 0)
+    );
+    assert_eq!(
+        run_script(&mut none, "codemode_eval_lenient", sum),
+        (json!("completed"), json!("The sum of 1 and 2 is 3."), 0)
+    );
 }

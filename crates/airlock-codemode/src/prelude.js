@@ -100,9 +100,11 @@
   });
 
   // 4. The errors a tool call can end in.
+  // `reason` is spec 004's: "denied" (the policy) or
+  // "elicitation_unsupported" (it would ask, and nobody can be asked).
   class ToolCallDeniedError extends RealError {
-    constructor(tool, code, reason) {
-      super(`${tool}: ${reason}`);
+    constructor(tool, code, reason, message) {
+      super(`${tool}: ${message === undefined ? reason : message}`);
       defineProperty(this, "name", { value: "ToolCallDeniedError" });
       this.tool = tool;
       this.code = code;
@@ -163,7 +165,7 @@
     if (kind === "ok") {
       entry.resolve(value);
     } else if (kind === "denied") {
-      entry.reject(new ToolCallDeniedError(value.tool, value.code, value.reason));
+      entry.reject(new ToolCallDeniedError(value.tool, value.code, value.reason, value.message));
     } else {
       entry.reject(new ToolCallError(value.tool, value.code, value.message));
     }

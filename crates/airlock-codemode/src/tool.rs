@@ -451,9 +451,16 @@ fn reply_of(tool: &str, listed: &ListedTool, envelope: &Envelope) -> Reply {
                 };
             }
             let code = error.map_or(ErrorCode::PolicyDenied, |error| error.code);
+            // Spec 004's reasons: the call would ask and nobody can be
+            // asked, or the policy refuses it.
+            let reason = if layer == Some("hitl") {
+                "elicitation_unsupported"
+            } else {
+                "denied"
+            };
             Reply::Settle {
                 kind: Settled::Denied,
-                payload: json!({"tool": tool, "code": code.as_str(), "reason": message})
+                payload: json!({"tool": tool, "code": code.as_str(), "reason": reason, "message": message})
                     .to_string(),
             }
         }

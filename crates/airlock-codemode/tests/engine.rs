@@ -19,7 +19,7 @@ impl Host for Echo {
             },
             "deny" => Reply::Settle {
                 kind: Settled::Denied,
-                payload: r#"{"tool":"deny","code":"policy_denied","reason":"denylist"}"#.to_owned(),
+                payload: r#"{"tool":"deny","code":"policy_denied","reason":"denied","message":"denylist"}"#.to_owned(),
             },
             _ => Reply::End {
                 status: "denied".to_owned(),
