@@ -114,8 +114,7 @@ pub fn snapshot(sandbox: &Sandbox, plan: &ChangePlan) -> Result<Vec<Before>, FsE
         .iter()
         .map(|change| {
             let target = resolve_change(sandbox, change)?;
-            let current = crate::files::read_current(&target)?
-                .map(|(bytes, stat)| (bytes, stat.st_mode & 0o1777));
+            let current = crate::files::read_current(&target)?;
             let hash = current.as_ref().map(|(bytes, _)| sha256_hex(bytes));
             check_hash(
                 &change.path,

@@ -132,13 +132,18 @@ pub(crate) fn hash_named(
 /// The whole current content and its metadata, or `None` if absent. A
 /// change keeps what it replaces (for the diff and for undo), so a file over
 /// the content limit is `too_large` before a byte of it is read.
-pub(crate) fn read_current(target: &SandboxedPath) -> Result<Option<(Vec<u8>, Stat)>, FsError> {
+/// Through an overlay, what a run staged there instead. The second value
+/// is the permission bits.
+pub(crate) fn read_current(target: &SandboxedPath) -> Result<Option<(Vec<u8>, u32)>, FsError> {
+    if let Some(staged) = target.staged() {
+        return Ok(staged.map(|file| (file.content.clone(), file.mode.unwrap_or(0o644) & 0o1777)));
+    }
     if !target.exists() {
         return Ok(None);
     }
     let (file, stat) = target.open_for_read()?;
     let bytes = read_bounded(file, &stat, target.content_limit(), target.requested())?;
-    Ok(Some((bytes, stat)))
+    Ok(Some((bytes, stat.st_mode & 0o1777)))
 }
 
 /// All of an open regular file, refused as `too_large` when it holds more than

@@ -53,6 +53,7 @@ mod diff;
 mod error;
 mod files;
 mod hash;
+mod overlay;
 mod plans;
 mod read;
 mod sandbox;
@@ -77,6 +78,7 @@ pub use search::{
 pub use error::FsError;
 pub use files::current_hash;
 pub use hash::{ContentHasher, sha256_hex, sha256_reader};
+pub use overlay::{Overlay, StagedFile};
 pub use read::{Encoding, LineRange, ReadData, ReadParams, read_file};
 pub use sandbox::{Access, FileKind, Sandbox, SandboxedPath};
 pub use write::{WriteMode, WriteParams, prepare_write};

@@ -421,11 +421,11 @@ fn read_existing(target: &SandboxedPath) -> Result<(Vec<u8>, u32), FsError> {
         Some(FileKind::Directory) => Err(FsError::IsDirectory {
             path: target.requested().to_owned(),
         }),
-        Some(FileKind::File | FileKind::Other) => read_current(target)?
-            .map(|(bytes, stat)| (bytes, stat.st_mode & 0o1777))
-            .ok_or_else(|| FsError::NotFound {
+        Some(FileKind::File | FileKind::Other) => {
+            read_current(target)?.ok_or_else(|| FsError::NotFound {
                 path: target.requested().to_owned(),
-            }),
+            })
+        }
     }
 }
 

@@ -150,9 +150,16 @@ pub fn read_file(sandbox: &Sandbox, params: &ReadParams) -> Result<ReadData, FsE
         }
     };
     let path = sandbox.resolve("path", &params.path, Access::Read)?;
-    let (file, _) = path.open_for_read()?;
     let cap = usize::try_from(max_bytes).unwrap_or(usize::MAX);
-    let scan = scan(file, selection, cap)
+    let scanned = match path.staged() {
+        // What a code-mode run staged, read as the file.
+        Some(Some(staged)) => scan(staged.content.as_slice(), selection, cap),
+        _ => {
+            let (file, _) = path.open_for_read()?;
+            scan(file, selection, cap)
+        }
+    };
+    let scan = scanned
         .map_err(|error| FsError::io(format!("cannot read `{}`", path.requested()), error))?;
 
     let mut returned = scan.content;

@@ -42,6 +42,8 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::overlay::{Overlay, StagedFile};
+
 use airlock_core::Policy;
 use airlock_core::config::{AbsolutePaths, FileBrokerConfig, FollowSymlinks};
 use airlock_core::policy::normalize_relative;
@@ -83,6 +85,9 @@ pub struct Sandbox {
     /// Where large outputs are stored ([`Sandbox::with_blob_dir`]).
     blob_dir: Option<PathBuf>,
     links: Arc<LinkGuard>,
+    /// A code-mode run's staged files, read as if written
+    /// ([`Sandbox::with_overlay`]).
+    overlay: Option<Arc<Overlay>>,
 }
 
 /// A path that went through [`Sandbox::resolve`]: inside the root, allowed by
@@ -98,6 +103,9 @@ pub struct SandboxedPath {
     /// (`max_write_bytes_hard`): its before-content is kept for the diff and
     /// for undo, and undo writes it back.
     content_limit: u64,
+    /// What a run staged at this path (through an overlay): its content,
+    /// or `Some(None)` for removed. Seen instead of the file.
+    staged: Option<Option<StagedFile>>,
 }
 
 /// Whether a regular file with more than one name may be read or written
@@ -243,7 +251,33 @@ impl Sandbox {
             policy,
             create_dirs,
             blob_dir: None,
+            overlay: None,
         })
+    }
+
+    /// This sandbox reading through `overlay`: what a code-mode run staged
+    /// is seen by the plans, reads, stats, greps and globs made with the
+    /// result, and by nothing else.
+    pub fn with_overlay(&self, overlay: Arc<Overlay>) -> Result<Sandbox, FsError> {
+        let root_fd = self
+            .root_fd
+            .try_clone()
+            .map_err(|error| FsError::io("cannot share the workspace root", error))?;
+        Ok(Sandbox {
+            root: self.root.clone(),
+            root_fd,
+            config: self.config.clone(),
+            policy: Arc::clone(&self.policy),
+            create_dirs: self.create_dirs.clone(),
+            blob_dir: self.blob_dir.clone(),
+            links: Arc::clone(&self.links),
+            overlay: Some(overlay),
+        })
+    }
+
+    /// The staged files this sandbox reads through, if any.
+    pub(crate) fn overlay(&self) -> Option<&Overlay> {
+        self.overlay.as_deref()
     }
 
     /// Stores outputs larger than `max_inline_bytes` (under `output_mode:
@@ -321,6 +355,10 @@ impl Sandbox {
                 allowed: self.allowed_dirs_text(),
             });
         }
+        let staged = self
+            .overlay
+            .as_ref()
+            .and_then(|overlay| overlay.get(&resolved).cloned());
         Ok(SandboxedPath {
             requested,
             resolved,
@@ -328,6 +366,7 @@ impl Sandbox {
             access,
             links: Arc::clone(&self.links),
             content_limit: self.config.max_write_bytes_hard,
+            staged,
         })
     }
 
@@ -670,11 +709,23 @@ impl SandboxedPath {
     }
 
     pub fn exists(&self) -> bool {
-        matches!(self.target, Target::Existing { .. })
+        match &self.staged {
+            Some(staged) => staged.is_some(),
+            None => matches!(self.target, Target::Existing { .. }),
+        }
+    }
+
+    /// What a run staged here, if this path was resolved through an
+    /// overlay that has it: `Some(None)` for removed.
+    pub fn staged(&self) -> Option<Option<&StagedFile>> {
+        self.staged.as_ref().map(Option::as_ref)
     }
 
     /// What the target is, or `None` when it does not exist.
     pub fn kind(&self) -> Option<FileKind> {
+        if let Some(staged) = &self.staged {
+            return staged.as_ref().map(|_| FileKind::File);
+        }
         match &self.target {
             Target::Existing { kind, .. } => Some(*kind),
             Target::Missing { .. } => None,
@@ -730,6 +781,13 @@ impl SandboxedPath {
     /// Opens the target for reading: a regular file, or an error (a hard
     /// link too, unless allowed).
     pub(crate) fn open_for_read(&self) -> Result<(File, Stat), FsError> {
+        // A staged file is read from the overlay ([`Self::staged`]); here
+        // it is one the run removed, or a caller that forgot the overlay.
+        if self.staged.is_some() {
+            return Err(FsError::NotFound {
+                path: self.requested.clone(),
+            });
+        }
         let (file, stat) = self.open_regular()?;
         self.links
             .check(&stat, &self.requested, self.access == Access::Write)?;

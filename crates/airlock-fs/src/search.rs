@@ -366,12 +366,28 @@ pub fn grep(sandbox: &Sandbox, params: &GrepParams) -> Result<GrepData, FsError>
         .build();
 
     let mut scan_limit = None;
-    let mut found = match resolve_base(sandbox, params.path.as_deref())? {
+    let found = match resolve_base(sandbox, params.path.as_deref())? {
         // A file named by `path` is searched whatever the filter says, as `rg`
         // searches a file it is given.
         Base::File(path) => {
             let mut found = Found::default();
             let rel = path.resolved();
+            if let Some(Some(staged)) = path.staged() {
+                // What a code-mode run staged, searched as the file.
+                if staged.content.len() as u64 > sandbox.config().max_scan_bytes {
+                    scan_limit = Some(ScanLimit::Bytes);
+                } else {
+                    search_bytes(
+                        &mut searcher,
+                        &matcher,
+                        rel,
+                        &staged.content,
+                        limit,
+                        &mut found,
+                    );
+                }
+                return finish_grep(sandbox, params, limit, found, scan_limit);
+            }
             let (file, _) = path.open_for_read()?;
             let size = file.metadata().map_or(0, |meta| meta.len());
             if size > sandbox.config().max_scan_bytes {
@@ -383,8 +399,14 @@ pub fn grep(sandbox: &Sandbox, params: &GrepParams) -> Result<GrepData, FsError>
         }
         Base::Directory(base) => {
             let config = sandbox.config();
+            let staged_filter = file_filter.clone();
             let (files, over, _) =
                 walked_files(sandbox, &base, file_filter, config.max_scan_files)?;
+            let files = with_staged(sandbox, &base, files, |rel| {
+                staged_filter.as_ref().is_none_or(|filter| {
+                    !filter.matched(sandbox.root().join(rel), false).is_ignore()
+                })
+            });
             if over {
                 scan_limit = Some(ScanLimit::Files);
             }
@@ -403,6 +425,17 @@ pub fn grep(sandbox: &Sandbox, params: &GrepParams) -> Result<GrepData, FsError>
         }
     };
 
+    finish_grep(sandbox, params, limit, found, scan_limit)
+}
+
+/// A grep's matches, sorted, cut to `limit` and shaped.
+fn finish_grep(
+    sandbox: &Sandbox,
+    params: &GrepParams,
+    limit: usize,
+    mut found: Found,
+    scan_limit: Option<ScanLimit>,
+) -> Result<GrepData, FsError> {
     found
         .files
         .sort_unstable_by(|a, b| a.path.as_bytes().cmp(b.path.as_bytes()));
@@ -473,6 +506,7 @@ pub fn glob(sandbox: &Sandbox, params: &GlobParams) -> Result<GlobData, FsError>
         }
     };
     let (files, over, left_out) = walked_files(sandbox, &base, None, config.max_scan_files)?;
+    let files = with_staged(sandbox, &base, files, |_| true);
     let base_prefix = if base.is_empty() { 0 } else { base.len() + 1 };
     let mut found: Vec<GlobHit> = Vec::new();
     for rel in &files {
@@ -480,6 +514,17 @@ pub fn glob(sandbox: &Sandbox, params: &GlobParams) -> Result<GlobData, FsError>
             continue;
         };
         if !matcher.is_match(below_base) {
+            continue;
+        }
+        if let Some(Some(staged)) = sandbox.overlay().and_then(|overlay| overlay.get(rel)) {
+            let ms = staged.mtime_ms;
+            found.push((
+                (
+                    i64::try_from(ms / 1000).unwrap_or(i64::MAX),
+                    (ms % 1000) * 1_000_000,
+                ),
+                rel.clone(),
+            ));
             continue;
         }
         // The time comes from the file as opened beneath the root, like a
@@ -525,7 +570,16 @@ pub fn list_dir(sandbox: &Sandbox, params: &ListDirParams) -> Result<ListDirData
     let path = sandbox.resolve("path", params.path.as_deref().unwrap_or(""), Access::Read)?;
     let policy = sandbox.policy();
     let mut names: Vec<String> = Vec::new();
-    for entry in path.list_directory()? {
+    // A directory only a code-mode run's staged files are in.
+    let staged_here = sandbox
+        .overlay()
+        .is_some_and(|overlay| !overlay.files_below(path.resolved()).is_empty());
+    let on_disk = if path.kind().is_none() && staged_here {
+        Vec::new()
+    } else {
+        path.list_directory()?
+    };
+    for entry in on_disk {
         let Some(name) = entry.name.to_str() else {
             continue;
         };
@@ -544,6 +598,9 @@ pub fn list_dir(sandbox: &Sandbox, params: &ListDirParams) -> Result<ListDirData
             shown.push('/');
         }
         names.push(shown);
+    }
+    if let Some(overlay) = sandbox.overlay() {
+        staged_entries(overlay, path.resolved(), &mut names);
     }
     names.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
     let count = names.len();
@@ -567,6 +624,17 @@ pub fn stat(sandbox: &Sandbox, params: &StatParams) -> Result<StatData, FsError>
     let not_found = || FsError::NotFound {
         path: path.requested().to_owned(),
     };
+    if let Some(staged) = path.staged() {
+        let staged = staged.ok_or_else(not_found)?;
+        return Ok(StatData {
+            path: path.requested().to_owned(),
+            exists: true,
+            kind: FileKind::File,
+            size_bytes: staged.content.len() as u64,
+            mtime_ms: i64::try_from(staged.mtime_ms).unwrap_or(i64::MAX),
+            readonly: staged.mode.is_some_and(|mode| mode & 0o222 == 0),
+        });
+    }
     let stat = path.stat_existing()?.ok_or_else(not_found)?;
     Ok(StatData {
         path: path.requested().to_owned(),
@@ -593,6 +661,13 @@ pub fn exists(sandbox: &Sandbox, params: &ExistsParams) -> Result<ExistsData, Fs
         Err(FsError::NotFound { .. } | FsError::NotADirectory { .. }) => return Ok(missing()),
         Err(error) => return Err(error),
     };
+    if let Some(staged) = path.staged() {
+        return Ok(ExistsData {
+            path: path.requested().to_owned(),
+            exists: staged.is_some(),
+            kind: staged.map(|_| FileKind::File),
+        });
+    }
     Ok(match path.stat_existing()? {
         Some(stat) => ExistsData {
             path: path.requested().to_owned(),
@@ -961,6 +1036,95 @@ fn first_lines(lines: &str, n: usize) -> &str {
     if n == 0 { "" } else { &lines[..end] }
 }
 
+/// The walked files as a code-mode run's overlay has them: those it
+/// staged or removed replaced by what it staged below `base` that `keep`
+/// admits, in path order.
+fn with_staged(
+    sandbox: &Sandbox,
+    base: &str,
+    mut files: Vec<String>,
+    keep: impl Fn(&str) -> bool,
+) -> Vec<String> {
+    let Some(overlay) = sandbox.overlay() else {
+        return files;
+    };
+    files.retain(|rel| overlay.get(rel).is_none());
+    files.extend(
+        overlay
+            .files_below(base)
+            .into_iter()
+            .map(|(rel, _)| rel)
+            .filter(|rel| keep(rel))
+            .map(str::to_owned),
+    );
+    files.sort_unstable_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+    files
+}
+
+/// A listing of `directory` as a code-mode run's overlay has it: removed
+/// files left out, staged ones in (a staged file in a new directory shows
+/// as that directory).
+fn staged_entries(overlay: &crate::Overlay, directory: &str, names: &mut Vec<String>) {
+    let prefix = if directory.is_empty() {
+        String::new()
+    } else {
+        format!("{directory}/")
+    };
+    for (path, state) in overlay.entries() {
+        let Some(rest) = path.strip_prefix(prefix.as_str()) else {
+            continue;
+        };
+        if rest.is_empty() {
+            continue;
+        }
+        match (rest.split_once('/'), state) {
+            (None, None) => names.retain(|name| name != rest),
+            (None, Some(_)) => {
+                if !names.iter().any(|name| name == rest) {
+                    names.push(rest.to_owned());
+                }
+            }
+            (Some((sub, _)), Some(_)) => {
+                let shown = format!("{sub}/");
+                if !names.contains(&shown) {
+                    names.push(shown);
+                }
+            }
+            (Some(_), None) => {}
+        }
+    }
+}
+
+/// [`search_one`] over content a code-mode run staged.
+fn search_bytes(
+    searcher: &mut Searcher,
+    matcher: &RegexMatcher,
+    rel: &str,
+    content: &[u8],
+    limit: usize,
+    found: &mut Found,
+) {
+    let mut sink = LineSink {
+        path: rel,
+        lines: String::new(),
+        kept: 0,
+        limit,
+        count: 0,
+        binary_at: None,
+    };
+    let _ = searcher.search_slice(matcher, content, &mut sink);
+    if sink.count > 0 {
+        found.match_count += sink.count;
+        found.files.push(FileMatches {
+            path: rel.to_owned(),
+            lines: sink.lines,
+            kept: sink.kept,
+            count: sink.count,
+            binary_at: sink.binary_at,
+        });
+    }
+}
+
 /// Searches one open file and records its matching lines in `found`.
 fn search_one(
     searcher: &mut Searcher,
@@ -1142,6 +1306,29 @@ fn search_files(
                     let Some(rel) = files.get(index) else {
                         break;
                     };
+                    if let Some(Some(staged)) =
+                        sandbox.overlay().and_then(|overlay| overlay.get(rel))
+                    {
+                        let size = staged.content.len() as u64;
+                        seen.fetch_add(size, std::sync::atomic::Ordering::Relaxed);
+                        let mut found = Found::default();
+                        search_bytes(
+                            &mut searcher,
+                            matcher,
+                            rel,
+                            &staged.content,
+                            limit,
+                            &mut found,
+                        );
+                        mine.push((
+                            index,
+                            Searched {
+                                size,
+                                matches: found.files.pop(),
+                            },
+                        ));
+                        continue;
+                    }
                     let Ok(file) = sandbox.open_walked_file(rel) else {
                         mine.push((
                             index,
