@@ -263,10 +263,14 @@ impl Broker {
             interrupt_after: test_stall::committing(options.interrupt_after),
             ..options
         };
-        let committed = match self
-            .store
-            .with_apply_lock(|| airlock_fs::commit(&self.sandbox, plan, options))
-        {
+        let committed = match self.store.with_apply_lock(|| {
+            // A code run's changes also need the files its script read
+            // to hold what it read.
+            if matches!(approval.plan, airlock_core::plan::Plan::Code(_)) {
+                self.check_reads(plan)?;
+            }
+            airlock_fs::commit(&self.sandbox, plan, options)
+        }) {
             Ok(committed) => committed,
             Err(error) => return fail(ErrorCode::IoError, error.to_string()),
         };

@@ -20,6 +20,9 @@ use crate::{Approval, Cancel};
 /// The base tool's name; `codemode_eval_<profile>` are its variants.
 pub const CODEMODE_TOOL: &str = "codemode_eval";
 
+/// The envelope's `op.method` of a run.
+pub const CODE_METHOD: &str = "codemode.eval";
+
 /// A tool as a client or a script sees it listed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ListedTool {
@@ -127,6 +130,11 @@ impl Broker {
         };
         let mut out = Vec::new();
         for schema in airlock_core::tools::schemas() {
+            // A command's changes could not join the run's staged diff (nor
+            // would it see the staged files): no `exec` in a script.
+            if schema.name == BuiltinTool::Exec.name() {
+                continue;
+            }
             if BuiltinTool::from_name(&schema.name).is_some() && lists(&schema.name) {
                 out.push(ListedTool {
                     name: schema.name.clone(),

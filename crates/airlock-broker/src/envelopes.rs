@@ -183,6 +183,7 @@ pub(crate) fn approval_method(plan: &airlock_core::plan::Plan) -> &'static str {
     match plan {
         airlock_core::plan::Plan::Exec(_) => "exec.run",
         airlock_core::plan::Plan::Agent(_) => "agent.tool",
+        airlock_core::plan::Plan::Code(_) => "codemode.propose",
         _ => "fs.propose_patch",
     }
 }
@@ -193,6 +194,7 @@ pub(crate) fn apply_method(plan: &airlock_core::plan::Plan) -> &'static str {
     match plan {
         airlock_core::plan::Plan::Exec(_) => "exec.run",
         airlock_core::plan::Plan::Agent(_) => "agent.tool",
+        airlock_core::plan::Plan::Code(_) => "codemode.apply",
         _ => "fs.apply_patch",
     }
 }

@@ -190,9 +190,10 @@ impl Broker {
                 tool: BuiltinTool::EditFile | BuiltinTool::WriteFile | BuiltinTool::ApplyPatch,
                 ..
             } => match self.plan(call)? {
-                Planned::Plan(plan) | Planned::DryRun(plan) | Planned::Command(plan, _) => {
-                    Ok(Some((plan, true)))
-                }
+                Planned::Plan(plan)
+                | Planned::DryRun(plan)
+                | Planned::Command(plan, _)
+                | Planned::Code(plan, _) => Ok(Some((plan, true))),
                 Planned::Agent(plan, _) => Ok(Some((plan.change, plan.exact))),
             },
             Mapped::Edits { path, edits } => {

@@ -39,6 +39,7 @@ mod presence;
 mod propose;
 mod record;
 mod runtime;
+mod staging;
 mod stats;
 mod submit;
 pub mod telemetry;
@@ -54,7 +55,7 @@ pub use batch::{BatchOutcome, MAX_BATCH};
 pub use broker::{Broker, Workspace};
 pub use checkpoints::{Checkpoints, KEY_FILE, LATEST_FILE, RecordProof};
 pub use clock::{Clock, ManualClock, SystemClock, clock_from_env};
-pub use code::{CODEMODE_TOOL, CodeCall, CodeMode, ListedTool, code_tool};
+pub use code::{CODE_METHOD, CODEMODE_TOOL, CodeCall, CodeMode, ListedTool, code_tool};
 pub use decide::{AlwaysAllow, AskForm, Authority, DecideRequest};
 pub use error::BrokerError;
 pub use exec::ExecParams;
@@ -70,6 +71,7 @@ pub use runtime::{
     ConfigRefused, NoUpstreams, Notice, Reloader, Runtime, RuntimeOptions, UpstreamTool, Upstreams,
     offered_unprefixed,
 };
+pub use staging::{RunProposal, Staging};
 pub use stats::{Bucket, Figures, Group, Percentiles, Stats, StatsBy, since_time};
 pub use submit::{ClientAsk, Mode, default_mode, deferred_ttl, explain};
 pub use views::{

@@ -33,6 +33,9 @@ pub(crate) enum Planned {
     /// An agent's own call (its hook asked), and what the human reads
     /// before its diff.
     Agent(airlock_core::plan::AgentPlan, String),
+    /// A code-mode run's staged changes, and what the human reads before
+    /// their diff (the script, its calls, its console).
+    Code(ChangePlan, String),
 }
 
 /// What an approval shows a human, and the plan it applies.
@@ -97,7 +100,16 @@ impl Broker {
 
     /// The plan of a write-class call, without side effects.
     pub(crate) fn plan(&self, call: &ToolCall) -> Result<Planned, FsError> {
-        let sandbox = &self.sandbox;
+        self.plan_in(&self.sandbox, call)
+    }
+
+    /// [`Broker::plan`] made in `sandbox` (a code-mode run's, which reads
+    /// through what the run staged).
+    pub(crate) fn plan_in(
+        &self,
+        sandbox: &airlock_fs::Sandbox,
+        call: &ToolCall,
+    ) -> Result<Planned, FsError> {
         let args = &call.args;
         let plan = match call.tool.as_str() {
             "write_file" => airlock_fs::prepare_write(sandbox, &WriteParams::from_args(args)?)?,
@@ -256,9 +268,14 @@ impl Broker {
         let by_fallback = asks && handling == Handling::Allow;
         let asks = asks && !by_fallback;
         let mut agent = None;
+        let mut code_run = false;
         let (plan, preface) = match planned {
             Ok(Planned::Plan(plan)) => (plan, String::new()),
             Ok(Planned::Command(plan, preface)) => (plan, preface),
+            Ok(Planned::Code(plan, preface)) => {
+                code_run = true;
+                (plan, preface)
+            }
             Ok(Planned::Agent(agent_plan, preface)) => {
                 let plan = agent_plan.change.clone();
                 agent = Some(agent_plan);
@@ -282,6 +299,7 @@ impl Broker {
 
         let stored = match agent {
             Some(agent) => Some(Plan::Agent(agent)),
+            None if code_run => Some(Plan::Code(plan.clone())),
             None => BuiltinTool::from_name(&call.tool)
                 .and_then(|tool| Plan::of_builtin(tool, plan.clone())),
         };

@@ -262,14 +262,16 @@ impl Broker {
         use airlock_core::ToolOrigin;
         use airlock_core::tools::BuiltinTool;
         match &call.origin {
-            ToolOrigin::Builtin(BuiltinTool::ReadFile) => self.read(call, &decision, base),
+            ToolOrigin::Builtin(BuiltinTool::ReadFile) => {
+                self.read(&self.sandbox, call, &decision, base)
+            }
             ToolOrigin::Builtin(
                 BuiltinTool::Grep
                 | BuiltinTool::Glob
                 | BuiltinTool::ListDir
                 | BuiltinTool::Stat
                 | BuiltinTool::Exists,
-            ) => self.look(call, &decision, base),
+            ) => self.look(&self.sandbox, call, &decision, base),
             ToolOrigin::Builtin(BuiltinTool::ProposalStatus) => {
                 self.read_only(call, &decision, base, "tool_call", || {
                     self.proposal_status(call)
@@ -374,18 +376,29 @@ impl Broker {
         grants_of(self.store.grants(now).unwrap_or_default())
     }
 
-    pub(crate) fn read(&self, call: &ToolCall, decision: &Decision, base: Record) -> Envelope {
+    pub(crate) fn read(
+        &self,
+        sandbox: &airlock_fs::Sandbox,
+        call: &ToolCall,
+        decision: &Decision,
+        base: Record,
+    ) -> Envelope {
         self.read_only(call, decision, base, "read_file", || {
             let params = ReadParams::from_args(&call.args)?;
-            let data = airlock_fs::read_file(&self.sandbox, &params)?;
+            let data = airlock_fs::read_file(sandbox, &params)?;
             Ok(serde_json::to_value(&data).unwrap_or(Value::Null))
         })
     }
 
     /// grep, glob, list_dir, stat, exists.
-    pub(crate) fn look(&self, call: &ToolCall, decision: &Decision, base: Record) -> Envelope {
+    pub(crate) fn look(
+        &self,
+        sandbox: &airlock_fs::Sandbox,
+        call: &ToolCall,
+        decision: &Decision,
+        base: Record,
+    ) -> Envelope {
         self.read_only(call, decision, base, "tool_call", || {
-            let sandbox = &self.sandbox;
             let args = &call.args;
             let data = match call.tool.as_str() {
                 "grep" => to_value(airlock_fs::grep(

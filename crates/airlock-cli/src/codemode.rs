@@ -54,6 +54,9 @@ pub(crate) struct EvalArgs {
     /// The reason for --yes, where the risk requires one.
     #[arg(long, value_name = "R", requires = "yes")]
     reason: Option<String>,
+    /// Run it and show the diff of what it would change; propose nothing.
+    #[arg(long)]
+    dry_run: bool,
 }
 
 pub(crate) fn eval(broker: Broker, args: &EvalArgs) -> Result<u8, Failure> {
@@ -70,6 +73,9 @@ pub(crate) fn eval(broker: Broker, args: &EvalArgs) -> Result<u8, Failure> {
     let mut call_args = serde_json::json!({"code": code});
     if let Some(description) = &args.description {
         call_args["description"] = serde_json::Value::String(description.clone());
+    }
+    if args.dry_run {
+        call_args["dry_run"] = serde_json::Value::Bool(true);
     }
     let tool = match &args.narrowed {
         Some(profile) => format!("{}_{profile}", airlock_broker::CODEMODE_TOOL),

@@ -501,3 +501,187 @@ fn spec_004_profiles_decide_each_call_of_a_script() {
         (json!("completed"), json!("The sum of 1 and 2 is 3."), 0)
     );
 }
+
+/// Every file under `root` but airlock's own state and the scripts: path
+/// and content.
+fn tree(root: &Path) -> Vec<(String, String)> {
+    fn walk(root: &Path, dir: &Path, out: &mut Vec<(String, String)>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let rel = path
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            if rel == ".airlock" || rel.ends_with(".js") || rel == "airlock.yaml" {
+                continue;
+            }
+            if path.is_dir() {
+                walk(root, &path, out);
+            } else {
+                out.push((rel, std::fs::read_to_string(&path).unwrap()));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(root, root, &mut out);
+    out.sort();
+    out
+}
+
+fn staging_workspace() -> Workspace {
+    let ws = Workspace::new("");
+    ws.write("a.txt", "one\ntwo\nthree\n");
+    ws.write("b.txt", "keep\n");
+    ws.write("c.txt", "bye\n");
+    ws.write("notes.txt", "config\n");
+    ws
+}
+
+/// The calls of the staging script, in order, as direct calls.
+const STAGED_CALLS: [(&str, &str); 5] = [
+    ("write_file", r#"{"path": "new.txt", "content": "fresh\n"}"#),
+    (
+        "edit_file",
+        r#"{"path": "a.txt", "old_string": "two", "new_string": "TWO"}"#,
+    ),
+    (
+        "apply_patch",
+        r#"{"patch": "--- a/new.txt\n+++ b/new.txt\n@@ -1 +1,2 @@\n fresh\n+patched\n"}"#,
+    ),
+    ("delete_file", r#"{"path": "c.txt"}"#),
+    (
+        "move_file",
+        r#"{"from": "b.txt", "to": "src/b.txt", "create_parents": true}"#,
+    ),
+];
+
+const STAGING_SCRIPT: &str = r#"
+const notes = (await codemode.read_file({path: "notes.txt"})).content;
+await codemode.write_file({path: "new.txt", content: "fresh\n"});
+await codemode.edit_file({path: "a.txt", old_string: "two", new_string: "TWO"});
+const back = (await codemode.read_file({path: "a.txt"})).content;
+await codemode.apply_patch({patch: "--- a/new.txt\n+++ b/new.txt\n@@ -1 +1,2 @@\n fresh\n+patched\n"});
+await codemode.delete_file({path: "c.txt"});
+await codemode.move_file({from: "b.txt", to: "src/b.txt", create_parents: true});
+const seen = (await codemode.glob({pattern: "**/*.txt"})).paths.split("\n").sort();
+const hits = (await codemode.grep({pattern: "TWO|patched", glob_filter: "*.txt"})).matches;
+const gone = (await codemode.exists({path: "c.txt"})).exists;
+({notes, back, seen, hits, gone})
+"#;
+
+/// A script that writes, edits, reads its own write back, patches, deletes
+/// and moves: its reads see what it staged, nothing is written while it
+/// runs, and it ends in one proposal with one diff over every file.
+/// Approved, the workspace is what the same calls made directly make;
+/// undone, it is what it was.
+#[test]
+fn a_script_s_writes_are_staged_into_one_proposal() {
+    let ws = staging_workspace();
+    let before = tree(ws.root());
+    ws.write("s.js", STAGING_SCRIPT);
+    let run = ws.run(&["eval", "s.js", "--defer", "--description", "tidy up"]);
+    let data = &run.json["data"];
+    assert_eq!(run.json["status"], json!("hitl_required"), "{}", run.stdout);
+    assert_eq!(
+        data["result"],
+        json!({
+            "notes": "config\n",
+            "back": "one\nTWO\nthree\n",
+            "seen": ["a.txt", "new.txt", "notes.txt", "src/b.txt"],
+            "hits": "a.txt:2:TWO\nnew.txt:2:patched",
+            "gone": false,
+        })
+    );
+    let statuses: Vec<&str> = data["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|call| call["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            "allowed", "staged", "staged", "allowed", "staged", "staged", "staged", "allowed",
+            "allowed", "allowed"
+        ]
+    );
+    assert_eq!(
+        data["staged"]["changed_paths"],
+        json!(["a.txt", "b.txt", "c.txt", "new.txt", "src/b.txt"])
+    );
+    // Nothing written yet, and one approval for all of it.
+    assert_eq!(tree(ws.root()), before);
+    let pending = ws.run(&["pending", "--json"]).json;
+    assert_eq!(pending.as_array().unwrap().len(), 1, "{pending}");
+    let id = run.json["hitl"]["hitl_id"].as_str().unwrap().to_owned();
+    let shown = ws.run(&["show", &id]).stdout;
+    assert!(shown.contains("What it says it does: tidy up"), "{shown}");
+    assert!(shown.contains("-two\n+TWO"), "{shown}");
+
+    let approved = ws.run(&["approve", &id]);
+    assert_eq!(
+        approved.json["status"],
+        json!("allowed"),
+        "{}",
+        approved.stdout
+    );
+
+    // The same calls made directly, one by one, in a twin workspace.
+    let twin = staging_workspace();
+    for (tool, args) in STAGED_CALLS {
+        let direct = twin.run(&["call", tool, "--args", args, "--yes"]);
+        assert_eq!(
+            direct.json["status"],
+            json!("allowed"),
+            "{tool}: {}",
+            direct.stdout
+        );
+    }
+    assert_eq!(tree(ws.root()), tree(twin.root()));
+
+    let undone = ws.run(&["undo", &id]);
+    assert_eq!(undone.code, 0, "{}", undone.stdout);
+    assert_eq!(tree(ws.root()), before);
+    assert_eq!(ws.run(&["audit", "verify"]).code, 0);
+}
+
+/// A file the script only read changes before the approval: the run's
+/// changes are stale and nothing is applied. A file it changed, the same.
+#[test]
+fn a_script_s_changes_are_stale_when_what_it_read_changed() {
+    for touched in ["notes.txt", "a.txt"] {
+        let ws = staging_workspace();
+        ws.write("s.js", STAGING_SCRIPT);
+        let run = ws.run(&["eval", "s.js", "--defer"]);
+        let id = run.json["hitl"]["hitl_id"].as_str().unwrap().to_owned();
+        ws.write(touched, "changed meanwhile\n");
+        let before = tree(ws.root());
+        let approved = ws.run(&["approve", &id]);
+        assert_eq!(
+            approved.json["error"]["code"],
+            json!("stale"),
+            "{touched}: {}",
+            approved.stdout
+        );
+        assert_eq!(tree(ws.root()), before, "{touched}");
+    }
+}
+
+/// `dry_run`: the diff and the calls, and nothing proposed.
+#[test]
+fn a_dry_run_shows_the_diff_and_proposes_nothing() {
+    let ws = staging_workspace();
+    ws.write("s.js", STAGING_SCRIPT);
+    let before = tree(ws.root());
+    let run = ws.run(&["eval", "s.js", "--dry-run"]);
+    assert_eq!(run.json["status"], json!("allowed"), "{}", run.stdout);
+    let staged = &run.json["data"]["staged"];
+    assert_eq!(staged["dry_run"], json!(true));
+    assert!(
+        staged["diff"].as_str().unwrap().contains("+++ b/src/b.txt"),
+        "{staged}"
+    );
+    assert_eq!(tree(ws.root()), before);
+    assert_eq!(ws.run(&["pending", "--json"]).json, json!([]));
+}

@@ -8,7 +8,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use airlock_broker::{Approval, CodeCall, CodeMode, ListedTool, Record};
+use airlock_broker::{Approval, CodeCall, CodeMode, ListedTool, Record, RunProposal, Staging};
 use airlock_core::envelope::{Envelope, Status};
 use airlock_core::{ErrorCode, ToolCall, Via};
 use serde_json::{Map, Value, json};
@@ -59,6 +59,7 @@ impl Drop for Slot<'_> {
 struct EvalArgs {
     code: String,
     description: Option<String>,
+    dry_run: bool,
 }
 
 fn eval_args(args: &Value) -> Result<EvalArgs, String> {
@@ -67,10 +68,10 @@ fn eval_args(args: &Value) -> Result<EvalArgs, String> {
     };
     if let Some(key) = object
         .keys()
-        .find(|key| !["code", "description"].contains(&key.as_str()))
+        .find(|key| !["code", "description", "dry_run"].contains(&key.as_str()))
     {
         return Err(format!(
-            "unknown argument `{}` (codemode_eval takes code and description)",
+            "unknown argument `{}` (codemode_eval takes code, description and dry_run)",
             airlock_core::display::safe_text(key)
         ));
     }
@@ -84,7 +85,16 @@ fn eval_args(args: &Value) -> Result<EvalArgs, String> {
         Some(Value::String(text)) => Some(text.clone()),
         Some(_) => return Err("`description` must be a string".to_owned()),
     };
-    Ok(EvalArgs { code, description })
+    let dry_run = match object.get("dry_run") {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(flag)) => *flag,
+        Some(_) => return Err("`dry_run` must be true or false".to_owned()),
+    };
+    Ok(EvalArgs {
+        code,
+        description,
+        dry_run,
+    })
 }
 
 /// The script inside a Markdown fence (```js … ```), the fence lines
@@ -207,6 +217,7 @@ impl CodeMode for CodeTool {
                 "the audit log could not be written; the script was not run".to_owned(),
             );
         }
+        let staging = Staging::new();
         let host = BrokerHost {
             broker,
             outer: call,
@@ -218,9 +229,10 @@ impl CodeMode for CodeTool {
             tools: &tools,
             log: Mutex::new(Vec::new()),
             pending: Mutex::new(Vec::new()),
+            staging: &staging,
         };
         let start = Start {
-            code,
+            code: code.clone(),
             tools: tools.keys().cloned().collect(),
             limits: limits_of(config),
             seed,
@@ -229,7 +241,22 @@ impl CodeMode for CodeTool {
         let wall = Duration::from_secs(config.wall_seconds().unwrap_or(60));
         let outcome = driver::run(&self.isolation, start, wall, &host);
         let calls = host.log.into_inner().unwrap_or_default();
-        let envelope = envelope_of(call, &run_id, &outcome, calls);
+        let mut envelope = envelope_of(call, &run_id, &outcome, &calls);
+        // A script that ended well proposes what it staged, once; one that
+        // did not leaves nothing behind.
+        if matches!(outcome.end, End::Done(_)) && !staging.is_empty() {
+            let proposal = RunProposal {
+                call,
+                report: run_report(&run_id, &script_sha256, &args, &code, &calls, &outcome),
+                preface: preface(&args, &script_sha256, &calls),
+                dry_run: args.dry_run,
+            };
+            if let Some(proposed) =
+                broker.propose_staged(staging, proposal, run.mode, run.on_pending)
+            {
+                envelope = with_proposal(envelope, proposed, args.dry_run);
+            }
+        }
         let mut ended = record("code_run_end")
             .text("status", data_status(&envelope))
             .number("calls", u64::from(outcome.calls))
@@ -272,14 +299,15 @@ impl CodeMode for CodeTool {
         ListedTool {
             name: name.to_owned(),
             description: format!(
-                "Runs a short JavaScript program that calls tools as `await codemode.<tool>(args)` and returns the value of its last expression (or of a top-level `return`). Every call is checked by airlock's policy like a direct call: a refused call throws a catchable ToolCallDeniedError {{tool, code, reason}}; a call a human denies ends the run. console.log lines come back in `logs`. No network, files, timers or eval: only codemode.*, console.* and the result.{scope} Tools: {}.",
+                "Runs a short JavaScript program that calls tools as `await codemode.<tool>(args)` and returns the value of its last expression (or of a top-level `return`). Every call is checked by airlock's policy like a direct call: a refused call throws a catchable ToolCallDeniedError {{tool, code, reason}}; a call a human denies ends the run. File writes (write_file, edit_file, apply_patch, delete_file, move_file) are staged, not written: later reads, greps and globs of the script see them, and when the script ends they are proposed as one change, approved once and applied together (`dry_run: true` shows the diff and proposes nothing). console.log lines come back in `logs`. No network, files, timers or eval: only codemode.*, console.* and the result.{scope} Tools: {}.",
                 names.join(", ")
             ),
             input_schema: json!({
                 "type": "object",
                 "properties": {
                     "code": {"type": "string", "description": "The script: JavaScript, the body of an async function (top-level await and return work)."},
-                    "description": {"type": "string", "description": "What the script does, shown to the human who approves its calls."}
+                    "description": {"type": "string", "description": "What the script does, shown to the human who approves its calls."},
+                    "dry_run": {"type": "boolean", "description": "Run the script and return the diff of its staged changes; propose nothing."}
                 },
                 "required": ["code"],
                 "additionalProperties": false
@@ -320,6 +348,8 @@ struct BrokerHost<'a> {
     log: Mutex<Vec<CallEntry>>,
     /// Approvals of calls under way, cancelled if the run ends first.
     pending: Mutex<Vec<String>>,
+    /// What the script's writes staged.
+    staging: &'a Staging,
 }
 
 // The broker's callbacks are called from the call threads; what they
@@ -386,7 +416,7 @@ impl Host for BrokerHost<'_> {
             narrowed_to: self.narrowed_to.map(str::to_owned),
         });
         let waiting: Mutex<Option<crate::driver::Waiting>> = Mutex::new(None);
-        let envelope = self.broker.submit_cancellable(
+        let envelope = self.broker.submit_staged(
             &inner,
             self.mode,
             &|approval: &Approval| {
@@ -399,11 +429,22 @@ impl Host for BrokerHost<'_> {
                 (self.on_pending)(approval);
             },
             self.cancel,
+            self.staging,
         );
         drop(waiting);
         let hitl_id = envelope.hitl.as_ref().map(|hitl| hitl.hitl_id.clone());
         let code = envelope.error.as_ref().map(|error| error.code);
-        record(entry(envelope.status.as_str(), code, hitl_id.clone()));
+        let staged = envelope
+            .data
+            .as_ref()
+            .and_then(|data| data.get("staged"))
+            .is_some_and(|flag| flag == &Value::Bool(true));
+        let status = if staged {
+            "staged"
+        } else {
+            envelope.status.as_str()
+        };
+        record(entry(status, code, hitl_id.clone()));
         reply_of(tool, listed, &envelope)
     }
 
@@ -498,26 +539,19 @@ fn data_status(envelope: &Envelope) -> &str {
 
 /// The run's envelope: `data` is `{run_id, status, result, logs,
 /// logs_truncated, calls, error?}`.
-fn envelope_of(
-    call: &ToolCall,
-    run_id: &str,
-    outcome: &Outcome,
-    calls: Vec<CallEntry>,
-) -> Envelope {
-    let mut calls = calls;
-    calls.sort_by_key(|entry| entry.seq);
-    let calls: Vec<Value> = calls
-        .into_iter()
+fn envelope_of(call: &ToolCall, run_id: &str, outcome: &Outcome, calls: &[CallEntry]) -> Envelope {
+    let calls: Vec<Value> = sorted(calls)
+        .iter()
         .map(|entry| {
             let mut object = Map::new();
             object.insert("seq".to_owned(), json!(entry.seq));
             object.insert("tool".to_owned(), json!(entry.tool));
             object.insert("args_sha256".to_owned(), json!(entry.args_sha256));
             object.insert("status".to_owned(), json!(entry.status));
-            if let Some(code) = entry.code {
+            if let Some(code) = &entry.code {
                 object.insert("code".to_owned(), json!(code));
             }
-            if let Some(hitl_id) = entry.hitl_id {
+            if let Some(hitl_id) = &entry.hitl_id {
                 object.insert("hitl_id".to_owned(), json!(hitl_id));
             }
             object.insert("ms".to_owned(), json!(entry.ms));
@@ -603,6 +637,117 @@ fn failure_json(failure: &Failure) -> Value {
         error["column"] = json!(column);
     }
     error
+}
+
+fn sorted(calls: &[CallEntry]) -> Vec<CallEntry> {
+    let mut calls = calls.to_vec();
+    calls.sort_by_key(|entry| entry.seq);
+    calls
+}
+
+/// The most of the console a proposal keeps.
+const CONSOLE_EXCERPT_BYTES: usize = 4096;
+
+/// The run, as its proposal's report keeps it.
+fn run_report(
+    run_id: &str,
+    script_sha256: &str,
+    args: &EvalArgs,
+    code: &str,
+    calls: &[CallEntry],
+    outcome: &Outcome,
+) -> Map<String, Value> {
+    let mut console = String::new();
+    for (level, text) in &outcome.logs {
+        let line = format!("[{level}] {text}\n");
+        if console.len() + line.len() > CONSOLE_EXCERPT_BYTES {
+            console.push_str("…\n");
+            break;
+        }
+        console.push_str(&line);
+    }
+    let calls: Vec<Value> = sorted(calls)
+        .iter()
+        .map(|entry| json!({"seq": entry.seq, "tool": entry.tool, "args_sha256": entry.args_sha256, "status": entry.status}))
+        .collect();
+    let mut report = Map::new();
+    report.insert("run_id".to_owned(), json!(run_id));
+    report.insert("script_sha256".to_owned(), json!(script_sha256));
+    report.insert("script".to_owned(), json!(code));
+    report.insert("description".to_owned(), json!(args.description));
+    report.insert("calls".to_owned(), json!(calls));
+    report.insert("console".to_owned(), json!(console));
+    report
+}
+
+/// What the human reads before the run's diff.
+fn preface(args: &EvalArgs, script_sha256: &str, calls: &[CallEntry]) -> String {
+    let mut text = String::from("A code-mode script wants to make these changes, all at once.\n");
+    if let Some(description) = &args.description {
+        text.push_str(&format!("What it says it does: {description}\n"));
+    }
+    text.push_str(&format!("Script: {script_sha256}\n"));
+    let calls = sorted(calls);
+    text.push_str(&format!("Its {} calls:\n", calls.len()));
+    for entry in calls.iter().take(50) {
+        text.push_str(&format!(
+            "  {}. {} ({})\n",
+            entry.seq, entry.tool, entry.status
+        ));
+    }
+    if calls.len() > 50 {
+        text.push_str(&format!("  … and {} more\n", calls.len() - 50));
+    }
+    text.push('\n');
+    text
+}
+
+/// The run's envelope once its changes were proposed: applied, waiting
+/// for a human, refused or failed, with what was staged.
+fn with_proposal(run: Envelope, proposed: Envelope, dry_run: bool) -> Envelope {
+    let mut data = run.data.clone().unwrap_or(Value::Null);
+    let mut staged = json!({});
+    if let Some(found) = proposed.data.as_ref() {
+        for key in [
+            "changed_paths",
+            "summary",
+            "plan_hash",
+            "patch_hash",
+            "diff",
+            "dry_run",
+        ] {
+            if let Some(value) = found.get(key) {
+                staged[key] = value.clone();
+            }
+        }
+    }
+    if let Some(hitl) = &proposed.hitl {
+        staged["hitl_id"] = json!(hitl.hitl_id);
+    }
+    staged["status"] = json!(proposed.status.as_str());
+    if dry_run {
+        staged["dry_run"] = json!(true);
+    }
+    data["staged"] = staged;
+    let status = match proposed.status {
+        Status::Allowed => "completed",
+        Status::HitlRequired => "hitl_required",
+        Status::Denied => "denied",
+        Status::Error => "error",
+    };
+    data["status"] = json!(status);
+    if let Some(error) = &proposed.error {
+        data["error"] = json!({"code": error.code.as_str(), "message": error.message});
+    }
+    Envelope {
+        status: proposed.status,
+        data: Some(data),
+        hitl: proposed.hitl,
+        error: proposed.error,
+        decision: proposed.decision,
+        audit: proposed.audit,
+        ..run
+    }
 }
 
 #[cfg(test)]

@@ -255,6 +255,16 @@ impl Plan {
         };
         // An agent's call is whatever tool the agent used, as airlock's
         // policy named it.
+        // A code run's changes are an approval of code mode's tool.
+        if matches!(plan, Plan::Code(_)) {
+            let code_tool = tool == "codemode_eval" || tool.starts_with("codemode_eval_");
+            if !code_tool {
+                return Err(unreadable(format!(
+                    "a `code` plan in an approval of `{tool}`"
+                )));
+            }
+            return Ok(plan);
+        }
         if plan.change().is_some() && !matches!(plan, Plan::Agent(_)) {
             let expected = BuiltinTool::from_name(tool).and_then(Plan::kind_of);
             if expected != Some(plan.kind()) {

@@ -41,6 +41,12 @@ pub enum Plan {
     /// `exec.preview` says so): the call, run once approved, its file
     /// changes applied through the change engine then.
     ExecRun(ExecRun),
+    /// A code-mode run's file changes (DESIGN §5.2): what its write calls
+    /// staged, as one change over every file, applied without running the
+    /// script again. The report holds the run (its id, the script's hash,
+    /// the calls, the console) and what the script read, which must not
+    /// have changed either.
+    Code(ChangePlan),
     /// A call an agent makes with its own tool, asked about by its hook
     /// (DESIGN §9.1): approving it lets the agent go ahead, and the agent
     /// makes the change itself; airlock keeps what it showed (the change
@@ -75,6 +81,7 @@ impl Plan {
             Plan::Upstream(_) => "upstream",
             Plan::Exec(_) => "exec",
             Plan::ExecRun(_) => "exec_run",
+            Plan::Code(_) => "code",
             Plan::Agent(_) => "agent",
         }
     }
@@ -101,7 +108,8 @@ impl Plan {
             | Plan::Patch(change)
             | Plan::Delete(change)
             | Plan::Move(change)
-            | Plan::Exec(change) => Some(change),
+            | Plan::Exec(change)
+            | Plan::Code(change) => Some(change),
             Plan::Agent(agent) => Some(&agent.change),
             Plan::Upstream(_) | Plan::ExecRun(_) => None,
         }
@@ -117,6 +125,7 @@ impl Plan {
             Plan::Delete(_) => Plan::Delete(change),
             Plan::Move(_) => Plan::Move(change),
             Plan::Exec(_) => Plan::Exec(change),
+            Plan::Code(_) => Plan::Code(change),
             Plan::Agent(agent) if agent.editable() => Plan::Agent(AgentPlan {
                 change,
                 ..agent.clone()

@@ -316,6 +316,13 @@ pub(crate) fn place(
     })
 }
 
+/// `path`'s whole current content and permission bits, `None` when it does
+/// not exist (what a code-mode run's first change of a file replaces).
+pub fn current_content(sandbox: &Sandbox, path: &str) -> Result<Option<(Vec<u8>, u32)>, FsError> {
+    let target = sandbox.resolve("path", path, crate::Access::Write)?;
+    read_current(&target)
+}
+
 /// The hash of `path`'s current content, or `None` when it does not exist. Used
 /// to tell, after a crash, whether an interrupted apply reached its rename.
 pub fn current_hash(sandbox: &Sandbox, path: &str) -> Result<Option<String>, FsError> {

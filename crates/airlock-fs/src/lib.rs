@@ -76,7 +76,7 @@ pub use search::{
 };
 
 pub use error::FsError;
-pub use files::current_hash;
+pub use files::{current_content, current_hash};
 pub use hash::{ContentHasher, sha256_hex, sha256_reader};
 pub use overlay::{Overlay, StagedFile};
 pub use read::{Encoding, LineRange, ReadData, ReadParams, read_file};

@@ -1,0 +1,420 @@
+//! A code-mode run's writes, staged (DESIGN §5.2): each write call of the
+//! script is decided by the policy and planned against what the run staged
+//! so far, and nothing is written; its later reads, greps and globs see the
+//! staged files. When the script ends, everything it staged becomes one
+//! change over every file, proposed once (one approval, one diff, one
+//! decision), applied atomically without running the script again, and
+//! stale if a file the script read or wrote changed in the meantime.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use airlock_core::envelope::{Envelope, Status};
+use airlock_core::plan::{ChangePlan, FileChange};
+use airlock_core::tools::BuiltinTool;
+use airlock_core::{Decision, Disposition, ErrorCode, ToolCall, ToolOrigin};
+use airlock_fs::{FsError, Overlay, StagedFile};
+use serde_json::{Map, Value, json};
+
+use crate::broker::Broker;
+use crate::envelopes::{call_path, method_of};
+use crate::propose::Planned;
+use crate::record::Record;
+use crate::submit::Mode;
+use crate::{Approval, Cancel};
+
+/// The key of the read set in a code run's plan report.
+pub(crate) const READS: &str = "reads";
+
+/// What one run staged.
+#[derive(Debug, Default)]
+pub struct Staging {
+    state: Mutex<State>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    overlay: Arc<Overlay>,
+    /// Per resolved path the run changed: the path as first named, and what
+    /// the disk held when the run first changed it.
+    bases: BTreeMap<String, Base>,
+    /// Files the script read from the disk: path -> content hash (`None`:
+    /// it was absent).
+    reads: BTreeMap<String, Option<String>>,
+    /// The strictest decision among the staged calls.
+    decision: Option<Decision>,
+}
+
+#[derive(Debug, Clone)]
+struct Base {
+    path: String,
+    content: Option<Vec<u8>>,
+}
+
+impl Staging {
+    pub fn new() -> Staging {
+        Staging::default()
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether the run staged nothing.
+    pub fn is_empty(&self) -> bool {
+        self.state().overlay.is_empty()
+    }
+}
+
+/// What a run's one proposal carries besides its changes.
+#[derive(Debug, Clone)]
+pub struct RunProposal<'a> {
+    /// The `codemode_eval*` call.
+    pub call: &'a ToolCall,
+    /// The run, for the human and the audit (run id, script hash,
+    /// description, calls, console excerpt).
+    pub report: Map<String, Value>,
+    /// What the human reads before the diff (the script, its calls).
+    pub preface: String,
+    /// Return the diff; propose nothing.
+    pub dry_run: bool,
+}
+
+impl Broker {
+    /// One call of a code-mode run: a write is decided and staged, a read
+    /// sees what the run staged; anything else is submitted as usual.
+    pub fn submit_staged(
+        &self,
+        call: &ToolCall,
+        mode: &Mode,
+        on_pending: &(dyn Fn(&Approval) + Sync),
+        cancel: &Cancel,
+        staging: &Staging,
+    ) -> Envelope {
+        use BuiltinTool::{
+            ApplyPatch, DeleteFile, EditFile, Exists, Glob, Grep, ListDir, MoveFile, ReadFile,
+            Stat, WriteFile,
+        };
+        match &call.origin {
+            ToolOrigin::Builtin(WriteFile | EditFile | ApplyPatch | DeleteFile | MoveFile) => {
+                self.stage_write(call, staging)
+            }
+            ToolOrigin::Builtin(ReadFile | Grep | Glob | ListDir | Stat | Exists) => {
+                self.staged_read(call, staging)
+            }
+            _ => self.submit_cancellable(call, mode, on_pending, cancel),
+        }
+    }
+
+    fn stage_write(&self, call: &ToolCall, staging: &Staging) -> Envelope {
+        let decision = self.decide_only(call);
+        let base = Record::for_call(call, &decision);
+        if decision.disposition == Disposition::Deny {
+            return self.denied_by_policy(call, &decision, base);
+        }
+        let path = call_path(call);
+        // One staged call at a time, so each plans against the last.
+        let mut state = staging.state();
+        let sandbox = match self.sandbox.with_overlay(state.overlay.clone()) {
+            Ok(sandbox) => sandbox,
+            Err(error) => {
+                let message = error.to_string();
+                return self.propose_failed(
+                    &call.tool,
+                    &decision,
+                    base,
+                    path,
+                    error.code(),
+                    &message,
+                );
+            }
+        };
+        let plan = match self.plan_in(&sandbox, call) {
+            Ok(Planned::Plan(plan)) => plan,
+            Ok(Planned::DryRun(plan)) => return self.dry_run(call, &decision, &plan, base),
+            Ok(_) => return self.invalid(call, path, "not a write tool", base),
+            Err(FsError::InvalidInput { message }) => {
+                return self.invalid(call, path, &message, base);
+            }
+            Err(error) => {
+                let message = error.to_string();
+                return self.propose_failed(
+                    &call.tool,
+                    &decision,
+                    base,
+                    path,
+                    error.code(),
+                    &message,
+                );
+            }
+        };
+        // What the disk holds where the run changes a file the first time:
+        // the run's change is shown, checked and applied against it.
+        let mut firsts = Vec::new();
+        for change in &plan.changes {
+            if state.bases.contains_key(&change.resolved_path) {
+                continue;
+            }
+            let content = match airlock_fs::current_content(&self.sandbox, &change.path) {
+                Ok(content) => content.map(|(bytes, _)| bytes),
+                Err(error) => {
+                    let message = error.to_string();
+                    return self.propose_failed(
+                        &call.tool,
+                        &decision,
+                        base,
+                        path,
+                        error.code(),
+                        &message,
+                    );
+                }
+            };
+            if content.as_deref().map(airlock_fs::sha256_hex) != change.before_hash {
+                return self.propose_failed(
+                    &call.tool,
+                    &decision,
+                    base,
+                    path,
+                    ErrorCode::Stale,
+                    &format!("`{}` changed while the script ran", change.path),
+                );
+            }
+            firsts.push((
+                change.resolved_path.clone(),
+                Base {
+                    path: change.path.clone(),
+                    content,
+                },
+            ));
+        }
+        let record = base
+            .event("tool_call")
+            .text("decision", decision.disposition.as_str())
+            .text("status", "staged")
+            .value("changed_paths", Some(json!(plan.changed_paths())))
+            .text("patch_hash", &plan.patch_hash);
+        if self.log(record).is_none() {
+            return Envelope::failure(
+                Status::Error,
+                method_of(&call.tool),
+                &call.tool,
+                path,
+                ErrorCode::IoError,
+                "the audit log could not be written; nothing was staged",
+            );
+        }
+        state.bases.extend(firsts);
+        let now = self.now_ms();
+        let mut overlay = (*state.overlay).clone();
+        for change in &plan.changes {
+            let previous_mode = match overlay.get(&change.resolved_path) {
+                Some(Some(staged)) => staged.mode,
+                _ => None,
+            };
+            overlay.stage(
+                &change.resolved_path,
+                change.after.clone().map(|content| StagedFile {
+                    content,
+                    mode: change.mode.or(previous_mode),
+                    mtime_ms: now,
+                }),
+            );
+        }
+        state.overlay = Arc::new(overlay);
+        let stricter = state.decision.as_ref().is_none_or(|kept| {
+            (decision.disposition, decision.risk) > (kept.disposition, kept.risk)
+        });
+        if stricter {
+            state.decision = Some(decision.clone());
+        }
+        let mut envelope = Envelope::new(Status::Allowed, method_of(&call.tool), &call.tool, path);
+        let mut data = json!({
+            "staged": true,
+            "summary": plan.summary,
+            "changed_paths": plan.changed_paths(),
+            "diff": plan.diff_preview(self.config.file_broker.diff_preview_max_chars),
+        });
+        if let Some(object) = data.as_object_mut() {
+            if let Some(path) = plan.primary_path() {
+                object.insert("path".to_owned(), json!(path));
+            }
+            for (key, value) in &plan.report {
+                object.insert(key.clone(), value.clone());
+            }
+        }
+        envelope.data = Some(data);
+        envelope
+    }
+
+    fn staged_read(&self, call: &ToolCall, staging: &Staging) -> Envelope {
+        let decision = self.decide_only(call);
+        let base = Record::for_call(call, &decision);
+        if decision.disposition == Disposition::Deny {
+            return self.denied_by_policy(call, &decision, base);
+        }
+        let overlay = staging.state().overlay.clone();
+        let sandbox = match self.sandbox.with_overlay(overlay.clone()) {
+            Ok(sandbox) => sandbox,
+            Err(error) => {
+                let message = error.to_string();
+                return self.propose_failed(
+                    &call.tool,
+                    &decision,
+                    base,
+                    call_path(call),
+                    error.code(),
+                    &message,
+                );
+            }
+        };
+        if call.tool != BuiltinTool::ReadFile.name() {
+            return self.look(&sandbox, call, &decision, base);
+        }
+        let envelope = self.read(&sandbox, call, &decision, base);
+        // A file read from the disk joins the read set: the run's changes
+        // are applied only if it still holds what the script saw.
+        if envelope.status == Status::Allowed
+            && let Some(path) = call_path(call)
+            && let Ok(target) = sandbox.resolve("path", path, airlock_fs::Access::Read)
+            && target.staged().is_none()
+            && let Some(hash) = envelope
+                .data
+                .as_ref()
+                .and_then(|data| data.get("base_hash"))
+                .and_then(Value::as_str)
+        {
+            staging
+                .state()
+                .reads
+                .entry(target.requested().to_owned())
+                .or_insert_with(|| Some(hash.to_owned()));
+        }
+        envelope
+    }
+
+    /// The run's one proposal: every file it staged, from what the disk
+    /// held to what the run left, with the files it read. `None` when it
+    /// changed nothing. A dry run returns the diff and proposes nothing.
+    pub fn propose_staged(
+        &self,
+        staging: Staging,
+        proposal: RunProposal<'_>,
+        mode: &Mode,
+        on_pending: &(dyn Fn(&Approval) + Sync),
+    ) -> Option<Envelope> {
+        let state = staging
+            .state
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut changes = Vec::new();
+        let mut olds: Vec<Option<Vec<u8>>> = Vec::new();
+        let mut reads = state.reads.clone();
+        for (resolved, staged) in state.overlay.entries() {
+            let Some(base) = state.bases.get(resolved) else {
+                continue;
+            };
+            let after = staged.as_ref().map(|file| file.content.clone());
+            let before_hash = base.content.as_deref().map(airlock_fs::sha256_hex);
+            if after == base.content {
+                // Changed and changed back: nothing to write, but what it
+                // holds still counts.
+                reads.entry(base.path.clone()).or_insert(before_hash);
+                continue;
+            }
+            changes.push(FileChange {
+                path: base.path.clone(),
+                resolved_path: resolved.to_owned(),
+                before_hash,
+                after,
+                create_parents: true,
+                moved_from: None,
+                mode: staged.as_ref().and_then(|file| file.mode),
+            });
+            olds.push(base.content.clone());
+        }
+        if changes.is_empty() {
+            return None;
+        }
+        // A file the run read and then changed is checked by its change.
+        for change in &changes {
+            reads.remove(&change.path);
+        }
+        let call = proposal.call;
+        let mut report = proposal.report;
+        report.insert(READS.to_owned(), json!(reads));
+        let summary = format!(
+            "CODE RUN: {}",
+            changes
+                .iter()
+                .map(FileChange::summary)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let old_slices: Vec<Option<&[u8]>> = olds.iter().map(Option::as_deref).collect();
+        let plan: ChangePlan =
+            airlock_fs::new_plan(&call.tool, summary, changes, &old_slices, report);
+        let decision = state.decision.clone()?;
+        let record = Record::for_call(call, &decision)
+            .event("code_run_propose")
+            .value("run_id", plan.report.get("run_id").cloned())
+            .value("changed_paths", Some(json!(plan.changed_paths())))
+            .text("patch_hash", &plan.patch_hash)
+            .value("reads", plan.report.get(READS).cloned())
+            .flag("dry_run", proposal.dry_run);
+        if self.log(record).is_none() {
+            return Some(Envelope::failure(
+                Status::Error,
+                crate::code::CODE_METHOD,
+                &call.tool,
+                None,
+                ErrorCode::IoError,
+                "the audit log could not be written; nothing was proposed",
+            ));
+        }
+        if proposal.dry_run {
+            let mut envelope =
+                Envelope::new(Status::Allowed, crate::code::CODE_METHOD, &call.tool, None);
+            envelope.data = Some(json!({
+                "dry_run": true,
+                "summary": plan.summary,
+                "changed_paths": plan.changed_paths(),
+                "diff": plan.diff,
+                "plan_hash": plan.patch_hash,
+            }));
+            return Some(envelope);
+        }
+        let base = Record::for_call(call, &decision);
+        let now = self.now_ms();
+        Some(self.write_planned(
+            call,
+            &decision,
+            Ok(Planned::Code(plan, proposal.preface)),
+            mode,
+            on_pending,
+            base,
+            now,
+        ))
+    }
+
+    /// Before a code run's changes are applied: every file the script read
+    /// holds what it read.
+    pub(crate) fn check_reads(&self, plan: &ChangePlan) -> Result<(), FsError> {
+        let Some(Value::Object(reads)) = plan.report.get(READS) else {
+            return Ok(());
+        };
+        for (path, expected) in reads {
+            let now =
+                airlock_fs::current_hash(&self.sandbox, path).or_else(|error| match error {
+                    FsError::NotFound { .. } => Ok(None),
+                    error => Err(error),
+                })?;
+            if now.as_deref() != expected.as_str() {
+                return Err(FsError::Stale {
+                    path: path.clone(),
+                    reason: "the script read it, and it changed since".to_owned(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
