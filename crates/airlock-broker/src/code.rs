@@ -51,6 +51,14 @@ pub struct CodeCall<'a> {
 pub trait CodeMode: Send + Sync {
     /// Runs one script to its envelope.
     fn eval(&self, run: CodeCall<'_>) -> Envelope;
+    /// The TypeScript declarations of the tools a script may call under
+    /// `profile` (and `narrowed_to`).
+    fn declarations(
+        &self,
+        broker: &Broker,
+        profile: Option<&str>,
+        narrowed_to: Option<&str>,
+    ) -> String;
     /// How the tool is listed (its description declares the script's
     /// tools, so it depends on the profiles).
     fn listing(
@@ -113,6 +121,15 @@ impl Broker {
             out.push(code.listing(self, &name, profile, Some(narrowed)));
         }
         out
+    }
+
+    /// The declarations of the tools a script of an endpoint bound to
+    /// `profile` may call (`airlock://codemode/types.d.ts`); `None` where
+    /// code mode is not offered.
+    pub fn code_declarations(&self, profile: Option<&str>) -> Option<String> {
+        let code = self.code_mode.as_ref()?;
+        (self.config.codemode.enabled && self.policy.lists_tool(profile, CODEMODE_TOOL))
+            .then(|| code.declarations(self, profile, None))
     }
 
     /// The tools a script may call under `profile` (and `narrowed_to`):

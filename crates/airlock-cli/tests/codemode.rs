@@ -317,6 +317,44 @@ fn mcp_lists_and_runs_scripts_and_keeps_serving_during_a_runaway_one() {
         names.ends_with(&["codemode_eval", "codemode_eval_reader"]),
         "{names:?}"
     );
+    // The description declares the script's tools in TypeScript, and so
+    // does the resource; inside, search_tools and get_tools.
+    let tools = listed["result"]["tools"].as_array().unwrap();
+    let base = tools
+        .iter()
+        .find(|tool| tool["name"] == "codemode_eval")
+        .unwrap();
+    let description = base["description"].as_str().unwrap();
+    assert!(
+        description.contains("```ts\ndeclare const codemode: {"),
+        "{description}"
+    );
+    assert!(
+        description.contains("  read_file(args: { path: string;"),
+        "{description}"
+    );
+    let resources = raw.request(json!({"jsonrpc": "2.0", "id": 10, "method": "resources/list"}));
+    assert_eq!(
+        resources["result"]["resources"][0]["uri"],
+        json!("airlock://codemode/types.d.ts"),
+        "{resources}"
+    );
+    let read = raw.request(
+        json!({"jsonrpc": "2.0", "id": 11, "method": "resources/read",
+                                  "params": {"uri": "airlock://codemode/types.d.ts"}}),
+    );
+    let text = read["result"]["contents"][0]["text"].as_str().unwrap();
+    assert!(description.contains(text), "{text}");
+    let found = raw.request(json!({"jsonrpc": "2.0", "id": 12, "method": "tools/call",
+        "params": {"name": "codemode_eval", "arguments": {"code":
+            "const hits = await codemode.search_tools({query: 'directory entries'});\n\
+             const [read] = await codemode.get_tools({names: ['read_file']});\n\
+             [hits.map((t) => t.name), read.declaration.startsWith('/**'), read.input_schema.required]"}}}));
+    assert_eq!(
+        found["result"]["structuredContent"]["data"]["result"],
+        json!([["list_dir"], true, ["path"]]),
+        "{found}"
+    );
     // The variant narrows: write_file is not offered to its scripts.
     let call = |id: u64, tool: &str, code: &str| {
         json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
@@ -335,14 +373,48 @@ fn mcp_lists_and_runs_scripts_and_keeps_serving_during_a_runaway_one() {
     raw.send(&call(3, "codemode_eval", "for (;;) {}"));
     raw.send(&json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
                      "params": {"name": "read_file", "arguments": {"path": "hello.txt"}}}));
-    let first = raw.receive();
+    // The next answers, notifications skipped.
+    let mut answer = || loop {
+        let message = raw.receive();
+        if message.get("id").is_some() && message.get("method").is_none() {
+            return message;
+        }
+    };
+    let first = answer();
     assert_eq!(first["id"], json!(4), "{first}");
-    let second = raw.receive();
+    let second = answer();
     assert_eq!(second["id"], json!(3));
     assert_eq!(
         second["result"]["structuredContent"]["error"]["code"],
         json!("script_timeout"),
         "{second}"
+    );
+    // A profile offered as a variant by a reloaded configuration: the
+    // client is told the tool list changed, and the new list has it.
+    ws.write(
+        "airlock.yaml",
+        "codemode:\n  cpu: 2s\n  profile_tools: [reader, auditor]\nprofiles:\n  reader:\n    allowlist: [read_file, exists]\n  auditor:\n    allowlist: [grep]\n",
+    );
+    loop {
+        let message = raw.receive();
+        if message["method"] == json!("notifications/tools/list_changed") {
+            break;
+        }
+    }
+    let listed = raw.request(json!({"jsonrpc": "2.0", "id": 20, "method": "tools/list"}));
+    let names: Vec<&str> = listed["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|tool| tool["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.ends_with(&[
+            "codemode_eval",
+            "codemode_eval_reader",
+            "codemode_eval_auditor"
+        ]),
+        "{names:?}"
     );
 }
 

@@ -15,6 +15,7 @@
 //! - `schema`: call arguments checked against the tool's schema.
 
 pub mod driver;
+pub mod dts;
 pub mod engine;
 pub mod protocol;
 mod raw;

@@ -14,6 +14,7 @@ use airlock_core::{ErrorCode, ToolCall, Via};
 use serde_json::{Map, Value, json};
 
 use crate::driver::{self, End, Host, HumanClock, Isolation, Outcome, Reply};
+use crate::dts;
 use crate::protocol::{EngineLimits, FailCode, Failure, Settled, Start};
 
 /// The envelope's `op.method` of a run.
@@ -186,6 +187,7 @@ impl CodeMode for CodeTool {
             .into_iter()
             .map(|tool| (tool.name.clone(), tool))
             .collect();
+        let discovery = discovery_listed(broker, call.profile.as_deref(), run.narrowed_to);
         let run_id = format!("run_{}", uuid::Uuid::new_v4().simple());
         let script_sha256 = airlock_core::canonical::sha256_hex(code.as_bytes());
         let seed = uuid::Uuid::new_v4().as_u64_pair().0;
@@ -230,10 +232,15 @@ impl CodeMode for CodeTool {
             log: Mutex::new(Vec::new()),
             pending: Mutex::new(Vec::new()),
             staging: &staging,
+            discovery,
         };
+        let mut names: Vec<String> = tools.keys().cloned().collect();
+        if discovery {
+            names.extend([dts::SEARCH_TOOLS.to_owned(), dts::GET_TOOLS.to_owned()]);
+        }
         let start = Start {
             code: code.clone(),
-            tools: tools.keys().cloned().collect(),
+            tools: names,
             limits: limits_of(config),
             seed,
             now_ms,
@@ -281,6 +288,16 @@ impl CodeMode for CodeTool {
         envelope
     }
 
+    fn declarations(
+        &self,
+        broker: &airlock_broker::Broker,
+        profile: Option<&str>,
+        narrowed_to: Option<&str>,
+    ) -> String {
+        let tools = broker.script_tools(profile, narrowed_to);
+        dts::declarations(&tools, discovery_listed(broker, profile, narrowed_to))
+    }
+
     fn listing(
         &self,
         broker: &airlock_broker::Broker,
@@ -289,7 +306,8 @@ impl CodeMode for CodeTool {
         narrowed_to: Option<&str>,
     ) -> ListedTool {
         let tools = broker.script_tools(profile, narrowed_to);
-        let names: Vec<String> = tools.iter().map(|tool| tool.name.clone()).collect();
+        let discovery = discovery_listed(broker, profile, narrowed_to);
+        let catalogue = dts::catalogue(&tools, discovery);
         let scope = match narrowed_to {
             Some(narrowed) => format!(
                 " Its calls answer to profile `{narrowed}` as well as to the endpoint's: it can only narrow what the script may do."
@@ -299,8 +317,7 @@ impl CodeMode for CodeTool {
         ListedTool {
             name: name.to_owned(),
             description: format!(
-                "Runs a short JavaScript program that calls tools as `await codemode.<tool>(args)` and returns the value of its last expression (or of a top-level `return`). Every call is checked by airlock's policy like a direct call: a refused call throws a catchable ToolCallDeniedError {{tool, code, reason}}; a call a human denies ends the run. File writes (write_file, edit_file, apply_patch, delete_file, move_file) are staged, not written: later reads, greps and globs of the script see them, and when the script ends they are proposed as one change, approved once and applied together (`dry_run: true` shows the diff and proposes nothing). console.log lines come back in `logs`. No network, files, timers or eval: only codemode.*, console.* and the result.{scope} Tools: {}.",
-                names.join(", ")
+                "Runs a short JavaScript program that calls tools as `await codemode.<tool>(args)` and returns the value of its last expression (or of a top-level `return`). Every call is checked by airlock's policy like a direct call: a refused call throws a catchable ToolCallDeniedError {{tool, code, reason}}; a call a human denies ends the run. File writes (write_file, edit_file, apply_patch, delete_file, move_file) are staged, not written: later reads, greps and globs of the script see them, and when the script ends they are proposed as one change, approved once and applied together (`dry_run: true` shows the diff and proposes nothing). console.log lines come back in `logs`. No network, files, timers or eval: only codemode.*, console.* and the result.{scope}{catalogue}"
             ),
             input_schema: json!({
                 "type": "object",
@@ -350,6 +367,8 @@ struct BrokerHost<'a> {
     pending: Mutex<Vec<String>>,
     /// What the script's writes staged.
     staging: &'a Staging,
+    /// `search_tools` and `get_tools` are offered.
+    discovery: bool,
 }
 
 // The broker's callbacks are called from the call threads; what they
@@ -359,6 +378,61 @@ fn settle_failed(tool: &str, code: ErrorCode, message: &str) -> Reply {
         kind: Settled::Failed,
         payload: json!({"tool": tool, "code": code.as_str(), "message": message}).to_string(),
     }
+}
+
+impl BrokerHost<'_> {
+    /// `search_tools({query})` and `get_tools({names})`, answered from the
+    /// tools this run may call.
+    fn discover(&self, tool: &str, args: &str) -> Reply {
+        let listed: Vec<ListedTool> = self.tools.values().cloned().collect();
+        let value: Value = serde_json::from_str(args).unwrap_or(Value::Null);
+        let answer = if tool == dts::SEARCH_TOOLS {
+            match value.get("query").and_then(Value::as_str) {
+                Some(query) => dts::search(&listed, query),
+                None => {
+                    return settle_failed(
+                        tool,
+                        ErrorCode::InvalidInput,
+                        "/: `query` (a string) is required",
+                    );
+                }
+            }
+        } else {
+            match value.get("names").and_then(Value::as_array) {
+                Some(names) => {
+                    let names: Vec<String> = names
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_owned)
+                        .collect();
+                    dts::get(&listed, &names)
+                }
+                None => {
+                    return settle_failed(
+                        tool,
+                        ErrorCode::InvalidInput,
+                        "/: `names` (a list of strings) is required",
+                    );
+                }
+            }
+        };
+        Reply::Settle {
+            kind: Settled::Ok,
+            payload: answer.to_string(),
+        }
+    }
+}
+
+/// Whether both profiles let a script use `search_tools` and `get_tools`.
+fn discovery_listed(
+    broker: &airlock_broker::Broker,
+    profile: Option<&str>,
+    narrowed_to: Option<&str>,
+) -> bool {
+    [dts::SEARCH_TOOLS, dts::GET_TOOLS].iter().all(|name| {
+        broker.policy().lists_tool(profile, name)
+            && narrowed_to.is_none_or(|narrowed| broker.policy().lists_tool(Some(narrowed), name))
+    })
 }
 
 impl Host for BrokerHost<'_> {
@@ -379,6 +453,17 @@ impl Host for BrokerHost<'_> {
                 log.push(entry);
             }
         };
+        if self.discovery && (tool == dts::SEARCH_TOOLS || tool == dts::GET_TOOLS) {
+            let reply = self.discover(tool, args);
+            let status = match &reply {
+                Reply::Settle {
+                    kind: Settled::Ok, ..
+                } => "allowed",
+                _ => "error",
+            };
+            record(entry(status, None, None));
+            return reply;
+        }
         let Some(listed) = self.tools.get(tool) else {
             record(entry("error", Some(ErrorCode::UnknownTool), None));
             return settle_failed(tool, ErrorCode::UnknownTool, "no such tool in this run");

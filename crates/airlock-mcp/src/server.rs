@@ -850,6 +850,9 @@ impl Companion {
     }
 }
 
+/// Code mode's declarations, as a resource.
+const CODEMODE_TYPES: &str = "airlock://codemode/types.d.ts";
+
 /// Whether the client can answer a form elicitation.
 /// Built-in tools whose call is answered here, on the worker: reads of a
 /// bounded amount, which never wait for a human (a read that would ask is
@@ -1074,7 +1077,7 @@ impl ServerHandler for Session {
     async fn list_resources(
         &self,
         request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
         let cursor = request.and_then(|request| request.cursor);
         if let Some(wrap) = self.face.wrap() {
@@ -1112,10 +1115,34 @@ impl ServerHandler for Session {
                 (at, cursor.cursor)
             }
         };
+        // Code mode's declarations, first on the first page.
+        let first_page = at == 0 && their_cursor.is_none();
+        let declarations = if first_page {
+            let binding = self.binding(&context.extensions)?;
+            self.face
+                .broker()
+                .code_declarations(binding.profile.as_deref())
+                .and_then(|_| {
+                    serde_json::from_value::<rmcp::model::Resource>(json!({
+                        "uri": CODEMODE_TYPES,
+                        "name": "codemode types",
+                        "description": "TypeScript declarations of the tools a codemode_eval script may call.",
+                        "mimeType": "application/typescript",
+                    }))
+                    .ok()
+                })
+        } else {
+            None
+        };
         let Some(upstream) = offering.get(at) else {
-            return Ok(ListResourcesResult::default());
+            return Ok(ListResourcesResult::with_all_items(
+                declarations.into_iter().collect(),
+            ));
         };
         let mut page = upstream.list_resources_page(their_cursor).await?;
+        if let Some(declarations) = declarations {
+            page.resources.insert(0, declarations);
+        }
         page.next_cursor = match page.next_cursor.take() {
             Some(next) => Some(crate::resources::Cursor {
                 upstream: upstream.config.name.clone(),
@@ -1169,6 +1196,21 @@ impl ServerHandler for Session {
             && let Some(hex) = uri.strip_prefix("airlock://blob/sha256/")
         {
             return self.read_blob(&uri, hex, &context).await;
+        }
+        if self.face.wrap().is_none() && uri == CODEMODE_TYPES {
+            let binding = self.binding(&context.extensions)?;
+            let text = self
+                .face
+                .broker()
+                .code_declarations(binding.profile.as_deref())
+                .ok_or_else(|| {
+                    ErrorData::resource_not_found("code mode is not offered here", None)
+                })?;
+            let result = serde_json::from_value(json!({"contents": [{
+                "uri": uri, "mimeType": "application/typescript", "text": text,
+            }]}))
+            .map_err(|error| ErrorData::internal_error(error.to_string(), None))?;
+            return Ok(ReadResourceResponse::Complete(result));
         }
         let upstream = self.owner_of(&uri)?;
         // A read-class call under the policy, as `resource:<upstream>:<uri>`.
