@@ -205,7 +205,10 @@ impl Broker {
         }
         state.bases.extend(firsts);
         let now = self.now_ms();
-        let mut overlay = (*state.overlay).clone();
+        // The sandbox that read through the overlay is done with it: staged
+        // in place, without a copy.
+        drop(sandbox);
+        let overlay = Arc::make_mut(&mut state.overlay);
         for change in &plan.changes {
             let previous_mode = match overlay.get(&change.resolved_path) {
                 Some(Some(staged)) => staged.mode,
@@ -220,7 +223,6 @@ impl Broker {
                 }),
             );
         }
-        state.overlay = Arc::new(overlay);
         let stricter = state.decision.as_ref().is_none_or(|kept| {
             (decision.disposition, decision.risk) > (kept.disposition, kept.risk)
         });
@@ -253,24 +255,31 @@ impl Broker {
             return self.denied_by_policy(call, &decision, base);
         }
         let overlay = staging.state().overlay.clone();
-        let sandbox = match self.sandbox.with_overlay(overlay.clone()) {
-            Ok(sandbox) => sandbox,
-            Err(error) => {
-                let message = error.to_string();
-                return self.propose_failed(
-                    &call.tool,
-                    &decision,
-                    base,
-                    call_path(call),
-                    error.code(),
-                    &message,
-                );
-            }
+        // Nothing staged yet: the disk as it is.
+        let through;
+        let sandbox = if overlay.is_empty() {
+            &self.sandbox
+        } else {
+            through = match self.sandbox.with_overlay(overlay) {
+                Ok(sandbox) => sandbox,
+                Err(error) => {
+                    let message = error.to_string();
+                    return self.propose_failed(
+                        &call.tool,
+                        &decision,
+                        base,
+                        call_path(call),
+                        error.code(),
+                        &message,
+                    );
+                }
+            };
+            &through
         };
         if call.tool != BuiltinTool::ReadFile.name() {
-            return self.look(&sandbox, call, &decision, base);
+            return self.look(sandbox, call, &decision, base);
         }
-        let envelope = self.read(&sandbox, call, &decision, base);
+        let envelope = self.read(sandbox, call, &decision, base);
         // A file read from the disk joins the read set: the run's changes
         // are applied only if it still holds what the script saw.
         if envelope.status == Status::Allowed

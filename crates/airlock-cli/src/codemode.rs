@@ -16,10 +16,19 @@ use crate::Failure;
 /// The engine every broker of this process gets: scripts run in a worker
 /// process of this same executable.
 pub(crate) fn engine() -> Arc<dyn airlock_broker::CodeMode> {
+    Arc::new(CodeTool::new(Isolation::Worker { program: program() }))
+}
+
+/// [`engine`] for a server, which runs many scripts: the next run's worker
+/// is started while the last one runs.
+pub(crate) fn server_engine() -> Arc<dyn airlock_broker::CodeMode> {
+    Arc::new(CodeTool::new(Isolation::Worker { program: program() }).with_spares())
+}
+
+fn program() -> PathBuf {
     // /proc/self/exe names this executable even if it was replaced on
     // disk since it started.
-    let program = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe"));
-    Arc::new(CodeTool::new(Isolation::Worker { program }))
+    std::env::current_exe().unwrap_or_else(|_| PathBuf::from("/proc/self/exe"))
 }
 
 /// `airlock eval FILE|-`: `airlock call codemode_eval` with the script.

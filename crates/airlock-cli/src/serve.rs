@@ -359,7 +359,7 @@ fn run(
     let broker_workspace = workspace.into_broker_workspace()?;
     // Code mode is offered where airlock serves its own tools, not under
     // `wrap` (which stands for one server, under its own names).
-    let code_mode = options.wrap.is_none().then(crate::codemode::engine);
+    let code_mode = options.wrap.is_none().then(crate::codemode::server_engine);
     let options = RuntimeOptions {
         clock: Some(airlock_broker::clock_from_env()),
         code_mode,

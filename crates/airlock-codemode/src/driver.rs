@@ -106,7 +106,19 @@ enum Event {
 /// the script makes runs on a thread of its own, and the run returns once
 /// every one has finished.
 pub fn run(isolation: &Isolation, start: Start, wall: Duration, host: &dyn Host) -> Outcome {
-    std::thread::scope(|scope| run_in(scope, isolation, start, wall, host))
+    run_with(isolation, start, wall, host, None)
+}
+
+/// [`run`] in `spare`, a worker started ahead, when it was started for
+/// these limits.
+pub fn run_with(
+    isolation: &Isolation,
+    start: Start,
+    wall: Duration,
+    host: &dyn Host,
+    spare: Option<Spare>,
+) -> Outcome {
+    std::thread::scope(|scope| run_in(scope, isolation, start, wall, host, spare))
 }
 
 fn run_in<'scope>(
@@ -115,10 +127,11 @@ fn run_in<'scope>(
     start: Start,
     wall: Duration,
     host: &'scope dyn Host,
+    spare: Option<Spare>,
 ) -> Outcome {
     let (events, inbox) = mpsc::channel::<Event>();
     let human = HumanClock::default();
-    let mut engine = match Engine::start(isolation, &start, events.clone()) {
+    let mut engine = match Engine::start(isolation, &start, events.clone(), spare) {
         Ok(engine) => engine,
         Err(failure) => {
             return Outcome {
@@ -270,36 +283,87 @@ enum Engine {
 /// The longest line the parent reads from a worker.
 const MAX_LINE: u64 = 64 << 20;
 
+/// A worker started ahead of its run: confined already, waiting for its
+/// script (a run with no call then costs no process start).
+#[derive(Debug)]
+pub struct Spare {
+    /// Both taken when a run uses it.
+    worker: Option<(Child, UnixStream)>,
+    args: WorkerArgs,
+}
+
+impl Spare {
+    /// The limits it was started for.
+    pub fn args(&self) -> WorkerArgs {
+        self.args
+    }
+}
+
+impl Drop for Spare {
+    fn drop(&mut self) {
+        // Unused: its channel closed, it is killed and reaped.
+        if let Some((mut child, socket)) = self.worker.take() {
+            let _ = socket.shutdown(std::net::Shutdown::Both);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Starts a worker of `program` for runs held to `args`.
+pub fn spawn_worker(program: &std::path::Path, args: WorkerArgs) -> Result<Spare, Failure> {
+    let unavailable = |what: &str, error: io::Error| {
+        Failure::new(
+            FailCode::SandboxUnavailable,
+            format!("could not start the code-mode worker ({what}: {error})"),
+        )
+    };
+    let (socket, theirs) = UnixStream::pair().map_err(|e| unavailable("socketpair", e))?;
+    let their_out = theirs.try_clone().map_err(|e| unavailable("dup", e))?;
+    let child = Command::new(program)
+        .args(args.to_args())
+        .env_clear()
+        .env("TZ", "UTC")
+        .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
+        .stdout(Stdio::from(std::os::fd::OwnedFd::from(their_out)))
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| unavailable(&program.display().to_string(), e))?;
+    Ok(Spare {
+        worker: Some((child, socket)),
+        args,
+    })
+}
+
 impl Engine {
     fn start(
         isolation: &Isolation,
         start: &Start,
         events: mpsc::Sender<Event>,
+        spare: Option<Spare>,
     ) -> Result<Engine, Failure> {
         match isolation {
             Isolation::Worker { program } => {
+                let args = WorkerArgs {
+                    cpu_ms: start.limits.cpu_ms,
+                    memory_bytes: start.limits.memory_bytes,
+                };
+                let mut spare = match spare {
+                    Some(spare) if spare.args == args => spare,
+                    _ => spawn_worker(program, args)?,
+                };
                 let unavailable = |what: &str, error: io::Error| {
                     Failure::new(
                         FailCode::SandboxUnavailable,
                         format!("could not start the code-mode worker ({what}: {error})"),
                     )
                 };
-                let (socket, theirs) =
-                    UnixStream::pair().map_err(|e| unavailable("socketpair", e))?;
-                let their_out = theirs.try_clone().map_err(|e| unavailable("dup", e))?;
-                let args = WorkerArgs {
-                    cpu_ms: start.limits.cpu_ms,
-                    memory_bytes: start.limits.memory_bytes,
+                let Some((child, socket)) = spare.worker.take() else {
+                    return Err(Failure::new(
+                        FailCode::SandboxUnavailable,
+                        "the code-mode worker was used already",
+                    ));
                 };
-                let child = Command::new(program)
-                    .args(args.to_args())
-                    .env_clear()
-                    .env("TZ", "UTC")
-                    .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
-                    .stdout(Stdio::from(std::os::fd::OwnedFd::from(their_out)))
-                    .stderr(Stdio::null())
-                    .spawn()
-                    .map_err(|e| unavailable(&program.display().to_string(), e))?;
                 let reader = socket.try_clone().map_err(|e| unavailable("dup", e))?;
                 std::thread::Builder::new()
                     .name("codemode-reader".to_owned())

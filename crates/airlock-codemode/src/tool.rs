@@ -4,8 +4,8 @@
 //! seq}`, and the answer one envelope.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use airlock_broker::{Approval, CodeCall, CodeMode, ListedTool, Record, RunProposal, Staging};
@@ -13,9 +13,11 @@ use airlock_core::envelope::{Envelope, Status};
 use airlock_core::{ErrorCode, ToolCall, Via};
 use serde_json::{Map, Value, json};
 
+use crate::driver::Spare;
 use crate::driver::{self, End, Host, HumanClock, Isolation, Outcome, Reply};
 use crate::dts;
 use crate::protocol::{EngineLimits, FailCode, Failure, Settled, Start};
+use crate::worker::WorkerArgs;
 
 /// The envelope's `op.method` of a run.
 pub const METHOD: &str = "codemode.eval";
@@ -25,6 +27,16 @@ pub const METHOD: &str = "codemode.eval";
 pub struct CodeTool {
     isolation: Isolation,
     running: AtomicUsize,
+    spares: Option<Spares>,
+}
+
+/// Workers started ahead: each run takes the one waiting and asks for the
+/// next, which a thread of the tool's own starts (a worker dies with the
+/// thread that started it, so not with a run's).
+#[derive(Debug)]
+struct Spares {
+    slot: Arc<Mutex<Option<Spare>>>,
+    ask: Mutex<mpsc::Sender<WorkerArgs>>,
 }
 
 impl CodeTool {
@@ -32,7 +44,49 @@ impl CodeTool {
         CodeTool {
             isolation,
             running: AtomicUsize::new(0),
+            spares: None,
         }
+    }
+
+    /// Keeps a worker started ahead for the next run (for a server, which
+    /// runs many): a run with no call then costs no process start.
+    pub fn with_spares(mut self) -> CodeTool {
+        let Isolation::Worker { program } = &self.isolation else {
+            return self;
+        };
+        let program = program.clone();
+        let slot: Arc<Mutex<Option<Spare>>> = Arc::default();
+        let (ask, asked) = mpsc::channel::<WorkerArgs>();
+        let filled = slot.clone();
+        let started = std::thread::Builder::new()
+            .name("codemode-spares".to_owned())
+            .spawn(move || {
+                while let Ok(args) = asked.recv() {
+                    if let Ok(spare) = driver::spawn_worker(&program, args)
+                        && let Ok(mut slot) = filled.lock()
+                    {
+                        *slot = Some(spare);
+                    }
+                }
+            });
+        if started.is_ok() {
+            self.spares = Some(Spares {
+                slot,
+                ask: Mutex::new(ask),
+            });
+        }
+        self
+    }
+
+    /// The worker waiting for runs held to `args`, if one is; the next is
+    /// asked for at once.
+    fn spare(&self, args: WorkerArgs) -> Option<Spare> {
+        let spares = self.spares.as_ref()?;
+        let taken = spares.slot.lock().ok()?.take();
+        if let Ok(ask) = spares.ask.lock() {
+            let _ = ask.send(args);
+        }
+        taken.filter(|spare| spare.args() == args)
     }
 }
 
@@ -246,7 +300,11 @@ impl CodeMode for CodeTool {
             now_ms,
         };
         let wall = Duration::from_secs(config.wall_seconds().unwrap_or(60));
-        let outcome = driver::run(&self.isolation, start, wall, &host);
+        let spare = self.spare(WorkerArgs {
+            cpu_ms: start.limits.cpu_ms,
+            memory_bytes: start.limits.memory_bytes,
+        });
+        let outcome = driver::run_with(&self.isolation, start, wall, &host, spare);
         let calls = host.log.into_inner().unwrap_or_default();
         let mut envelope = envelope_of(call, &run_id, &outcome, &calls);
         // A script that ended well proposes what it staged, once; one that

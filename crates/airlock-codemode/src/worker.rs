@@ -26,7 +26,7 @@ pub const SUBCOMMAND: &str = "__codemode-worker";
 
 /// What the parent passes on the command line, so the worker can set its
 /// rlimits before it reads anything.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct WorkerArgs {
     pub cpu_ms: u64,
     pub memory_bytes: u64,
