@@ -36,6 +36,7 @@ mod hook;
 mod metrics;
 mod migrate;
 mod presence;
+pub mod progress;
 mod propose;
 mod record;
 mod runtime;

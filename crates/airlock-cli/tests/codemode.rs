@@ -757,3 +757,54 @@ fn a_dry_run_shows_the_diff_and_proposes_nothing() {
     assert_eq!(tree(ws.root()), before);
     assert_eq!(ws.run(&["pending", "--json"]).json, json!([]));
 }
+
+/// A script's console lines and each of its calls reach an MCP client that
+/// asked for progress, in order, before the answer.
+#[test]
+fn a_script_s_console_and_calls_arrive_as_progress_notifications() {
+    use airlock_testkit::peers::{Peer, require};
+    if !require(
+        "a_script_s_console_and_calls_arrive_as_progress_notifications",
+        &[Peer::PythonMcp],
+    ) {
+        return;
+    }
+    let ws = Workspace::new("");
+    ws.write("hello.txt", "hello\n");
+    let mut client = Driver::stdio(&ws, &["--elicitation", "none"], &["serve", "--stdio"]);
+    let answer = client.send(json!({"op": "call", "tool": "codemode_eval", "progress": true, "args": {
+        "code": "console.log('starting');\nconst r = await codemode.read_file({path: 'hello.txt'});\nconsole.warn('read', r.content.length);\ntry { await codemode.read_file({path: 'nope.txt'}) } catch (e) {}\n'done'"
+    }}));
+    assert_eq!(
+        answer["structuredContent"]["data"]["result"],
+        json!("done"),
+        "{answer}"
+    );
+    let messages: Vec<&str> = answer["progress"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|entry| entry["message"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        messages,
+        [
+            "console.log: starting",
+            "call 1: codemode.read_file …",
+            "call 1: codemode.read_file done",
+            "console.warn: read 6",
+            "call 2: codemode.read_file …",
+            "call 2: codemode.read_file failed",
+        ]
+    );
+    let values: Vec<f64> = answer["progress"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|entry| entry["progress"].as_f64().unwrap())
+        .collect();
+    assert!(
+        values.windows(2).all(|pair| pair[0] < pair[1]),
+        "{values:?}"
+    );
+}

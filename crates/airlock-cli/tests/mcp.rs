@@ -2863,6 +2863,10 @@ fn everything_an_upstream_offers_reaches_the_client_through_wrap_and_serve() {
         expected[1]["templates"],
         "serve templates"
     );
+    // serve lists code mode's declarations first, then the server's.
+    let mut seen = seen;
+    let first_page = seen[0]["pages"][0].as_array_mut().unwrap();
+    assert_eq!(first_page.remove(0), json!("airlock://codemode/types.d.ts"));
     for (i, (got, want)) in seen.iter().zip(&expected).enumerate() {
         if i != 1 {
             assert_eq!(got, want, "serve, probe {i}");

@@ -67,8 +67,12 @@ pub trait Host: Sync {
     /// the call is settled; `human` stops the wall clock while a human
     /// decides. Runs on a thread of its own.
     fn call(&self, seq: u32, tool: &str, args: &str, human: &HumanClock) -> Reply;
-    /// A console line, as the script wrote it.
+    /// A console line, as the script wrote it. Called on the thread that
+    /// runs the script (the one that called [`run`]).
     fn console(&self, _level: &str, _text: &str) {}
+    /// Call `seq` of `tool` started, or (with its outcome) ended. Called on
+    /// the thread that runs the script.
+    fn progress(&self, _seq: u32, _tool: &str, _ended: Option<&Reply>) {}
     /// The run is over: calls still under way give up (their approvals
     /// are cancelled, their commands killed). The run waits for them.
     fn ended(&self) {}
@@ -99,7 +103,8 @@ pub struct Outcome {
 
 enum Event {
     Engine(io::Result<Option<ToParent>>),
-    Settled(u32, Reply),
+    /// A call's reply, with its tool's name.
+    Settled(u32, String, Reply),
 }
 
 /// Runs `start` in `isolation`, with the wall-clock limit `wall`; each call
@@ -195,13 +200,14 @@ fn run_in<'scope>(
                     ));
                 }
                 in_flight.push(seq);
+                host.progress(seq, &tool, None);
                 let events = events.clone();
                 let human = human.clone();
                 let spawned = std::thread::Builder::new()
                     .name(format!("codemode-call-{seq}"))
                     .spawn_scoped(scope, move || {
                         let reply = host.call(seq, &tool, &args, &human);
-                        let _ = events.send(Event::Settled(seq, reply));
+                        let _ = events.send(Event::Settled(seq, tool, reply));
                     });
                 if spawned.is_err() {
                     break End::Failed(Failure::new(
@@ -248,8 +254,12 @@ fn run_in<'scope>(
                     format!("the engine sent something unreadable ({error}); the run was ended"),
                 ));
             }
-            Event::Settled(seq, Reply::Settle { kind, payload }) => {
+            Event::Settled(seq, tool, reply @ Reply::Settle { .. }) => {
                 in_flight.retain(|s| *s != seq);
+                host.progress(seq, &tool, Some(&reply));
+                let Reply::Settle { kind, payload } = reply else {
+                    continue;
+                };
                 if engine
                     .send(&ToEngine::Settle { seq, kind, payload })
                     .is_err()
@@ -257,7 +267,11 @@ fn run_in<'scope>(
                     break End::Failed(engine.died());
                 }
             }
-            Event::Settled(_, Reply::End { status, message }) => {
+            Event::Settled(seq, tool, reply @ Reply::End { .. }) => {
+                host.progress(seq, &tool, Some(&reply));
+                let Reply::End { status, message } = reply else {
+                    continue;
+                };
                 break End::Stopped { status, message };
             }
         }

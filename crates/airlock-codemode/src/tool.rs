@@ -591,6 +591,28 @@ impl Host for BrokerHost<'_> {
         reply_of(tool, listed, &envelope)
     }
 
+    fn console(&self, level: &str, text: &str) {
+        airlock_broker::progress::say(&format!("console.{level}: {text}"));
+    }
+
+    fn progress(&self, seq: u32, tool: &str, ended: Option<&Reply>) {
+        let message = match ended {
+            None => format!("call {seq}: codemode.{tool} …"),
+            Some(Reply::Settle { kind, .. }) => {
+                let outcome = match kind {
+                    Settled::Ok => "done",
+                    Settled::Denied => "refused",
+                    Settled::Failed => "failed",
+                };
+                format!("call {seq}: codemode.{tool} {outcome}")
+            }
+            Some(Reply::End { status, .. }) => {
+                format!("call {seq}: codemode.{tool} {status}, the run ends")
+            }
+        };
+        airlock_broker::progress::say(&message);
+    }
+
     fn ended(&self) {
         // Calls still under way belong to a run that is over: nobody may
         // approve them any more, and their commands stop.

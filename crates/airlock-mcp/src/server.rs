@@ -445,11 +445,31 @@ impl Session {
             return broker.submit(call, &Mode::Client(ask), &|_| {});
         }
         let progress_token = context.meta.get_progress_token();
+        let counter = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        // What the call says while it runs (a script's console lines and
+        // calls), as progress notifications, in order, before its answer.
+        let sink = progress_token.clone().map(|token| {
+            let peer = context.peer.clone();
+            let counter = counter.clone();
+            let runtime = tokio::runtime::Handle::current();
+            Box::new(move |message: &str| {
+                let progress = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                let param = serde_json::from_value::<ProgressNotificationParam>(json!({
+                    "progressToken": token,
+                    "progress": progress,
+                    "message": message,
+                }));
+                if let Ok(param) = param {
+                    let _ = runtime.block_on(peer.notify_progress(param));
+                }
+            }) as airlock_broker::progress::Sink
+        });
         let companion = Companion {
             broker: broker.clone(),
             peer: context.peer.clone(),
             origin: Some(context.id.clone()),
             progress_token,
+            counter,
             cancelled: context.ct.clone(),
             elicit: ask == ClientAsk::Elicit,
             user: call.principal.user.clone(),
@@ -470,14 +490,20 @@ impl Session {
         };
         let envelope = tokio::task::block_in_place(|| {
             crate::caller::with_caller(caller, || {
-                broker.submit_cancellable(
-                    call,
-                    &Mode::Client(ask),
-                    &|approval| {
-                        companion.start(approval.id.clone());
-                    },
-                    &cancel,
-                )
+                let submit = || {
+                    broker.submit_cancellable(
+                        call,
+                        &Mode::Client(ask),
+                        &|approval| {
+                            companion.start(approval.id.clone());
+                        },
+                        &cancel,
+                    )
+                };
+                match sink {
+                    Some(sink) => airlock_broker::progress::with_sink(sink, submit),
+                    None => submit(),
+                }
             })
         });
         watch.abort();
@@ -749,6 +775,9 @@ pub(crate) struct Companion {
     /// (over HTTP, the POST's), where the client is listening.
     origin: Option<rmcp::model::RequestId>,
     progress_token: Option<rmcp::model::ProgressToken>,
+    /// The last progress value sent for the request (its notifications
+    /// count up, whoever sends them).
+    counter: Arc<std::sync::atomic::AtomicU64>,
     cancelled: tokio_util::sync::CancellationToken,
     elicit: bool,
     user: Option<String>,
@@ -773,6 +802,7 @@ impl Companion {
             peer,
             origin,
             progress_token: None,
+            counter: Arc::default(),
             cancelled,
             elicit,
             user: None,
@@ -799,11 +829,11 @@ impl Companion {
         let broker = self.broker.clone();
         let peer = self.peer.clone();
         let progress_token = self.progress_token.clone();
+        let counter = self.counter.clone();
         let cancelled = self.cancelled.clone();
         self.runtime.spawn(async move {
             let mut ticks = tokio::time::interval(PROGRESS_EVERY);
             ticks.tick().await;
-            let mut progress = 0.0;
             loop {
                 tokio::select! {
                     _ = &mut stopped => return,
@@ -821,7 +851,8 @@ impl Companion {
                     }
                     _ = ticks.tick(), if progress_token.is_some() => {
                         if let Some(token) = &progress_token {
-                            progress += 1.0;
+                            let progress =
+                                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
                             let param = serde_json::from_value::<ProgressNotificationParam>(json!({
                                 "progressToken": token,
                                 "progress": progress,
