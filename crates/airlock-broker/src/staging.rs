@@ -255,6 +255,7 @@ impl Broker {
             return self.denied_by_policy(call, &decision, base);
         }
         let overlay = staging.state().overlay.clone();
+        let overlay_empty = overlay.is_empty();
         // Nothing staged yet: the disk as it is.
         let through;
         let sandbox = if overlay.is_empty() {
@@ -282,20 +283,29 @@ impl Broker {
         let envelope = self.read(sandbox, call, &decision, base);
         // A file read from the disk joins the read set: the run's changes
         // are applied only if it still holds what the script saw.
+        let from_disk = |path: &str| {
+            // Nothing staged: from the disk without asking the overlay.
+            overlay_empty
+                || sandbox
+                    .resolve("path", path, airlock_fs::Access::Read)
+                    .is_ok_and(|target| target.staged().is_none())
+        };
+        let data = envelope.data.as_ref();
+        // The path as the tool normalized it (root-relative).
+        let read_path = data
+            .and_then(|data| data.get("path"))
+            .and_then(Value::as_str);
+        let hash = data
+            .and_then(|data| data.get("base_hash"))
+            .and_then(Value::as_str);
         if envelope.status == Status::Allowed
-            && let Some(path) = call_path(call)
-            && let Ok(target) = sandbox.resolve("path", path, airlock_fs::Access::Read)
-            && target.staged().is_none()
-            && let Some(hash) = envelope
-                .data
-                .as_ref()
-                .and_then(|data| data.get("base_hash"))
-                .and_then(Value::as_str)
+            && let (Some(path), Some(hash)) = (read_path, hash)
+            && from_disk(path)
         {
             staging
                 .state()
                 .reads
-                .entry(target.requested().to_owned())
+                .entry(path.to_owned())
                 .or_insert_with(|| Some(hash.to_owned()));
         }
         envelope

@@ -8,7 +8,7 @@ use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, mpsc};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use crate::engine::{self, Link};
@@ -136,6 +136,13 @@ fn run_in<'scope>(
 ) -> Outcome {
     let (events, inbox) = mpsc::channel::<Event>();
     let human = HumanClock::default();
+    let (jobs, queue) = mpsc::channel::<Job>();
+    // Dropped when the run returns: the call threads then end.
+    let pool = Pool {
+        jobs,
+        queue: Arc::new(Mutex::new(queue)),
+        idle: Arc::new(AtomicUsize::new(0)),
+    };
     let mut engine = match Engine::start(isolation, &start, events.clone(), spare) {
         Ok(engine) => engine,
         Err(failure) => {
@@ -201,18 +208,28 @@ fn run_in<'scope>(
                 }
                 in_flight.push(seq);
                 host.progress(seq, &tool, None);
-                let events = events.clone();
-                let human = human.clone();
-                let spawned = std::thread::Builder::new()
-                    .name(format!("codemode-call-{seq}"))
-                    .spawn_scoped(scope, move || {
-                        let reply = host.call(seq, &tool, &args, &human);
-                        let _ = events.send(Event::Settled(seq, tool, reply));
-                    });
-                if spawned.is_err() {
+                // A call thread that is idle takes it; else one more starts.
+                if pool.idle.load(Ordering::SeqCst) == 0 {
+                    let queue = pool.queue.clone();
+                    let idle = pool.idle.clone();
+                    let events = events.clone();
+                    let human = human.clone();
+                    let spawned = std::thread::Builder::new()
+                        .name("codemode-call".to_owned())
+                        .spawn_scoped(scope, move || {
+                            call_thread(host, &queue, &idle, &events, &human)
+                        });
+                    if spawned.is_err() {
+                        break End::Failed(Failure::new(
+                            FailCode::ScriptError,
+                            "could not start a thread for the call",
+                        ));
+                    }
+                }
+                if pool.jobs.send(Job { seq, tool, args }).is_err() {
                     break End::Failed(Failure::new(
                         FailCode::ScriptError,
-                        "could not start a thread for the call",
+                        "the call threads ended",
                     ));
                 }
             }
@@ -280,6 +297,46 @@ fn run_in<'scope>(
     host.ended();
     outcome.end = end;
     outcome
+}
+
+/// One call for a call thread.
+struct Job {
+    seq: u32,
+    tool: String,
+    args: String,
+}
+
+/// The run's call threads: started as calls overlap, each taking calls
+/// until the run is over (a script's sequential calls share one thread).
+struct Pool {
+    jobs: mpsc::Sender<Job>,
+    queue: Arc<Mutex<mpsc::Receiver<Job>>>,
+    /// Call threads waiting for a call.
+    idle: Arc<AtomicUsize>,
+}
+
+fn call_thread(
+    host: &dyn Host,
+    queue: &Mutex<mpsc::Receiver<Job>>,
+    idle: &AtomicUsize,
+    events: &mpsc::Sender<Event>,
+    human: &HumanClock,
+) {
+    loop {
+        idle.fetch_add(1, Ordering::SeqCst);
+        let job = match queue.lock() {
+            Ok(queue) => queue.recv(),
+            Err(_) => return,
+        };
+        idle.fetch_sub(1, Ordering::SeqCst);
+        let Ok(Job { seq, tool, args }) = job else {
+            return;
+        };
+        let reply = host.call(seq, &tool, &args, human);
+        if events.send(Event::Settled(seq, tool, reply)).is_err() {
+            return;
+        }
+    }
 }
 
 /// The engine under way.
