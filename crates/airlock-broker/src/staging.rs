@@ -113,20 +113,22 @@ impl Broker {
             return self.denied_by_policy(call, &decision, base);
         }
         let path = call_path(call);
+        let failed = |base: Record, error: &FsError| {
+            self.propose_failed(
+                &call.tool,
+                &decision,
+                base,
+                path,
+                error.code(),
+                &error.to_string(),
+            )
+        };
         // One staged call at a time, so each plans against the last.
         let mut state = staging.state();
         let sandbox = match self.sandbox.with_overlay(state.overlay.clone()) {
             Ok(sandbox) => sandbox,
             Err(error) => {
-                let message = error.to_string();
-                return self.propose_failed(
-                    &call.tool,
-                    &decision,
-                    base,
-                    path,
-                    error.code(),
-                    &message,
-                );
+                return failed(base, &error);
             }
         };
         let plan = match self.plan_in(&sandbox, call) {
@@ -137,15 +139,7 @@ impl Broker {
                 return self.invalid(call, path, &message, base);
             }
             Err(error) => {
-                let message = error.to_string();
-                return self.propose_failed(
-                    &call.tool,
-                    &decision,
-                    base,
-                    path,
-                    error.code(),
-                    &message,
-                );
+                return failed(base, &error);
             }
         };
         // What the disk holds where the run changes a file the first time:
@@ -158,15 +152,7 @@ impl Broker {
             let content = match airlock_fs::current_content(&self.sandbox, &change.path) {
                 Ok(content) => content.map(|(bytes, _)| bytes),
                 Err(error) => {
-                    let message = error.to_string();
-                    return self.propose_failed(
-                        &call.tool,
-                        &decision,
-                        base,
-                        path,
-                        error.code(),
-                        &message,
-                    );
+                    return failed(base, &error);
                 }
             };
             if content.as_deref().map(airlock_fs::sha256_hex) != change.before_hash {

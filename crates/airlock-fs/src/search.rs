@@ -377,11 +377,11 @@ pub fn grep(sandbox: &Sandbox, params: &GrepParams) -> Result<GrepData, FsError>
                 if staged.content.len() as u64 > sandbox.config().max_scan_bytes {
                     scan_limit = Some(ScanLimit::Bytes);
                 } else {
-                    search_bytes(
+                    search_one(
                         &mut searcher,
                         &matcher,
                         rel,
-                        &staged.content,
+                        Source::Staged(&staged.content),
                         limit,
                         &mut found,
                     );
@@ -393,7 +393,14 @@ pub fn grep(sandbox: &Sandbox, params: &GrepParams) -> Result<GrepData, FsError>
             if size > sandbox.config().max_scan_bytes {
                 scan_limit = Some(ScanLimit::Bytes);
             } else {
-                search_one(&mut searcher, &matcher, rel, &file, limit, &mut found);
+                search_one(
+                    &mut searcher,
+                    &matcher,
+                    rel,
+                    Source::File(&file),
+                    limit,
+                    &mut found,
+                );
             }
             found
         }
@@ -1095,42 +1102,19 @@ fn staged_entries(overlay: &crate::Overlay, directory: &str, names: &mut Vec<Str
     }
 }
 
-/// [`search_one`] over content a code-mode run staged.
-fn search_bytes(
-    searcher: &mut Searcher,
-    matcher: &RegexMatcher,
-    rel: &str,
-    content: &[u8],
-    limit: usize,
-    found: &mut Found,
-) {
-    let mut sink = LineSink {
-        path: rel,
-        lines: String::new(),
-        kept: 0,
-        limit,
-        count: 0,
-        binary_at: None,
-    };
-    let _ = searcher.search_slice(matcher, content, &mut sink);
-    if sink.count > 0 {
-        found.match_count += sink.count;
-        found.files.push(FileMatches {
-            path: rel.to_owned(),
-            lines: sink.lines,
-            kept: sink.kept,
-            count: sink.count,
-            binary_at: sink.binary_at,
-        });
-    }
+/// What one grep searches: an open file, or content a code-mode run
+/// staged.
+enum Source<'f> {
+    File(&'f File),
+    Staged(&'f [u8]),
 }
 
-/// Searches one open file and records its matching lines in `found`.
+/// Searches one source and records its matching lines in `found`.
 fn search_one(
     searcher: &mut Searcher,
     matcher: &RegexMatcher,
     rel: &str,
-    file: &File,
+    source: Source<'_>,
     limit: usize,
     found: &mut Found,
 ) {
@@ -1143,7 +1127,10 @@ fn search_one(
         binary_at: None,
     };
     // A read error midway keeps the lines found before it, as `rg` does.
-    let _ = searcher.search_file(matcher, file, &mut sink);
+    let _ = match source {
+        Source::File(file) => searcher.search_file(matcher, file, &mut sink),
+        Source::Staged(content) => searcher.search_slice(matcher, content, &mut sink),
+    };
     if sink.count > 0 {
         found.match_count += sink.count;
         found.files.push(FileMatches {
@@ -1312,11 +1299,11 @@ fn search_files(
                         let size = staged.content.len() as u64;
                         seen.fetch_add(size, std::sync::atomic::Ordering::Relaxed);
                         let mut found = Found::default();
-                        search_bytes(
+                        search_one(
                             &mut searcher,
                             matcher,
                             rel,
-                            &staged.content,
+                            Source::Staged(&staged.content),
                             limit,
                             &mut found,
                         );
@@ -1344,7 +1331,14 @@ fn search_files(
                     // Every file taken is searched: whether the limit keeps it
                     // is decided afterwards, in path order.
                     let mut found = Found::default();
-                    search_one(&mut searcher, matcher, rel, &file, limit, &mut found);
+                    search_one(
+                        &mut searcher,
+                        matcher,
+                        rel,
+                        Source::File(&file),
+                        limit,
+                        &mut found,
+                    );
                     mine.push((
                         index,
                         Searched {
