@@ -42,7 +42,10 @@ fn corpus(dir: &str) -> Vec<PathBuf> {
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|entry| entry.unwrap().path())
-        .filter(|path| path.extension().is_some_and(|ext| ext == "js"))
+        .filter(|path| {
+            path.extension()
+                .is_some_and(|ext| ext == "js" || ext == "ts")
+        })
         .collect();
     files.sort();
     files
@@ -55,6 +58,8 @@ struct Expected {
     code: Option<String>,
     result: Option<Value>,
     logs_truncated: Option<bool>,
+    line: Option<u64>,
+    column: Option<u64>,
 }
 
 fn expected(path: &Path) -> Expected {
@@ -70,6 +75,8 @@ fn expected(path: &Path) -> Expected {
             "code" => out.code = Some(value.to_owned()),
             "result" => out.result = Some(serde_json::from_str(value).expect("a JSON result")),
             "logs-truncated" => out.logs_truncated = Some(value == "true"),
+            "line" => out.line = Some(value.parse().expect("a line number")),
+            "column" => out.column = Some(value.parse().expect("a column number")),
             other => panic!("{}: unknown expectation {other}", path.display()),
         }
     }
@@ -108,6 +115,13 @@ fn mismatch(path: &Path, envelope: &Value) -> Option<String> {
         && data["logs_truncated"] != json!(truncated)
     {
         wrong.push(format!("logs_truncated {}", data["logs_truncated"]));
+    }
+    for (key, want) in [("line", want.line), ("column", want.column)] {
+        if let Some(want) = want
+            && data["error"][key] != json!(want)
+        {
+            wrong.push(format!("{key} {} (want {want})", data["error"][key]));
+        }
     }
     (!wrong.is_empty()).then(|| format!("{}: {}\n  {envelope}", path.display(), wrong.join("; ")))
 }
@@ -262,6 +276,13 @@ fn every_call_of_a_script_is_audited_with_its_run() {
 
 /// A syntax error is `parse_error` with its line and column; a throw is
 /// `script_error` with the line and column it came from.
+/// TypeScript runs with its types blanked, so errors keep the author's
+/// lines and columns; TypeScript that makes code is refused where it is.
+#[test]
+fn typescript_runs_with_its_types_blanked() {
+    run_corpus("typescript", 7);
+}
+
 #[test]
 fn errors_carry_their_position() {
     let ws = corpus_workspace();
@@ -738,6 +759,81 @@ fn a_script_s_changes_are_stale_when_what_it_read_changed() {
         );
         assert_eq!(tree(ws.root()), before, "{touched}");
     }
+}
+
+/// The static preview goes with the run's one proposal, for whoever is
+/// asked (every channel shows the approval's text): each call site of the
+/// script with its literal arguments and what the policy says of them, a
+/// call to a tool the profile denies and arguments its schema refuses
+/// flagged, and why the list is incomplete. It is in the audit log's
+/// `code_run_start` and in a dry run's answer.
+#[test]
+fn the_static_preview_goes_with_the_proposal() {
+    let ws = Workspace::new("profiles:\n  coder:\n    denylist: [exec]\ndefault_profile: coder\n");
+    ws.write("notes.txt", "config\n");
+    ws.write(
+        "p.ts",
+        "const notes: string = (await codemode.read_file({path: \"notes.txt\"})).content;\n\
+         await codemode.write_file({path: \"out.txt\", content: notes});\n\
+         if (notes.length > 1000) await codemode.exec({command: \"rm -rf /\"});\n\
+         await codemode.read_file({path: 42}).catch(() => null);\n\
+         const tools = codemode;\n",
+    );
+    let run = ws.run(&["eval", "p.ts", "--defer"]);
+    assert_eq!(run.json["status"], json!("hitl_required"), "{}", run.stdout);
+    let id = run.json["hitl"]["hitl_id"].as_str().unwrap().to_owned();
+    let shown = ws.run(&["show", &id]).stdout;
+    for line in [
+        "The script's text shows 4 codemode calls (a preview: each call is checked when it is made):",
+        "  1:30  read_file {\"path\":\"notes.txt\"}\n",
+        "  2:7  write_file {\"path\":\"out.txt\", …} · staged\n",
+        "  3:32  exec {\"command\":\"rm -rf /\"} · if reached · denied: the profile does not offer this tool\n",
+        "  4:7  read_file {\"path\":42} · invalid arguments: /path:",
+        "The preview is incomplete, so the script may make calls not listed here:\n  5:15  codemode is aliased or passed on\n",
+    ] {
+        assert!(shown.contains(line), "{line:?} in:\n{shown}");
+    }
+    let audit = ws.read(".airlock/audit.jsonl").unwrap();
+    let start: Value = audit
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .find(|record| record["event"] == json!("code_run_start"))
+        .unwrap();
+    let preview = &start["preview"];
+    assert_eq!(preview["language"], json!("typescript"), "{start}");
+    assert_eq!(preview["complete"], json!(false));
+    let sites: Vec<(Value, Value, Value)> = preview["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|call| {
+            (
+                call["tool"].clone(),
+                call["policy"].clone(),
+                call["reach"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        sites,
+        [
+            (json!("read_file"), json!("allow"), json!("once")),
+            (json!("write_file"), Value::Null, json!("once")),
+            (json!("exec"), json!("deny"), json!("maybe")),
+            (json!("read_file"), Value::Null, json!("once")),
+        ]
+    );
+    // A dry run answers with the preview, and proposes nothing.
+    let dry = ws.run(&["eval", "p.ts", "--dry-run"]);
+    assert_eq!(
+        dry.json["data"]["preview"]["calls"]
+            .as_array()
+            .unwrap()
+            .len(),
+        4,
+        "{}",
+        dry.stdout
+    );
 }
 
 /// `dry_run`: the diff and the calls, and nothing proposed.

@@ -1,7 +1,7 @@
 //! The crates are layers, and each depends only on layers below it:
 //!
 //! ```text
-//! airlock-core                               (pure)
+//! airlock-core, airlock-script               (pure: the model; a script's text)
 //! airlock-fs, airlock-audit, airlock-store,  (IO, one kind of state each)
 //! airlock-exec
 //! airlock-broker                             (the application)
@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 const LAYERS: &[&[&str]] = &[
-    &["airlock-core"],
+    &["airlock-core", "airlock-script"],
     &[
         "airlock-fs",
         "airlock-audit",
@@ -186,6 +186,10 @@ fn each_protocol_and_storage_library_is_known_to_one_crate() {
         ("rquickjs", &["airlock-codemode"]),
         ("landlock", &["airlock-codemode"]),
         ("seccompiler", &["airlock-codemode"]),
+        // A script's TypeScript and static preview: its text, parsed once.
+        ("oxc_parser", &["airlock-script"]),
+        ("oxc_ast", &["airlock-script"]),
+        ("oxc_ast_visit", &["airlock-script"]),
     ];
     let mut wrong = Vec::new();
     for (name, manifest) in manifests() {

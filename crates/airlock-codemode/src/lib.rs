@@ -12,11 +12,14 @@
 //! - `protocol`: the messages between them;
 //! - `tool`: `codemode_eval` as the broker runs it (arguments, audit,
 //!   each call through the broker, the envelope);
-//! - `schema`: call arguments checked against the tool's schema.
+//! - `schema`: call arguments checked against the tool's schema;
+//! - `preview`: the script's static preview checked against the run's
+//!   tools, schemas and policy.
 
 pub mod driver;
 pub mod dts;
 pub mod engine;
+mod preview;
 pub mod protocol;
 mod raw;
 pub mod schema;

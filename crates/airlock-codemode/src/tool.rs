@@ -243,6 +243,31 @@ impl CodeMode for CodeTool {
             .collect();
         let discovery = discovery_listed(broker, call.profile.as_deref(), run.narrowed_to);
         let run_id = format!("run_{}", uuid::Uuid::new_v4().simple());
+        let discovery_names: Vec<String> = if discovery {
+            vec![dts::SEARCH_TOOLS.to_owned(), dts::GET_TOOLS.to_owned()]
+        } else {
+            Vec::new()
+        };
+        // TypeScript blanked and the text's calls found; a script that does
+        // not parse is still a run (audited), one that ends before it starts.
+        let prepared = airlock_script::prepare(&code);
+        let preview = prepared.as_ref().ok().map(|prepared| {
+            let call_of = |tool: &str, value: Value| {
+                inner_call(broker, call, &run_id, run.narrowed_to, 0, tool, value)
+            };
+            crate::preview::check(
+                &prepared.preview,
+                prepared.language.as_str(),
+                &crate::preview::Checker {
+                    broker,
+                    profile: call.profile.as_deref(),
+                    narrowed_to: run.narrowed_to,
+                    tools: &tools,
+                    discovery: &discovery_names,
+                    call_of: &call_of,
+                },
+            )
+        });
         let script_sha256 = airlock_core::canonical::sha256_hex(code.as_bytes());
         let seed = uuid::Uuid::new_v4().as_u64_pair().0;
         let now_ms = broker.now_ms();
@@ -266,7 +291,11 @@ impl CodeMode for CodeTool {
             .number("script_bytes", code.len() as u64)
             .value("description", args.description.clone().map(Value::String))
             .number("seed", seed)
-            .number("now_ms", now_ms);
+            .number("now_ms", now_ms)
+            .value(
+                "preview",
+                preview.as_ref().map(|preview| preview.json.clone()),
+            );
         if !broker.note(begun) {
             return refuse(
                 ErrorCode::IoError,
@@ -289,11 +318,13 @@ impl CodeMode for CodeTool {
             discovery,
         };
         let mut names: Vec<String> = tools.keys().cloned().collect();
-        if discovery {
-            names.extend([dts::SEARCH_TOOLS.to_owned(), dts::GET_TOOLS.to_owned()]);
-        }
+        names.extend(discovery_names.iter().cloned());
+        let runnable = match &prepared {
+            Ok(prepared) => prepared.code.clone(),
+            Err(_) => String::new(),
+        };
         let start = Start {
-            code: code.clone(),
+            code: runnable,
             tools: names,
             limits: limits_of(config),
             seed,
@@ -304,7 +335,20 @@ impl CodeMode for CodeTool {
             cpu_ms: start.limits.cpu_ms,
             memory_bytes: start.limits.memory_bytes,
         });
-        let outcome = driver::run_with(&self.isolation, start, wall, &host, spare);
+        let outcome = match &prepared {
+            Ok(_) => driver::run_with(&self.isolation, start, wall, &host, spare),
+            Err(error) => Outcome {
+                end: End::Failed(Failure {
+                    code: FailCode::ParseError,
+                    message: error.message.clone(),
+                    line: Some(error.line),
+                    column: Some(error.column),
+                }),
+                logs: Vec::new(),
+                logs_truncated: false,
+                calls: 0,
+            },
+        };
         let calls = host.log.into_inner().unwrap_or_default();
         let mut envelope = envelope_of(call, &run_id, &outcome, &calls);
         // A script that ended well proposes what it staged, once; one that
@@ -312,8 +356,16 @@ impl CodeMode for CodeTool {
         if matches!(outcome.end, End::Done(_)) && !staging.is_empty() {
             let proposal = RunProposal {
                 call,
-                report: run_report(&run_id, &script_sha256, &args, &code, &calls, &outcome),
-                preface: preface(&args, &script_sha256, &calls),
+                report: run_report(
+                    &run_id,
+                    &script_sha256,
+                    &args,
+                    &code,
+                    &calls,
+                    &outcome,
+                    preview.as_ref(),
+                ),
+                preface: preface(&args, &script_sha256, &calls, preview.as_ref()),
                 dry_run: args.dry_run,
             };
             if let Some(proposed) =
@@ -321,6 +373,11 @@ impl CodeMode for CodeTool {
             {
                 envelope = with_proposal(envelope, proposed, args.dry_run);
             }
+        }
+        if args.dry_run
+            && let (Some(data), Some(preview)) = (envelope.data.as_mut(), &preview)
+        {
+            data["preview"] = preview.json.clone();
         }
         let mut ended = record("code_run_end")
             .text("status", data_status(&envelope))
@@ -375,12 +432,12 @@ impl CodeMode for CodeTool {
         ListedTool {
             name: name.to_owned(),
             description: format!(
-                "Runs a short JavaScript program that calls tools as `await codemode.<tool>(args)` and returns the value of its last expression (or of a top-level `return`). Every call is checked by airlock's policy like a direct call: a refused call throws a catchable ToolCallDeniedError {{tool, code, reason}}; a call a human denies ends the run. File writes (write_file, edit_file, apply_patch, delete_file, move_file) are staged, not written: later reads, greps and globs of the script see them, and when the script ends they are proposed as one change, approved once and applied together (`dry_run: true` shows the diff and proposes nothing). console.log lines come back in `logs`. No network, files, timers or eval: only codemode.*, console.* and the result.{scope}{catalogue}"
+                "Runs a short JavaScript (or TypeScript) program that calls tools as `await codemode.<tool>(args)` and returns the value of its last expression (or of a top-level `return`). Every call is checked by airlock's policy like a direct call: a refused call throws a catchable ToolCallDeniedError {{tool, code, reason}}; a call a human denies ends the run. File writes (write_file, edit_file, apply_patch, delete_file, move_file) are staged, not written: later reads, greps and globs of the script see them, and when the script ends they are proposed as one change, approved once and applied together (`dry_run: true` shows the diff and proposes nothing). console.log lines come back in `logs`. No network, files, timers or eval: only codemode.*, console.* and the result.{scope}{catalogue}"
             ),
             input_schema: json!({
                 "type": "object",
                 "properties": {
-                    "code": {"type": "string", "description": "The script: JavaScript, the body of an async function (top-level await and return work)."},
+                    "code": {"type": "string", "description": "The script: JavaScript, or TypeScript whose types are erased; the body of an async function (top-level await and return work)."},
                     "description": {"type": "string", "description": "What the script does, shown to the human who approves its calls."},
                     "dry_run": {"type": "boolean", "description": "Run the script and return the diff of its staged changes; propose nothing."}
                 },
@@ -541,23 +598,15 @@ impl Host for BrokerHost<'_> {
             record(entry("error", Some(ErrorCode::InvalidInput), None));
             return settle_failed(tool, ErrorCode::InvalidInput, &format!("{at}: {message}"));
         }
-        let mut inner = ToolCall::new(
+        let inner = inner_call(
+            self.broker,
+            self.outer,
+            self.run_id,
+            self.narrowed_to,
+            seq,
             tool,
             value,
-            self.broker.script_tool_origin(tool),
-            self.broker.now_ms(),
         );
-        inner.principal = self.outer.principal.clone();
-        inner.session = self.outer.session.clone();
-        inner.profile = self.outer.profile.clone();
-        inner.context_id = self.outer.context_id.clone();
-        inner.requester = self.outer.requester.clone();
-        inner.tool_call_id = Some(format!("{}:{seq}", self.run_id));
-        inner.via = Some(Via {
-            run_id: self.run_id.to_owned(),
-            seq,
-            narrowed_to: self.narrowed_to.map(str::to_owned),
-        });
         let waiting: Mutex<Option<crate::driver::Waiting>> = Mutex::new(None);
         let envelope = self.broker.submit_staged(
             &inner,
@@ -626,6 +675,37 @@ impl Host for BrokerHost<'_> {
             let _ = self.broker.cancel(&id);
         }
     }
+}
+
+/// The call a script's call to `tool` with `value` is, as `seq` of the
+/// run: the outer call's principal, session and profile, and `via`.
+fn inner_call(
+    broker: &airlock_broker::Broker,
+    outer: &ToolCall,
+    run_id: &str,
+    narrowed_to: Option<&str>,
+    seq: u32,
+    tool: &str,
+    value: Value,
+) -> ToolCall {
+    let mut inner = ToolCall::new(
+        tool,
+        value,
+        broker.script_tool_origin(tool),
+        broker.now_ms(),
+    );
+    inner.principal = outer.principal.clone();
+    inner.session = outer.session.clone();
+    inner.profile = outer.profile.clone();
+    inner.context_id = outer.context_id.clone();
+    inner.requester = outer.requester.clone();
+    inner.tool_call_id = Some(format!("{run_id}:{seq}"));
+    inner.via = Some(Via {
+        run_id: run_id.to_owned(),
+        seq,
+        narrowed_to: narrowed_to.map(str::to_owned),
+    });
+    inner
 }
 
 /// How the script sees a call's envelope.
@@ -821,6 +901,7 @@ fn run_report(
     code: &str,
     calls: &[CallEntry],
     outcome: &Outcome,
+    preview: Option<&crate::preview::RunPreview>,
 ) -> Map<String, Value> {
     let mut console = String::new();
     for (level, text) in &outcome.logs {
@@ -842,14 +923,25 @@ fn run_report(
     report.insert("description".to_owned(), json!(args.description));
     report.insert("calls".to_owned(), json!(calls));
     report.insert("console".to_owned(), json!(console));
+    if let Some(preview) = preview {
+        report.insert("preview".to_owned(), preview.json.clone());
+    }
     report
 }
 
 /// What the human reads before the run's diff.
-fn preface(args: &EvalArgs, script_sha256: &str, calls: &[CallEntry]) -> String {
+fn preface(
+    args: &EvalArgs,
+    script_sha256: &str,
+    calls: &[CallEntry],
+    preview: Option<&crate::preview::RunPreview>,
+) -> String {
     let mut text = String::from("A code-mode script wants to make these changes, all at once.\n");
     if let Some(description) = &args.description {
-        text.push_str(&format!("What it says it does: {description}\n"));
+        text.push_str(&format!(
+            "What it says it does: {}\n",
+            airlock_core::display::safe_line(description)
+        ));
     }
     text.push_str(&format!("Script: {script_sha256}\n"));
     let calls = sorted(calls);
@@ -862,6 +954,9 @@ fn preface(args: &EvalArgs, script_sha256: &str, calls: &[CallEntry]) -> String 
     }
     if calls.len() > 50 {
         text.push_str(&format!("  … and {} more\n", calls.len() - 50));
+    }
+    if let Some(preview) = preview {
+        text.push_str(&preview.text);
     }
     text.push('\n');
     text

@@ -1,0 +1,2 @@
+function run(codemode) { return codemode.exec({ command: "ls" }) }
+run({ exec: () => 1 });

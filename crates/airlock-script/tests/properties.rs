@@ -1,0 +1,120 @@
+//! What must hold of `prepare` on any text (the fuzz target
+//! `script_prepare` checks the same on generated input): it never panics;
+//! what prepares keeps every line's length in characters and reads back as
+//! the same JavaScript; call sites, gaps and errors point inside the text.
+//! The inputs here are the ones that once broke it, and generated mixes of
+//! TypeScript fragments.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use proptest::prelude::*;
+
+fn holds(source: &str) {
+    let lines: Vec<usize> = source
+        .split('\n')
+        .map(|line| line.chars().count())
+        .collect();
+    let inside = |line: u32, column: u32| {
+        line >= 1
+            && column >= 1
+            && lines
+                .get(line as usize - 1)
+                .is_some_and(|length| column as usize <= length + 1)
+    };
+    match airlock_script::prepare(source) {
+        Ok(prepared) => {
+            let after: Vec<usize> = prepared
+                .code
+                .split('\n')
+                .map(|line| line.chars().count())
+                .collect();
+            assert_eq!(lines, after, "{source:?}: every line keeps its length");
+            let again = airlock_script::prepare(&prepared.code)
+                .unwrap_or_else(|error| panic!("{source:?}: blanked, not JavaScript: {error}"));
+            assert_eq!(again.language, airlock_script::Language::JavaScript);
+            assert_eq!(
+                again.code, prepared.code,
+                "{source:?}: JavaScript passes as written"
+            );
+            for call in &prepared.preview.calls {
+                assert!(inside(call.line, call.column), "{source:?}: {call:?}");
+            }
+            for gap in &prepared.preview.gaps {
+                assert!(inside(gap.line, gap.column), "{source:?}: {gap:?}");
+            }
+        }
+        Err(error) => assert!(inside(error.line, error.column), "{source:?}: {error}"),
+    }
+}
+
+#[test]
+fn inputs_that_once_broke_it() {
+    for source in [
+        "\u{1}",
+        "<!--",
+        "\\;<T<<2",
+        "",
+        "\n",
+        "\r\n",
+        "a\u{2028}b",
+        "let x: number\u{1}",
+    ] {
+        holds(source);
+    }
+}
+
+const FRAGMENTS: &[&str] = &[
+    "let a: number = 1;",
+    "const f = (x?: string): void => {};",
+    "interface I { a: 1 }",
+    "type T = string | number",
+    "class C<T> implements I { private x!: T; constructor() {} }",
+    "abstract class D { abstract m(): void; declare y: number }",
+    "declare const z: number;",
+    "function g(this: Window, a: number): number;",
+    "function g(a: any) { return a }",
+    "x as unknown as T",
+    "<T>y",
+    "y!",
+    "f<T>(1)",
+    "codemode.read_file({ path: 'a' })",
+    "codemode['write_file']({ path: 'b', content: c })",
+    "const t = codemode;",
+    "await codemode.exec(...args)",
+    "enum E { A }",
+    "\n",
+    "\r\n",
+    "\u{2028}",
+    "/* c */",
+    "// c\n",
+    "é",
+    "😀",
+    "{",
+    "}",
+    "(",
+    ")",
+    ";",
+    ":",
+    "?",
+    "!",
+    "<",
+    ">",
+    "=>",
+    "return 1",
+    "await 1",
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn any_mix_of_fragments(parts in proptest::collection::vec(0..FRAGMENTS.len(), 0..12)) {
+        let source: String = parts.iter().map(|index| FRAGMENTS[*index]).collect::<Vec<_>>().join(" ");
+        holds(&source);
+    }
+
+    #[test]
+    fn any_text(source in "\\PC{0,80}") {
+        holds(&source);
+    }
+}

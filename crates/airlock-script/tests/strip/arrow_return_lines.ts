@@ -1,0 +1,4 @@
+const shape = (a: number): {
+  value: number;
+} => ({ value: a });
+shape(2).value

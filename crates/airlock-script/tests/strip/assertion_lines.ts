@@ -1,0 +1,5 @@
+function f() {
+  return <
+    number
+  >1;
+}

@@ -1,0 +1,1 @@
+const enum Flags { A = 1 }

@@ -1,0 +1,3 @@
+function log(target: any) {}
+@log
+class A {}

@@ -1,0 +1,2 @@
+const a: number = 1;
+export = a;

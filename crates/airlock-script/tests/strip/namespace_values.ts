@@ -1,0 +1,3 @@
+namespace Util {
+  export const x = 1;
+}
