@@ -82,7 +82,7 @@ impl Broker {
             terms: ApprovalTerms::from(decision),
             path: shown.path,
             summary: shown.summary,
-            diff: shown.diff,
+            diff: crate::staging::with_run_context(shown.diff),
             plan: shown.plan,
             created_ms: now,
             expires_ms: now.saturating_add(ttl_seconds.saturating_mul(1000)),

@@ -26,6 +26,78 @@ use crate::{Approval, Cancel};
 /// The key of the read set in a code run's plan report.
 pub(crate) const READS: &str = "reads";
 
+/// The most of a run's staged diff shown with one of its calls.
+const STAGED_SHOWN: u64 = 4000;
+
+thread_local! {
+    /// What an approval made on this thread shows after its own text.
+    static ASK_CONTEXT: std::cell::RefCell<Option<String>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` with `context` added to the text of any approval it makes on
+/// this thread.
+fn with_ask_context<R>(context: Option<String>, f: impl FnOnce() -> R) -> R {
+    let before = ASK_CONTEXT.with(|slot| slot.replace(context));
+    let result = f();
+    ASK_CONTEXT.with(|slot| {
+        slot.replace(before);
+    });
+    result
+}
+
+/// `diff` with what a run says of itself, when an approval is made for one
+/// of its calls.
+pub(crate) fn with_run_context(diff: String) -> String {
+    ASK_CONTEXT.with(|slot| match slot.borrow().as_ref() {
+        Some(context) => format!("{diff}\n{context}"),
+        None => diff,
+    })
+}
+
+/// Each file the run changed, from what the disk held to what the run
+/// left (their contents before), and the files it read, with what it
+/// changed and changed back counted as read.
+#[expect(
+    clippy::type_complexity,
+    reason = "three views of one state, used together"
+)]
+fn changes_of(
+    state: &State,
+) -> (
+    Vec<FileChange>,
+    Vec<Option<Vec<u8>>>,
+    BTreeMap<String, Option<String>>,
+) {
+    let mut changes = Vec::new();
+    let mut olds: Vec<Option<Vec<u8>>> = Vec::new();
+    let mut reads = state.reads.clone();
+    for (resolved, staged) in state.overlay.entries() {
+        let Some(base) = state.bases.get(resolved) else {
+            continue;
+        };
+        let after = staged.as_ref().map(|file| file.content.clone());
+        let before_hash = base.content.as_deref().map(airlock_fs::sha256_hex);
+        if after == base.content {
+            // Changed and changed back: nothing to write, but what it
+            // holds still counts.
+            reads.entry(base.path.clone()).or_insert(before_hash);
+            continue;
+        }
+        changes.push(FileChange {
+            path: base.path.clone(),
+            resolved_path: resolved.to_owned(),
+            before_hash,
+            after,
+            create_parents: true,
+            moved_from: None,
+            mode: staged.as_ref().and_then(|file| file.mode),
+        });
+        olds.push(base.content.clone());
+    }
+    (changes, olds, reads)
+}
+
 /// What one run staged.
 #[derive(Debug, Default)]
 pub struct Staging {
@@ -83,6 +155,10 @@ pub struct RunProposal<'a> {
 impl Broker {
     /// One call of a code-mode run: a write is decided and staged, a read
     /// sees what the run staged; anything else is submitted as usual.
+    ///
+    /// A call that asks a human shows, after its own text, what `context`
+    /// says of the run so far and the diff the run has staged so far (both
+    /// made only when the policy asks).
     pub fn submit_staged(
         &self,
         call: &ToolCall,
@@ -90,6 +166,7 @@ impl Broker {
         on_pending: &(dyn Fn(&Approval) + Sync),
         cancel: &Cancel,
         staging: &Staging,
+        context: &dyn Fn() -> String,
     ) -> Envelope {
         use BuiltinTool::{
             ApplyPatch, DeleteFile, EditFile, Exists, Glob, Grep, ListDir, MoveFile, ReadFile,
@@ -102,8 +179,41 @@ impl Broker {
             ToolOrigin::Builtin(ReadFile | Grep | Glob | ListDir | Stat | Exists) => {
                 self.staged_read(call, staging)
             }
-            _ => self.submit_cancellable(call, mode, on_pending, cancel),
+            _ => {
+                let shown = (self.decide_only(call).disposition == Disposition::Ask).then(|| {
+                    let mut text = context();
+                    text.push_str(&self.staged_so_far(staging));
+                    text
+                });
+                with_ask_context(shown, || {
+                    self.submit_cancellable(call, mode, on_pending, cancel)
+                })
+            }
         }
+    }
+
+    /// The diff of what a run has staged so far, for a human asked about
+    /// one of its calls; shortened past `STAGED_SHOWN` characters.
+    fn staged_so_far(&self, staging: &Staging) -> String {
+        let state = staging.state();
+        let (changes, olds, _) = changes_of(&state);
+        if changes.is_empty() {
+            return "The script has staged no change so far.\n".to_owned();
+        }
+        let old_slices: Vec<Option<&[u8]>> = olds.iter().map(Option::as_deref).collect();
+        let plan = airlock_fs::new_plan(
+            crate::code::CODEMODE_TOOL,
+            String::new(),
+            changes,
+            &old_slices,
+            Map::new(),
+        );
+        let mut text = format!(
+            "What the script has staged so far ({}; proposed as one change when it ends):\n",
+            plan.changed_paths().join(", ")
+        );
+        text.push_str(&airlock_fs::preview(&plan.diff, STAGED_SHOWN));
+        text
     }
 
     fn stage_write(&self, call: &ToolCall, staging: &Staging) -> Envelope {
@@ -311,32 +421,7 @@ impl Broker {
             .state
             .into_inner()
             .unwrap_or_else(PoisonError::into_inner);
-        let mut changes = Vec::new();
-        let mut olds: Vec<Option<Vec<u8>>> = Vec::new();
-        let mut reads = state.reads.clone();
-        for (resolved, staged) in state.overlay.entries() {
-            let Some(base) = state.bases.get(resolved) else {
-                continue;
-            };
-            let after = staged.as_ref().map(|file| file.content.clone());
-            let before_hash = base.content.as_deref().map(airlock_fs::sha256_hex);
-            if after == base.content {
-                // Changed and changed back: nothing to write, but what it
-                // holds still counts.
-                reads.entry(base.path.clone()).or_insert(before_hash);
-                continue;
-            }
-            changes.push(FileChange {
-                path: base.path.clone(),
-                resolved_path: resolved.to_owned(),
-                before_hash,
-                after,
-                create_parents: true,
-                moved_from: None,
-                mode: staged.as_ref().and_then(|file| file.mode),
-            });
-            olds.push(base.content.clone());
-        }
+        let (changes, olds, mut reads) = changes_of(&state);
         if changes.is_empty() {
             return None;
         }

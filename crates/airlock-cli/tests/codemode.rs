@@ -551,6 +551,19 @@ fn spec_004_profiles_decide_each_call_of_a_script() {
         run_script(&mut form, "codemode_eval_supervised", echo),
         (json!("completed"), json!("Echo: hi"), 1)
     );
+    // The human asked mid-run reads the call and the run around it.
+    let answer = form.call("codemode_eval_supervised", json!({"code": echo}));
+    let message = answer["elicitations"][0]["message"]
+        .as_str()
+        .unwrap_or_default();
+    for part in [
+        "This is call 1 of a code-mode script.",
+        "It has made no other call so far.",
+        "1:14  every__echo {\"message\":\"hi\"} · asks",
+        "The script has staged no change so far.",
+    ] {
+        assert!(message.contains(part), "{part:?} in:\n{message}");
+    }
     form.answer_elicitations("decline", json!(null));
     let (status, result, asked) = run_script(&mut form, "codemode_eval_supervised", echo);
     assert_eq!((status, result, asked), (json!("denied"), Value::Null, 1));
@@ -833,6 +846,63 @@ fn the_static_preview_goes_with_the_proposal() {
         4,
         "{}",
         dry.stdout
+    );
+}
+
+/// A call inside a run that asks a human (an upstream tool the profile
+/// asks for) shows, after its own text, the run: its description and
+/// script, the static preview, the calls so far and the diff staged so far.
+#[test]
+fn a_call_asked_inside_a_run_shows_the_run_so_far() {
+    use airlock_testkit::peers::{Peer, require};
+    if !require(
+        "a_call_asked_inside_a_run_shows_the_run_so_far",
+        &[Peer::NodeTools],
+    ) {
+        return;
+    }
+    const AGENT: &str = "agent-token-1";
+    let ws = staging_workspace();
+    ws.write(
+        "airlock.yaml",
+        format!(
+            "auth:\n  tokens:\n    - {{name: claude, sha256: \"{}\", roles: [agent], user: u1}}\n\
+             security:\n  hitl:\n    approval_mode: defer\n\
+             upstreams:\n  - name: every\n    command: node\n    args: [{:?}, stdio]\n\
+             default_profile: dev\nprofiles:\n  dev:\n    asklist: [every__echo]\n",
+            airlock_testkit::token_sha256(AGENT),
+            everything_server()
+        ),
+    );
+    let script = "const notes = (await codemode.read_file({path: \"notes.txt\"})).content;\n\
+         await codemode.write_file({path: \"out.txt\", content: notes + \"more\\n\"});\n\
+         await codemode.every__echo({message: \"done\"});\n";
+    let server = airlock_testkit::http::Server::start_in(ws, &[]);
+    let (status, body) = server.post(
+        "/v1/tools/call",
+        Some(AGENT),
+        &json!({"tool": "codemode_eval", "arguments": {"code": script, "description": "note and tell"}}),
+    );
+    assert_eq!(status, 202, "{body}");
+    let data = &body["envelope"]["data"];
+    assert_eq!(data["status"], json!("hitl_required"), "{body}");
+    let id = data["calls"][2]["hitl_id"].as_str().unwrap().to_owned();
+    let ws = &server.ws;
+    let shown = ws.run(&["show", &id]).stdout;
+    for part in [
+        "This is call 3 of a code-mode script.\n",
+        "What it says it does: note and tell\n",
+        "  3:7  every__echo {\"message\":\"done\"} · asks\n",
+        "Its calls so far (2):\n  1. read_file (allowed)\n  2. write_file (staged)\n",
+        "What the script has staged so far (out.txt; proposed as one change when it ends):\n",
+        "+config\n+more\n",
+    ] {
+        assert!(shown.contains(part), "{part:?} in:\n{shown}");
+    }
+    // The call's own text comes first.
+    assert!(
+        shown.find("\"done\"").unwrap() < shown.find("This is call 3").unwrap(),
+        "{shown}"
     );
 }
 

@@ -316,6 +316,7 @@ impl CodeMode for CodeTool {
             pending: Mutex::new(Vec::new()),
             staging: &staging,
             discovery,
+            about: about_run(&run_id, &args, &script_sha256, preview.as_ref()),
         };
         let mut names: Vec<String> = tools.keys().cloned().collect();
         names.extend(discovery_names.iter().cloned());
@@ -484,6 +485,10 @@ struct BrokerHost<'a> {
     staging: &'a Staging,
     /// `search_tools` and `get_tools` are offered.
     discovery: bool,
+    /// What a human asked about one of the run's calls reads of the run
+    /// (its script, description and static preview), before the calls so
+    /// far and the staged diff.
+    about: String,
 }
 
 // The broker's callbacks are called from the call threads; what they
@@ -548,6 +553,49 @@ fn discovery_listed(
         broker.policy().lists_tool(profile, name)
             && narrowed_to.is_none_or(|narrowed| broker.policy().lists_tool(Some(narrowed), name))
     })
+}
+
+impl BrokerHost<'_> {
+    /// The run so far, for a human asked about its call `seq`.
+    fn context(&self, seq: u32) -> String {
+        let mut text = format!("This is call {seq} of a code-mode script.\n{}", self.about);
+        let calls = self.log.lock().map(|log| sorted(&log)).unwrap_or_default();
+        if calls.is_empty() {
+            text.push_str("It has made no other call so far.\n");
+        } else {
+            text.push_str(&format!("Its calls so far ({}):\n", calls.len()));
+            for entry in calls.iter().rev().take(30).rev() {
+                text.push_str(&format!(
+                    "  {}. {} ({})\n",
+                    entry.seq,
+                    airlock_core::display::safe_line(&entry.tool),
+                    entry.status
+                ));
+            }
+        }
+        text
+    }
+}
+
+/// What every ask of a run says of it: the run, what the script says it
+/// does, its hash and its static preview.
+fn about_run(
+    run_id: &str,
+    args: &EvalArgs,
+    script_sha256: &str,
+    preview: Option<&crate::preview::RunPreview>,
+) -> String {
+    let mut text = format!("Run {run_id}, script sha256 {script_sha256}.\n");
+    if let Some(description) = &args.description {
+        text.push_str(&format!(
+            "What it says it does: {}\n",
+            airlock_core::display::safe_line(description)
+        ));
+    }
+    if let Some(preview) = preview {
+        text.push_str(&preview.text);
+    }
+    text
 }
 
 impl Host for BrokerHost<'_> {
@@ -622,6 +670,7 @@ impl Host for BrokerHost<'_> {
             },
             self.cancel,
             self.staging,
+            &|| self.context(seq),
         );
         drop(waiting);
         let hitl_id = envelope.hitl.as_ref().map(|hitl| hitl.hitl_id.clone());
