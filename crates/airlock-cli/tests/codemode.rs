@@ -906,6 +906,164 @@ fn a_call_asked_inside_a_run_shows_the_run_so_far() {
     );
 }
 
+/// A client that cannot be asked mid-run (here: the HTTP API with
+/// `approval_mode: defer`) gets `hitl_required` with the run's id and the
+/// waiting call's approval. Resumed before the decision, it stops there
+/// again; after the approval, the script runs again, its earlier calls
+/// replayed, the approved call carried out once, and it goes on to its end.
+/// A run resumed once is gone; another caller cannot resume it; a denied
+/// call ends the resumed run `denied`; a script that takes another path on
+/// replay ends `replay_divergence`, and nothing after it is done.
+#[test]
+fn a_deferred_run_resumes_after_the_decision() {
+    use airlock_testkit::peers::{Peer, require};
+    if !require(
+        "a_deferred_run_resumes_after_the_decision",
+        &[Peer::NodeTools],
+    ) {
+        return;
+    }
+    const AGENT: &str = "agent-token-1";
+    const OTHER: &str = "agent-token-2";
+    const APPROVER: &str = "approver-token-1";
+    let ws = staging_workspace();
+    ws.write(
+        "airlock.yaml",
+        format!(
+            "auth:\n  tokens:\n    - {{name: claude, sha256: \"{}\", roles: [agent], user: u1}}\n    \
+             - {{name: codex, sha256: \"{}\", roles: [agent], user: u2}}\n    \
+             - {{name: phone, sha256: \"{}\", roles: [approver], user: boss}}\n\
+             security:\n  hitl:\n    approval_mode: defer\n\
+             upstreams:\n  - name: every\n    command: node\n    args: [{:?}, stdio]\n\
+             default_profile: dev\nprofiles:\n  dev:\n    asklist: [every__echo]\n",
+            airlock_testkit::token_sha256(AGENT),
+            airlock_testkit::token_sha256(OTHER),
+            airlock_testkit::token_sha256(APPROVER),
+            everything_server()
+        ),
+    );
+    ws.write("mode.txt", "a\n");
+    let script = "const mode = (await codemode.read_file({path: \"mode.txt\"})).content.trim();\n\
+         await codemode.write_file({path: \"out.txt\", content: mode + \"\\n\"});\n\
+         const said = await codemode.every__echo({message: \"mode \" + mode});\n\
+         return [said.content[0].text, Math.random() < 2];\n";
+    let server = airlock_testkit::http::Server::start_in(ws, &[]);
+    let eval = |token: &str, arguments: Value| {
+        server.post(
+            "/v1/tools/call",
+            Some(token),
+            &json!({"tool": "codemode_eval", "arguments": arguments}),
+        )
+    };
+    let echoes = |server: &airlock_testkit::http::Server| {
+        std::fs::read_to_string(server.path(".airlock/audit.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|line| serde_json::from_str::<Value>(line).unwrap())
+            .filter(|record| {
+                // Made: approved and forwarded, or allowed at once.
+                record["tool"] == json!("every__echo")
+                    && (record["event"] == json!("tool_call_apply")
+                        || (record["event"] == json!("tool_call")
+                            && record["status"] == json!("allowed")))
+            })
+            .count()
+    };
+
+    // Stopped at the asked call.
+    let (status, body) = eval(AGENT, json!({"code": script}));
+    assert_eq!(status, 202, "{body}");
+    let data = &body["envelope"]["data"];
+    assert_eq!(data["status"], json!("hitl_required"), "{body}");
+    let run_id = data["run_id"].as_str().unwrap().to_owned();
+    let hitl = body["approval_id"].as_str().unwrap().to_owned();
+    assert_eq!(data["calls"][2]["hitl_id"], json!(hitl));
+
+    // Not yet decided: it stops there again. Another caller cannot resume it.
+    let (status, body) = eval(AGENT, json!({"resume": run_id}));
+    assert_eq!(
+        (status, body["approval_id"].clone()),
+        (202, json!(hitl)),
+        "{body}"
+    );
+    let (_, body) = eval(OTHER, json!({"resume": run_id}));
+    assert_eq!(body["error"]["code"], json!("not_found"), "{body}");
+    // Resuming with other code is refused, and the run still waits.
+    let (_, body) = eval(AGENT, json!({"resume": run_id, "code": "1"}));
+    assert_eq!(body["error"]["code"], json!("invalid_input"), "{body}");
+    assert_eq!(echoes(&server), 0);
+
+    // Approved: resumed, the echo is made once and the run ends in its
+    // proposal (the staged write), with the result computed from it.
+    let (status, body) = server.post(
+        &format!("/hitl/decide/{hitl}"),
+        Some(APPROVER),
+        &json!({"decision": "approve"}),
+    );
+    assert_eq!(status, 200, "{body}");
+    let (_, body) = eval(AGENT, json!({"resume": run_id}));
+    let envelope = if body["envelope"].is_object() {
+        &body["envelope"]
+    } else {
+        &body
+    };
+    let data = &envelope["data"];
+    assert_eq!(data["result"], json!(["Echo: mode a", true]), "{body}");
+    let statuses: Vec<&str> = data["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|call| call["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses, ["allowed", "staged", "allowed"], "{body}");
+    assert_eq!(
+        data["staged"]["changed_paths"],
+        json!(["out.txt"]),
+        "{body}"
+    );
+    assert_eq!(echoes(&server), 1);
+    // It is over: nothing left to resume.
+    let (_, body) = eval(AGENT, json!({"resume": run_id}));
+    assert_eq!(body["error"]["code"], json!("not_found"), "{body}");
+
+    // Denied: the resumed run ends denied.
+    let (_, body) = eval(AGENT, json!({"code": script}));
+    let run_id = body["envelope"]["data"]["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let hitl = body["approval_id"].as_str().unwrap().to_owned();
+    server.post(
+        &format!("/hitl/decide/{hitl}"),
+        Some(APPROVER),
+        &json!({"decision": "deny"}),
+    );
+    let (_, body) = eval(AGENT, json!({"resume": run_id}));
+    assert_eq!(body["data"]["status"], json!("denied"), "{body}");
+    assert_eq!(echoes(&server), 1);
+
+    // Another path on replay: the file it read says otherwise now.
+    let (_, body) = eval(AGENT, json!({"code": script}));
+    let run_id = body["envelope"]["data"]["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let hitl = body["approval_id"].as_str().unwrap().to_owned();
+    server.post(
+        &format!("/hitl/decide/{hitl}"),
+        Some(APPROVER),
+        &json!({"decision": "approve"}),
+    );
+    std::fs::write(server.path("mode.txt"), "b\n").unwrap();
+    let (_, body) = eval(AGENT, json!({"resume": run_id}));
+    assert_eq!(body["error"]["code"], json!("replay_divergence"), "{body}");
+    assert_eq!(body["data"]["status"], json!("error"), "{body}");
+    // The approval carried out its call (the process that holds the
+    // upstream does so when it is decided); the script's other path made
+    // no call.
+    assert_eq!(echoes(&server), 2);
+}
+
 /// `dry_run`: the diff and the calls, and nothing proposed.
 #[test]
 fn a_dry_run_shows_the_diff_and_proposes_nothing() {

@@ -22,6 +22,7 @@ pub mod engine;
 mod preview;
 pub mod protocol;
 mod raw;
+mod resume;
 pub mod schema;
 mod tool;
 pub mod worker;

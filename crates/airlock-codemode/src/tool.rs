@@ -9,14 +9,16 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use airlock_broker::{Approval, CodeCall, CodeMode, ListedTool, Record, RunProposal, Staging};
+use airlock_core::display::safe_line;
 use airlock_core::envelope::{Envelope, Status};
-use airlock_core::{ErrorCode, ToolCall, Via};
+use airlock_core::{ErrorCode, ToolCall, ToolOrigin, Via};
 use serde_json::{Map, Value, json};
 
 use crate::driver::Spare;
 use crate::driver::{self, End, Host, HumanClock, Isolation, Outcome, Reply};
 use crate::dts;
 use crate::protocol::{EngineLimits, FailCode, Failure, Settled, Start};
+use crate::resume::{Logged, Refused, Suspended, Suspensions, WaitingCall};
 use crate::worker::WorkerArgs;
 
 /// The envelope's `op.method` of a run.
@@ -28,6 +30,8 @@ pub struct CodeTool {
     isolation: Isolation,
     running: AtomicUsize,
     spares: Option<Spares>,
+    /// Runs that stopped at a call waiting for a human, to resume.
+    suspended: Suspensions,
 }
 
 /// Workers started ahead: each run takes the one waiting and asks for the
@@ -45,6 +49,7 @@ impl CodeTool {
             isolation,
             running: AtomicUsize::new(0),
             spares: None,
+            suspended: Suspensions::default(),
         }
     }
 
@@ -112,9 +117,13 @@ impl Drop for Slot<'_> {
 
 /// `codemode_eval`'s arguments.
 struct EvalArgs {
-    code: String,
+    /// Required unless `resume` names a run (then, if given, it must be
+    /// that run's script).
+    code: Option<String>,
     description: Option<String>,
     dry_run: bool,
+    /// The id of a run that stopped at a call waiting for a human.
+    resume: Option<String>,
 }
 
 fn eval_args(args: &Value) -> Result<EvalArgs, String> {
@@ -123,16 +132,22 @@ fn eval_args(args: &Value) -> Result<EvalArgs, String> {
     };
     if let Some(key) = object
         .keys()
-        .find(|key| !["code", "description", "dry_run"].contains(&key.as_str()))
+        .find(|key| !["code", "description", "dry_run", "resume"].contains(&key.as_str()))
     {
         return Err(format!(
-            "unknown argument `{}` (codemode_eval takes code, description and dry_run)",
+            "unknown argument `{}` (codemode_eval takes code, description, dry_run and resume)",
             airlock_core::display::safe_text(key)
         ));
     }
+    let resume = match object.get("resume") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(run_id)) => Some(run_id.clone()),
+        Some(_) => return Err("`resume` must be a run id (a string)".to_owned()),
+    };
     let code = match object.get("code") {
-        Some(Value::String(code)) => code.clone(),
+        Some(Value::String(code)) => Some(code.clone()),
         Some(_) => return Err("`code` must be a string".to_owned()),
+        None if resume.is_some() => None,
         None => return Err("`code` is required: the script to run".to_owned()),
     };
     let description = match object.get("description") {
@@ -149,6 +164,7 @@ fn eval_args(args: &Value) -> Result<EvalArgs, String> {
         code,
         description,
         dry_run,
+        resume,
     })
 }
 
@@ -212,11 +228,64 @@ impl CodeMode for CodeTool {
         let refuse = |code: ErrorCode, message: String| {
             Envelope::failure(Status::Error, METHOD, &call.tool, None, code, message)
         };
-        let args = match eval_args(&call.args) {
+        let mut args = match eval_args(&call.args) {
             Ok(args) => args,
             Err(message) => return refuse(ErrorCode::InvalidInput, message),
         };
-        let code = strip_fences(&args.code);
+        let resumed = match &args.resume {
+            None => None,
+            Some(run_id) => match self.suspended.take(
+                run_id,
+                &call.principal.owner_key(),
+                call.session.as_deref(),
+                &call.tool,
+                call.profile.as_deref(),
+                broker.now_ms(),
+            ) {
+                Ok(run) => Some(run),
+                Err(Refused::NotFound) => {
+                    return refuse(
+                        ErrorCode::NotFound,
+                        format!(
+                            "no run {} waits to be resumed by this caller (it ended, expired or is another's)",
+                            airlock_core::display::safe_line(run_id)
+                        ),
+                    );
+                }
+                Err(Refused::Mismatch(why)) => {
+                    return refuse(
+                        ErrorCode::InvalidInput,
+                        format!(
+                            "run {} cannot be resumed here: {why}",
+                            airlock_core::display::safe_line(run_id)
+                        ),
+                    );
+                }
+            },
+        };
+        let code = match (&resumed, &args.code) {
+            (Some(run), Some(code)) if strip_fences(code) != run.code => {
+                self.suspended.keep(run.clone());
+                return refuse(
+                    ErrorCode::InvalidInput,
+                    "`code` is not the script of the run to resume (leave it out to resume)"
+                        .to_owned(),
+                );
+            }
+            (Some(run), _) => run.code.clone(),
+            (None, Some(code)) => strip_fences(code),
+            (None, None) => {
+                return refuse(
+                    ErrorCode::InvalidInput,
+                    "`code` is required: the script to run".to_owned(),
+                );
+            }
+        };
+        if let Some(run) = &resumed
+            && args.description.is_none()
+        {
+            args.description = run.description.clone();
+        }
         if code.len() as u64 > config.max_source_bytes {
             return refuse(
                 ErrorCode::ScriptLimit,
@@ -242,7 +311,10 @@ impl CodeMode for CodeTool {
             .map(|tool| (tool.name.clone(), tool))
             .collect();
         let discovery = discovery_listed(broker, call.profile.as_deref(), run.narrowed_to);
-        let run_id = format!("run_{}", uuid::Uuid::new_v4().simple());
+        let run_id = match &resumed {
+            Some(run) => run.run_id.clone(),
+            None => format!("run_{}", uuid::Uuid::new_v4().simple()),
+        };
         let discovery_names: Vec<String> = if discovery {
             vec![dts::SEARCH_TOOLS.to_owned(), dts::GET_TOOLS.to_owned()]
         } else {
@@ -269,8 +341,11 @@ impl CodeMode for CodeTool {
             )
         });
         let script_sha256 = airlock_core::canonical::sha256_hex(code.as_bytes());
-        let seed = uuid::Uuid::new_v4().as_u64_pair().0;
-        let now_ms = broker.now_ms();
+        // A resumed run sees the same clock and random numbers as before.
+        let (seed, now_ms) = match &resumed {
+            Some(run) => (run.seed, run.now_ms),
+            None => (uuid::Uuid::new_v4().as_u64_pair().0, broker.now_ms()),
+        };
         let record = |event: &str| {
             Record::new(event)
                 .text("tool", &call.tool)
@@ -292,6 +367,7 @@ impl CodeMode for CodeTool {
             .value("description", args.description.clone().map(Value::String))
             .number("seed", seed)
             .number("now_ms", now_ms)
+            .flag("resumed", resumed.is_some())
             .value(
                 "preview",
                 preview.as_ref().map(|preview| preview.json.clone()),
@@ -317,6 +393,11 @@ impl CodeMode for CodeTool {
             staging: &staging,
             discovery,
             about: about_run(&run_id, &args, &script_sha256, preview.as_ref()),
+            replay: resumed.as_ref().map(|run| Replay {
+                log: run.log.clone(),
+                waiting: run.waiting.clone(),
+            }),
+            kept: Mutex::new(BTreeMap::new()),
         };
         let mut names: Vec<String> = tools.keys().cloned().collect();
         names.extend(discovery_names.iter().cloned());
@@ -351,7 +432,50 @@ impl CodeMode for CodeTool {
             },
         };
         let calls = host.log.into_inner().unwrap_or_default();
+        let kept = host.kept.into_inner().unwrap_or_default();
         let mut envelope = envelope_of(call, &run_id, &outcome, &calls);
+        // A run stopped at a call that waits for a human: kept, to resume
+        // once the human has decided; the answer names the approval.
+        if let End::Stopped { status, .. } = &outcome.end
+            && status == "hitl_required"
+            && let Some(waiting) = calls
+                .iter()
+                .find(|entry| entry.status == "hitl_required" && entry.hitl_id.is_some())
+            && let Some(hitl_id) = waiting.hitl_id.clone()
+        {
+            let approval = broker.approval(&hitl_id).ok();
+            envelope.hitl = Some(airlock_core::envelope::HitlInfo {
+                hitl_id: hitl_id.clone(),
+                ttl_seconds: approval.as_ref().map(|approval| {
+                    approval
+                        .expires_ms
+                        .saturating_sub(broker.now_ms())
+                        .div_ceil(1000)
+                }),
+                risk: approval.as_ref().map(|approval| approval.risk),
+                summary: approval.as_ref().map(|approval| approval.summary.clone()),
+                diff_preview: None,
+            });
+            self.suspended.keep(Suspended {
+                run_id: run_id.clone(),
+                owner: call.principal.owner_key(),
+                session: call.session.clone(),
+                tool: call.tool.clone(),
+                profile: call.profile.clone(),
+                code: code.clone(),
+                description: args.description.clone(),
+                seed,
+                now_ms,
+                log: kept,
+                waiting: WaitingCall {
+                    seq: waiting.seq,
+                    tool: waiting.tool.clone(),
+                    args_sha256: waiting.args_sha256.clone(),
+                    hitl_id,
+                },
+                expires_ms: approval.map_or(0, |approval| approval.expires_ms),
+            });
+        }
         // A script that ended well proposes what it staged, once; one that
         // did not leaves nothing behind.
         if matches!(outcome.end, End::Done(_)) && !staging.is_empty() {
@@ -440,9 +564,9 @@ impl CodeMode for CodeTool {
                 "properties": {
                     "code": {"type": "string", "description": "The script: JavaScript, or TypeScript whose types are erased; the body of an async function (top-level await and return work)."},
                     "description": {"type": "string", "description": "What the script does, shown to the human who approves its calls."},
-                    "dry_run": {"type": "boolean", "description": "Run the script and return the diff of its staged changes; propose nothing."}
+                    "dry_run": {"type": "boolean", "description": "Run the script and return the diff of its staged changes; propose nothing."},
+                    "resume": {"type": "string", "description": "The run_id of a run that stopped with hitl_required at a call waiting for a human: once the human has decided, the script runs again, its earlier calls answered from the log, and the waiting call is carried out once. `code` may be left out."}
                 },
-                "required": ["code"],
                 "additionalProperties": false
             }),
             output_schema: None,
@@ -489,6 +613,16 @@ struct BrokerHost<'a> {
     /// (its script, description and static preview), before the calls so
     /// far and the staged diff.
     about: String,
+    /// A resumed run's log and the call it stopped at.
+    replay: Option<Replay>,
+    /// What this run's calls were answered, for a later resume.
+    kept: Mutex<BTreeMap<u32, Logged>>,
+}
+
+/// What a resumed run replays.
+struct Replay {
+    log: BTreeMap<u32, Logged>,
+    waiting: WaitingCall,
 }
 
 // The broker's callbacks are called from the call threads; what they
@@ -556,52 +690,18 @@ fn discovery_listed(
 }
 
 impl BrokerHost<'_> {
-    /// The run so far, for a human asked about its call `seq`.
-    fn context(&self, seq: u32) -> String {
-        let mut text = format!("This is call {seq} of a code-mode script.\n{}", self.about);
-        let calls = self.log.lock().map(|log| sorted(&log)).unwrap_or_default();
-        if calls.is_empty() {
-            text.push_str("It has made no other call so far.\n");
-        } else {
-            text.push_str(&format!("Its calls so far ({}):\n", calls.len()));
-            for entry in calls.iter().rev().take(30).rev() {
-                text.push_str(&format!(
-                    "  {}. {} ({})\n",
-                    entry.seq,
-                    airlock_core::display::safe_line(&entry.tool),
-                    entry.status
-                ));
-            }
-        }
-        text
-    }
-}
-
-/// What every ask of a run says of it: the run, what the script says it
-/// does, its hash and its static preview.
-fn about_run(
-    run_id: &str,
-    args: &EvalArgs,
-    script_sha256: &str,
-    preview: Option<&crate::preview::RunPreview>,
-) -> String {
-    let mut text = format!("Run {run_id}, script sha256 {script_sha256}.\n");
-    if let Some(description) = &args.description {
-        text.push_str(&format!(
-            "What it says it does: {}\n",
-            airlock_core::display::safe_line(description)
-        ));
-    }
-    if let Some(preview) = preview {
-        text.push_str(&preview.text);
-    }
-    text
-}
-
-impl Host for BrokerHost<'_> {
-    fn call(&self, seq: u32, tool: &str, args: &str, human: &HumanClock) -> Reply {
+    /// Carries out call `seq` through the broker (or discovery) and says
+    /// how the script is answered.
+    fn carry_out(
+        &self,
+        seq: u32,
+        tool: &str,
+        args: &str,
+        args_sha256: &str,
+        human: &HumanClock,
+    ) -> Reply {
         let started = Instant::now();
-        let args_sha256 = airlock_core::canonical::sha256_hex(args.as_bytes());
+        let args_sha256 = args_sha256.to_owned();
         let entry = |status: &str, code: Option<ErrorCode>, hitl_id: Option<String>| CallEntry {
             seq,
             tool: tool.to_owned(),
@@ -687,6 +787,162 @@ impl Host for BrokerHost<'_> {
         };
         record(entry(status, code, hitl_id.clone()));
         reply_of(tool, listed, &envelope)
+    }
+
+    /// A resumed run's call `seq`, answered from the log or through the
+    /// approval it stopped at; `None` where it runs as in a new run.
+    fn replayed(&self, replay: &Replay, seq: u32, tool: &str, args_sha256: &str) -> Option<Reply> {
+        let entry = |status: &str, code: Option<ErrorCode>, hitl_id: Option<String>| CallEntry {
+            seq,
+            tool: tool.to_owned(),
+            args_sha256: args_sha256.to_owned(),
+            status: status.to_owned(),
+            code: code.map(|code| code.as_str().to_owned()),
+            hitl_id,
+            ms: 0,
+        };
+        let record = |entry: CallEntry| {
+            if let Ok(mut log) = self.log.lock() {
+                log.push(entry);
+            }
+        };
+        let (was_tool, was_args) = match replay.log.get(&seq) {
+            Some(logged) => (logged.tool.as_str(), logged.args_sha256.as_str()),
+            None if seq == replay.waiting.seq => (
+                replay.waiting.tool.as_str(),
+                replay.waiting.args_sha256.as_str(),
+            ),
+            None => return None,
+        };
+        if was_tool != tool || was_args != args_sha256 {
+            record(entry("error", Some(ErrorCode::ReplayDivergence), None));
+            let what = if was_tool == tool {
+                format!("codemode.{} with other arguments", safe_line(tool))
+            } else {
+                format!("codemode.{}", safe_line(tool))
+            };
+            return Some(Reply::End {
+                status: "replay_divergence".to_owned(),
+                message: format!(
+                    "the resumed script took another path: its call {seq} was codemode.{} and is {what} now; nothing after it was done",
+                    safe_line(was_tool)
+                ),
+            });
+        }
+        if let Some(logged) = replay.log.get(&seq) {
+            let reply = logged.reply.clone()?;
+            record(entry("replayed", None, None));
+            return Some(reply);
+        }
+        // The call the run stopped at: carried out once its approval is
+        // decided (the broker applies an approval once), or stopped at again.
+        let hitl_id = replay.waiting.hitl_id.clone();
+        let Some(listed) = self.tools.get(tool) else {
+            record(entry("error", Some(ErrorCode::UnknownTool), None));
+            return Some(settle_failed(
+                tool,
+                ErrorCode::UnknownTool,
+                "no such tool in this run",
+            ));
+        };
+        match self.broker.approval(&hitl_id) {
+            Ok(approval) if approval.status == airlock_broker::ApprovalStatus::Pending => {
+                record(entry("hitl_required", None, Some(hitl_id)));
+                Some(Reply::End {
+                    status: "hitl_required".to_owned(),
+                    message: format!(
+                        "call {seq} (codemode.{}) still waits for a human",
+                        safe_line(tool)
+                    ),
+                })
+            }
+            Ok(_) => {
+                let envelope = self.broker.wait(&hitl_id);
+                record(entry(
+                    envelope.status.as_str(),
+                    envelope.error.as_ref().map(|e| e.code),
+                    Some(hitl_id),
+                ));
+                Some(reply_of(tool, listed, &envelope))
+            }
+            Err(error) => {
+                record(entry("error", Some(error.code()), Some(hitl_id)));
+                Some(settle_failed(tool, error.code(), &error.to_string()))
+            }
+        }
+    }
+
+    /// The run so far, for a human asked about its call `seq`.
+    fn context(&self, seq: u32) -> String {
+        let mut text = format!("This is call {seq} of a code-mode script.\n{}", self.about);
+        let calls = self.log.lock().map(|log| sorted(&log)).unwrap_or_default();
+        if calls.is_empty() {
+            text.push_str("It has made no other call so far.\n");
+        } else {
+            text.push_str(&format!("Its calls so far ({}):\n", calls.len()));
+            for entry in calls.iter().rev().take(30).rev() {
+                text.push_str(&format!(
+                    "  {}. {} ({})\n",
+                    entry.seq,
+                    airlock_core::display::safe_line(&entry.tool),
+                    entry.status
+                ));
+            }
+        }
+        text
+    }
+}
+
+/// What every ask of a run says of it: the run, what the script says it
+/// does, its hash and its static preview.
+fn about_run(
+    run_id: &str,
+    args: &EvalArgs,
+    script_sha256: &str,
+    preview: Option<&crate::preview::RunPreview>,
+) -> String {
+    let mut text = format!("Run {run_id}, script sha256 {script_sha256}.\n");
+    if let Some(description) = &args.description {
+        text.push_str(&format!(
+            "What it says it does: {}\n",
+            airlock_core::display::safe_line(description)
+        ));
+    }
+    if let Some(preview) = preview {
+        text.push_str(&preview.text);
+    }
+    text
+}
+
+impl Host for BrokerHost<'_> {
+    fn call(&self, seq: u32, tool: &str, args: &str, human: &HumanClock) -> Reply {
+        let args_sha256 = airlock_core::canonical::sha256_hex(args.as_bytes());
+        let reply = match self
+            .replay
+            .as_ref()
+            .and_then(|replay| self.replayed(replay, seq, tool, &args_sha256))
+        {
+            Some(reply) => reply,
+            None => self.carry_out(seq, tool, args, &args_sha256, human),
+        };
+        // Kept for a resume: what the script was answered, except where the
+        // call runs again (a built-in file tool, discovery) or the run ends.
+        if let Reply::Settle { .. } = &reply
+            && let Ok(mut kept) = self.kept.lock()
+        {
+            let again = matches!(self.broker.script_tool_origin(tool), ToolOrigin::Builtin(_))
+                || tool == dts::SEARCH_TOOLS
+                || tool == dts::GET_TOOLS;
+            kept.insert(
+                seq,
+                Logged {
+                    tool: tool.to_owned(),
+                    args_sha256: args_sha256.clone(),
+                    reply: (!again).then(|| reply.clone()),
+                },
+            );
+        }
+        reply
     }
 
     fn console(&self, level: &str, text: &str) {
@@ -880,6 +1136,19 @@ fn envelope_of(call: &ToolCall, run_id: &str, outcome: &Outcome, calls: &[CallEn
                 None,
                 failure_code(failure.code),
                 failure.message.clone(),
+            )
+        }
+        End::Stopped { status, message } if status == "replay_divergence" => {
+            data["status"] = json!("error");
+            data["error"] =
+                json!({"code": ErrorCode::ReplayDivergence.as_str(), "message": message});
+            Envelope::failure(
+                Status::Error,
+                METHOD,
+                &call.tool,
+                None,
+                ErrorCode::ReplayDivergence,
+                message.clone(),
             )
         }
         End::Stopped { status, message } => {

@@ -69,6 +69,9 @@ pub enum ErrorCode {
     /// Code mode: the script threw, left a call unawaited, or waits on
     /// nothing.
     ScriptError,
+    /// Code mode: a resumed run made another call than the one logged
+    /// where its replay stood.
+    ReplayDivergence,
 }
 
 impl ErrorCode {
@@ -116,6 +119,7 @@ impl ErrorCode {
             ErrorCode::ScriptMemory => "script_memory",
             ErrorCode::ScriptLimit => "script_limit",
             ErrorCode::ScriptError => "script_error",
+            ErrorCode::ReplayDivergence => "replay_divergence",
         }
     }
 }
