@@ -91,6 +91,15 @@ pub fn code_tool(config: &Config, tool: &str) -> Option<Option<String>> {
 
 impl Broker {
     /// Registers code mode's engine with this broker.
+    /// A script's result as the answer carries it: the text itself up to
+    /// `max_inline_bytes`, a blob beyond.
+    pub fn shape_result(
+        &self,
+        text: String,
+    ) -> Result<(Option<String>, Option<airlock_fs::BlobRef>), airlock_fs::FsError> {
+        airlock_fs::shape_text(&self.sandbox, text, airlock_fs::OutputMode::Auto)
+    }
+
     pub fn with_code_mode(mut self, code: Arc<dyn CodeMode>) -> Broker {
         self.code_mode = Some(code);
         self

@@ -289,7 +289,13 @@ impl Broker {
             .text("status", "staged")
             .value("changed_paths", Some(json!(plan.changed_paths())))
             .text("patch_hash", &plan.patch_hash);
-        if self.log(record).is_none() {
+        // Staging changes nothing on disk: the record is written now and
+        // synced with the next durable one (the run's proposal at the
+        // latest), as a read's is.
+        if self
+            .log_with(record, airlock_audit::Durability::Soon)
+            .is_none()
+        {
             return Envelope::failure(
                 Status::Error,
                 method_of(&call.tool),

@@ -1064,6 +1064,52 @@ fn a_deferred_run_resumes_after_the_decision() {
     assert_eq!(echoes(&server), 2);
 }
 
+/// A result beyond `max_inline_bytes` comes back as a blob (the same text,
+/// stored by its hash); one within it, inline.
+#[test]
+fn a_large_result_is_a_blob() {
+    let ws = Workspace::new("file_broker:\n  max_inline_bytes: 1000\n");
+    ws.write("big.js", "'x'.repeat(5000)");
+    let run = ws.run(&["eval", "big.js"]);
+    let data = &run.json["data"];
+    assert_eq!(data["result"], Value::Null, "{}", run.stdout);
+    let blob = &data["result_blob"];
+    assert_eq!(blob["size_bytes"], json!(5002), "{blob}");
+    let hex = blob["blob_ref"]
+        .as_str()
+        .unwrap()
+        .strip_prefix("sha256:")
+        .unwrap();
+    let stored = std::fs::read_dir(ws.path(".airlock"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .flat_map(|dir| walkdir(&dir))
+        .find(|path| {
+            path.file_name()
+                .is_some_and(|name| name.to_string_lossy().contains(hex))
+        })
+        .expect("the blob is stored");
+    assert_eq!(
+        std::fs::read_to_string(stored).unwrap(),
+        format!("\"{}\"", "x".repeat(5000))
+    );
+    ws.write("small.js", "'x'.repeat(10)");
+    let run = ws.run(&["eval", "small.js"]);
+    assert_eq!(run.json["data"]["result"], json!("x".repeat(10)));
+    assert!(run.json["data"].get("result_blob").is_none());
+}
+
+fn walkdir(path: &Path) -> Vec<PathBuf> {
+    if path.is_dir() {
+        std::fs::read_dir(path)
+            .unwrap()
+            .flat_map(|entry| walkdir(&entry.unwrap().path()))
+            .collect()
+    } else {
+        vec![path.to_path_buf()]
+    }
+}
+
 /// `dry_run`: the diff and the calls, and nothing proposed.
 #[test]
 fn a_dry_run_shows_the_diff_and_proposes_nothing() {

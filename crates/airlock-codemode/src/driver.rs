@@ -67,6 +67,12 @@ pub trait Host: Sync {
     /// the call is settled; `human` stops the wall clock while a human
     /// decides. Runs on a thread of its own.
     fn call(&self, seq: u32, tool: &str, args: &str, human: &HumanClock) -> Reply;
+    /// Whether a call of `tool` never waits (for a human or another
+    /// process): such a call, made while no other is in flight, runs on the
+    /// thread that runs the script, with no hand-over to a call thread.
+    fn quick(&self, _tool: &str) -> bool {
+        false
+    }
     /// A console line, as the script wrote it. Called on the thread that
     /// runs the script (the one that called [`run`]).
     fn console(&self, _level: &str, _text: &str) {}
@@ -206,8 +212,26 @@ fn run_in<'scope>(
                         "the engine broke the protocol (a call over the limits or to no tool); the run was ended",
                     ));
                 }
-                in_flight.push(seq);
                 host.progress(seq, &tool, None);
+                // A call that cannot wait, alone: carried out here and
+                // answered at once.
+                if in_flight.is_empty() && host.quick(&tool) {
+                    let reply = host.call(seq, &tool, &args, &human);
+                    host.progress(seq, &tool, Some(&reply));
+                    match reply {
+                        Reply::Settle { kind, payload } => {
+                            if engine
+                                .send(&ToEngine::Settle { seq, kind, payload })
+                                .is_err()
+                            {
+                                break End::Failed(engine.died());
+                            }
+                            continue;
+                        }
+                        Reply::End { status, message } => break End::Stopped { status, message },
+                    }
+                }
+                in_flight.push(seq);
                 // A call thread that is idle takes it; else one more starts.
                 if pool.idle.load(Ordering::SeqCst) == 0 {
                     let queue = pool.queue.clone();

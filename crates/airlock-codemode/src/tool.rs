@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use airlock_broker::{Approval, CodeCall, CodeMode, ListedTool, Record, RunProposal, Staging};
 use airlock_core::display::safe_line;
 use airlock_core::envelope::{Envelope, Status};
+use airlock_core::tools::BuiltinTool;
 use airlock_core::{ErrorCode, ToolCall, ToolOrigin, Via};
 use serde_json::{Map, Value, json};
 
@@ -434,6 +435,27 @@ impl CodeMode for CodeTool {
         let calls = host.log.into_inner().unwrap_or_default();
         let kept = host.kept.into_inner().unwrap_or_default();
         let mut envelope = envelope_of(call, &run_id, &outcome, &calls);
+        // A large result is stored as a blob (read back as the resource
+        // airlock://blob/sha256/<hex>), and the answer names it.
+        if let End::Done(result) = &outcome.end
+            && result.len() as u64 > broker.config().file_broker.max_inline_bytes
+        {
+            match broker.shape_result(result.clone()) {
+                Ok((None, Some(blob))) => {
+                    if let Some(data) = envelope.data.as_mut() {
+                        data["result"] = Value::Null;
+                        data["result_blob"] = serde_json::to_value(blob).unwrap_or(Value::Null);
+                    }
+                }
+                Ok(_) => {}
+                Err(error) => {
+                    envelope = refuse(
+                        ErrorCode::IoError,
+                        format!("the script's result could not be stored: {error}"),
+                    );
+                }
+            }
+        }
         // A run stopped at a call that waits for a human: kept, to resume
         // once the human has decided; the answer names the approval.
         if let End::Stopped { status, .. } = &outcome.end
@@ -943,6 +965,28 @@ impl Host for BrokerHost<'_> {
             );
         }
         reply
+    }
+
+    fn quick(&self, tool: &str) -> bool {
+        // Discovery, reads (which never ask: a read that needs approval is
+        // refused) and staged writes (decided, never asked mid-run).
+        (self.discovery && (tool == dts::SEARCH_TOOLS || tool == dts::GET_TOOLS))
+            || matches!(
+                self.broker.script_tool_origin(tool),
+                ToolOrigin::Builtin(
+                    BuiltinTool::ReadFile
+                        | BuiltinTool::Grep
+                        | BuiltinTool::Glob
+                        | BuiltinTool::ListDir
+                        | BuiltinTool::Stat
+                        | BuiltinTool::Exists
+                        | BuiltinTool::WriteFile
+                        | BuiltinTool::EditFile
+                        | BuiltinTool::ApplyPatch
+                        | BuiltinTool::DeleteFile
+                        | BuiltinTool::MoveFile
+                )
+            )
     }
 
     fn console(&self, level: &str, text: &str) {
