@@ -210,7 +210,7 @@ pub(crate) fn dedup_key(call: &ToolCall) -> String {
     let args = airlock_core::canonical::to_canonical_string(&call.args);
     // The context id too: a call made for another context is its own approval,
     // recorded with its own id.
-    let text = format!(
+    let mut text = format!(
         "{}\u{0}{}\u{0}{}\u{0}{}\u{0}{}",
         call.tool,
         call.session.as_deref().unwrap_or(""),
@@ -218,5 +218,10 @@ pub(crate) fn dedup_key(call: &ToolCall) -> String {
         call.context_id.as_deref().unwrap_or(""),
         args
     );
+    // A script's call is its run's own: another run making the same call
+    // does not join its approval (which shows the first run's context).
+    if let Some(via) = &call.via {
+        text.push_str(&format!("\u{0}run:{}", via.run_id));
+    }
     airlock_core::canonical::sha256_hex(text.as_bytes())
 }

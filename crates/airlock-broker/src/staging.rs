@@ -36,14 +36,19 @@ thread_local! {
 }
 
 /// Runs `f` with `context` added to the text of any approval it makes on
-/// this thread.
+/// this thread; what was there before comes back however `f` ends.
 fn with_ask_context<R>(context: Option<String>, f: impl FnOnce() -> R) -> R {
-    let before = ASK_CONTEXT.with(|slot| slot.replace(context));
-    let result = f();
-    ASK_CONTEXT.with(|slot| {
-        slot.replace(before);
-    });
-    result
+    struct Restore(Option<String>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let before = self.0.take();
+            ASK_CONTEXT.with(|slot| {
+                slot.replace(before);
+            });
+        }
+    }
+    let _restore = Restore(ASK_CONTEXT.with(|slot| slot.replace(context)));
+    f()
 }
 
 /// `diff` with what a run says of itself, when an approval is made for one
@@ -208,9 +213,14 @@ impl Broker {
             &old_slices,
             Map::new(),
         );
+        let paths: Vec<String> = plan
+            .changed_paths()
+            .iter()
+            .map(|path| airlock_core::display::safe_line(path).into_owned())
+            .collect();
         let mut text = format!(
             "What the script has staged so far ({}; proposed as one change when it ends):\n",
-            plan.changed_paths().join(", ")
+            paths.join(", ")
         );
         text.push_str(&airlock_fs::preview(&plan.diff, STAGED_SHOWN));
         text

@@ -978,6 +978,7 @@ fn a_deferred_run_resumes_after_the_decision() {
     let run_id = data["run_id"].as_str().unwrap().to_owned();
     let hitl = body["approval_id"].as_str().unwrap().to_owned();
     assert_eq!(data["calls"][2]["hitl_id"], json!(hitl));
+    assert_eq!(data["resumable"], json!(true));
 
     // Not yet decided: it stops there again. Another caller cannot resume it.
     let (status, body) = eval(AGENT, json!({"resume": run_id}));
@@ -990,6 +991,11 @@ fn a_deferred_run_resumes_after_the_decision() {
     assert_eq!(body["error"]["code"], json!("not_found"), "{body}");
     // Resuming with other code is refused, and the run still waits.
     let (_, body) = eval(AGENT, json!({"resume": run_id, "code": "1"}));
+    assert_eq!(body["error"]["code"], json!("invalid_input"), "{body}");
+    let (_, body) = eval(
+        AGENT,
+        json!({"resume": run_id, "description": "something else"}),
+    );
     assert_eq!(body["error"]["code"], json!("invalid_input"), "{body}");
     assert_eq!(echoes(&server), 0);
 

@@ -282,9 +282,16 @@ impl CodeMode for CodeTool {
                 );
             }
         };
-        if let Some(run) = &resumed
-            && args.description.is_none()
-        {
+        if let Some(run) = &resumed {
+            // What the human was told the script does stays what it was.
+            if args.description.is_some() && args.description != run.description {
+                self.suspended.keep(run.clone());
+                return refuse(
+                    ErrorCode::InvalidInput,
+                    "`description` is not the one of the run to resume (leave it out to resume)"
+                        .to_owned(),
+                );
+            }
             args.description = run.description.clone();
         }
         if code.len() as u64 > config.max_source_bytes {
@@ -478,7 +485,7 @@ impl CodeMode for CodeTool {
                 summary: approval.as_ref().map(|approval| approval.summary.clone()),
                 diff_preview: None,
             });
-            self.suspended.keep(Suspended {
+            let resumable = self.suspended.keep(Suspended {
                 run_id: run_id.clone(),
                 owner: call.principal.owner_key(),
                 session: call.session.clone(),
@@ -497,6 +504,9 @@ impl CodeMode for CodeTool {
                 },
                 expires_ms: approval.map_or(0, |approval| approval.expires_ms),
             });
+            if let Some(data) = envelope.data.as_mut() {
+                data["resumable"] = json!(resumable);
+            }
         }
         // A script that ended well proposes what it staged, once; one that
         // did not leaves nothing behind.
@@ -712,6 +722,14 @@ fn discovery_listed(
 }
 
 impl BrokerHost<'_> {
+    /// Whether a call of `tool` may run again on replay: it only reads or
+    /// stages (a built-in file tool, discovery).
+    fn repeatable(&self, tool: &str) -> bool {
+        matches!(self.broker.script_tool_origin(tool), ToolOrigin::Builtin(_))
+            || tool == dts::SEARCH_TOOLS
+            || tool == dts::GET_TOOLS
+    }
+
     /// Carries out call `seq` through the broker (or discovery) and says
     /// how the script is answered.
     fn carry_out(
@@ -834,6 +852,20 @@ impl BrokerHost<'_> {
                 replay.waiting.tool.as_str(),
                 replay.waiting.args_sha256.as_str(),
             ),
+            // A call made before the one the run stopped at, with no
+            // answer logged: it was under way when the run stopped, and
+            // whether it took effect is unknown. Only a call that reads or
+            // stages may run again.
+            None if seq < replay.waiting.seq && !self.repeatable(tool) => {
+                record(entry("error", Some(ErrorCode::ReplayDivergence), None));
+                return Some(Reply::End {
+                    status: "replay_divergence".to_owned(),
+                    message: format!(
+                        "call {seq} (codemode.{}) was under way when the run stopped, so whether it took effect is unknown; it is not made again, and the run cannot be resumed",
+                        safe_line(tool)
+                    ),
+                });
+            }
             None => return None,
         };
         if was_tool != tool || was_args != args_sha256 {
@@ -952,9 +984,7 @@ impl Host for BrokerHost<'_> {
         if let Reply::Settle { .. } = &reply
             && let Ok(mut kept) = self.kept.lock()
         {
-            let again = matches!(self.broker.script_tool_origin(tool), ToolOrigin::Builtin(_))
-                || tool == dts::SEARCH_TOOLS
-                || tool == dts::GET_TOOLS;
+            let again = self.repeatable(tool);
             kept.insert(
                 seq,
                 Logged {

@@ -1046,6 +1046,35 @@ pub(crate) fn render_diff(changes: &[FileChange], olds: &[Option<&[u8]>]) -> Str
     out
 }
 
+/// A file's name in a diff header: as it is, or, where it holds a line
+/// break, a control or direction character or a quote (a hostile name
+/// could otherwise draw header lines of its own), quoted as git quotes
+/// such names, each such character escaped.
+fn header_name(prefix: &str, path: &str) -> String {
+    if !path
+        .chars()
+        .any(|c| airlock_core::display::is_unsafe(c) || c == '"' || c == '\\')
+    {
+        return format!("{prefix}{path}");
+    }
+    let mut quoted = String::from("\"");
+    for c in prefix.chars().chain(path.chars()) {
+        match c {
+            '\n' => quoted.push_str("\\n"),
+            '\t' => quoted.push_str("\\t"),
+            '\r' => quoted.push_str("\\r"),
+            '"' => quoted.push_str("\\\""),
+            '\\' => quoted.push_str("\\\\"),
+            c if airlock_core::display::is_unsafe(c) => {
+                quoted.push_str(&format!("\\u{{{:04x}}}", u32::from(c)));
+            }
+            c => quoted.push(c),
+        }
+    }
+    quoted.push('"');
+    quoted
+}
+
 /// The unified diff of one file, from `from` (`None`: /dev/null) to `to`.
 /// Text content larger than this (on either side) is not diffed line by
 /// line: the diff names both sides by hash and size.
@@ -1057,8 +1086,8 @@ pub(crate) fn file_diff(
     old: Option<&[u8]>,
     new: Option<&[u8]>,
 ) -> String {
-    let from = from.map_or_else(|| "/dev/null".to_owned(), |path| format!("a/{path}"));
-    let to = to.map_or_else(|| "/dev/null".to_owned(), |path| format!("b/{path}"));
+    let from = from.map_or_else(|| "/dev/null".to_owned(), |path| header_name("a/", path));
+    let to = to.map_or_else(|| "/dev/null".to_owned(), |path| header_name("b/", path));
     let large = |bytes: Option<&[u8]>| bytes.is_some_and(|bytes| bytes.len() > LARGE_DIFF_BYTES);
     let (old_text, new_text) = match (text_of(old), text_of(new)) {
         (Some(old_text), Some(new_text)) if !large(old) && !large(new) => (old_text, new_text),
@@ -1097,5 +1126,41 @@ fn text_of(bytes: Option<&[u8]>) -> Option<&str> {
     match bytes {
         None => Some(""),
         Some(bytes) => std::str::from_utf8(bytes).ok(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::file_diff;
+
+    #[test]
+    fn a_hostile_name_cannot_draw_header_lines() {
+        let diff = file_diff(
+            Some("x\n+++ b/README.md\n@@ -1 +1 @@"),
+            Some("x\n+++ b/README.md\n@@ -1 +1 @@"),
+            Some(b"a\n"),
+            Some(b"b\n"),
+        );
+        assert!(
+            diff.starts_with(
+                "--- \"a/x\\n+++ b/README.md\\n@@ -1 +1 @@\"\n+++ \"b/x\\n+++ b/README.md\\n@@ -1 +1 @@\"\n@@ -1 +1 @@\n-a\n+b\n"
+            ),
+            "{diff}"
+        );
+        assert_eq!(
+            file_diff(
+                Some("plain/é.txt"),
+                Some("plain/é.txt"),
+                Some(b"a\n"),
+                Some(b"b\n")
+            )
+            .lines()
+            .next(),
+            Some("--- a/plain/é.txt")
+        );
+        assert!(
+            file_diff(None, Some("rtl\u{202e}txt.exe"), None, Some(b"b\n"))
+                .contains("+++ \"b/rtl\\u{202e}txt.exe\"\n")
+        );
     }
 }

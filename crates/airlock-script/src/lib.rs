@@ -17,6 +17,7 @@
 //! hostile text, and the only outputs are a string of the same shape and
 //! data for display.
 
+mod boundaries;
 mod position;
 mod preview;
 mod strip;
@@ -74,9 +75,45 @@ impl std::fmt::Display for ParseError {
 
 impl std::error::Error for ParseError {}
 
+/// The stack a parse of a text starts with, besides [`STACK_PER_BYTE`].
+const STACK_BASE: usize = 16 << 20;
+/// The stack a parse may use for each byte of its text. oxc's parser (and
+/// the walks over its tree) recurse once a level of nesting, with no limit
+/// of their own: the deepest text found (`((((…` and `[[[[…`) takes about
+/// 2 KiB a byte in a release build and 4 KiB in a debug one. The stack is
+/// reserved, not used: a script touches what its nesting needs.
+const STACK_PER_BYTE: usize = 6 << 10;
+
 /// Parses `source` as JavaScript, else as TypeScript, and returns the code
 /// to run with its preview; or the first reason it cannot run.
+///
+/// The parse runs on a thread of its own whose stack is sized from the
+/// text's length, so that no nesting a text of that length can hold
+/// overflows it (a stack overflow would abort the process).
 pub fn prepare(source: &str) -> Result<Prepared, ParseError> {
+    let failure = |message: &str| ParseError {
+        message: message.to_owned(),
+        line: 1,
+        column: 1,
+    };
+    let stack = source
+        .len()
+        .checked_mul(STACK_PER_BYTE)
+        .and_then(|size| size.checked_add(STACK_BASE))
+        .ok_or_else(|| failure("the script is too large to parse"))?;
+    std::thread::scope(|scope| {
+        let parsing = std::thread::Builder::new()
+            .name("airlock-script".to_owned())
+            .stack_size(stack)
+            .spawn_scoped(scope, || prepare_here(source))
+            .map_err(|_| failure("the script is too large to parse (no stack for its parser)"))?;
+        parsing
+            .join()
+            .unwrap_or_else(|_| Err(failure("the parser failed on this script")))
+    })
+}
+
+fn prepare_here(source: &str) -> Result<Prepared, ParseError> {
     let lines = position::Lines::new(source);
     let allocator = Allocator::default();
     let script = parse(&allocator, source, SourceType::mjs());
@@ -107,6 +144,18 @@ pub fn prepare(source: &str) -> Result<Prepared, ParseError> {
     let blanked = parse(&allocator, &prepared.code, SourceType::mjs());
     if failed(&blanked) {
         return Err(first_error(&blanked, &lines));
+    }
+    // And the same program: a line that ended with a blanked type may not
+    // run on into the next one (`f as T` then `(g)()` on its own line is two
+    // statements to TypeScript and one call once blanked). Every statement
+    // and class member starts where it started.
+    if let Some(position) =
+        boundaries::first_difference(&lines, &typed.program, &blanked.program, &prepared.code)
+    {
+        return Err(ParseError {
+            message: "blanking the types here would join this line to the one before it; end the statement before with `;`".to_owned(),
+            ..ParseError::from(position)
+        });
     }
     Ok(prepared)
 }

@@ -9,6 +9,16 @@ pub struct Position {
     pub column: u32,
 }
 
+impl From<Position> for crate::ParseError {
+    fn from(position: Position) -> crate::ParseError {
+        crate::ParseError {
+            message: String::new(),
+            line: position.line,
+            column: position.column,
+        }
+    }
+}
+
 /// Where each line of a text starts.
 pub(crate) struct Lines<'a> {
     text: &'a str,
@@ -35,6 +45,22 @@ impl<'a> Lines<'a> {
             line: u32::try_from(index + 1).unwrap_or(u32::MAX),
             column: u32::try_from(self.text[start..offset].chars().count() + 1).unwrap_or(u32::MAX),
         }
+    }
+}
+
+impl Lines<'_> {
+    /// The byte offset of `position` (clamped to its line).
+    pub(crate) fn offset_of(&self, position: Position) -> usize {
+        let Some(start) = self.starts.get(position.line.saturating_sub(1) as usize) else {
+            return self.text.len();
+        };
+        let line = &self.text[*start..];
+        let line = line.split('\n').next().unwrap_or_default();
+        let within = line
+            .char_indices()
+            .nth(position.column.saturating_sub(1) as usize)
+            .map_or(line.len(), |(at, _)| at);
+        start + within
     }
 }
 

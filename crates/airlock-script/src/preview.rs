@@ -5,10 +5,10 @@
 
 use oxc_ast::ast::{
     Argument, ArrayExpressionElement, ArrowFunctionExpression, BindingIdentifier, CallExpression,
-    ConditionalExpression, DoWhileStatement, Expression, ForInStatement, ForOfStatement,
-    ForStatement, Function, IdentifierReference, IfStatement, LogicalExpression,
-    ObjectPropertyKind, PropertyKey, PropertyKind, StaticMemberExpression, SwitchStatement,
-    ThisExpression, TryStatement, UnaryOperator, WhileStatement,
+    Class, ComputedMemberExpression, ConditionalExpression, DoWhileStatement, Expression,
+    ForInStatement, ForOfStatement, ForStatement, Function, IdentifierReference, IfStatement,
+    LogicalExpression, ObjectPropertyKind, PropertyKey, PropertyKind, StaticMemberExpression,
+    SwitchStatement, ThisExpression, TryStatement, UnaryOperator, WhileStatement,
 };
 use oxc_ast_visit::{Visit, walk};
 use oxc_span::GetSpan;
@@ -96,6 +96,7 @@ pub(crate) fn of(source: &str, program: &oxc_ast::ast::Program<'_>, lines: &Line
         branches: 0,
         loops: 0,
         functions: 0,
+        own_this: 0,
     };
     finder.visit_program(program);
     let mut preview = finder.preview;
@@ -110,6 +111,9 @@ struct Finder<'s, 'l> {
     branches: u32,
     loops: u32,
     functions: u32,
+    /// Non-arrow functions and classes around: where `this` is not the
+    /// global object.
+    own_this: u32,
 }
 
 impl Finder<'_, '_> {
@@ -203,8 +207,16 @@ fn literal_key(expression: &Expression<'_>) -> Option<String> {
     }
 }
 
+/// The deepest literal the preview reads; deeper is "computed".
+const MAX_LITERAL_DEPTH: u32 = 32;
+
 /// The value of an expression made of literals only.
 fn literal(expression: &Expression<'_>) -> Option<Value> {
+    literal_within(expression, MAX_LITERAL_DEPTH)
+}
+
+fn literal_within(expression: &Expression<'_>, depth: u32) -> Option<Value> {
+    let depth = depth.checked_sub(1)?;
     match expression.get_inner_expression() {
         Expression::StringLiteral(text) => Some(Value::String(text.value.to_string())),
         Expression::BooleanLiteral(flag) => Some(Value::Bool(flag.value)),
@@ -224,11 +236,13 @@ fn literal(expression: &Expression<'_>) -> Option<Value> {
                 ArrayExpressionElement::SpreadElement(_) | ArrayExpressionElement::Elision(_) => {
                     None
                 }
-                _ => element.as_expression().and_then(literal),
+                _ => element
+                    .as_expression()
+                    .and_then(|element| literal_within(element, depth)),
             })
             .collect::<Option<Vec<Value>>>()
             .map(Value::Array),
-        Expression::ObjectExpression(_) => match object_properties(expression) {
+        Expression::ObjectExpression(_) => match object_properties(expression, depth) {
             Some((map, true)) => Some(Value::Object(map)),
             _ => None,
         },
@@ -245,7 +259,10 @@ fn number_value(number: f64) -> Option<Value> {
 }
 
 /// An object literal's literal properties, and whether they are all of it.
-fn object_properties(expression: &Expression<'_>) -> Option<(Map<String, Value>, bool)> {
+fn object_properties(
+    expression: &Expression<'_>,
+    depth: u32,
+) -> Option<(Map<String, Value>, bool)> {
     let Expression::ObjectExpression(object) = expression.get_inner_expression() else {
         return None;
     };
@@ -268,11 +285,12 @@ fn object_properties(expression: &Expression<'_>) -> Option<(Map<String, Value>,
             }
             _ => property.key.as_expression().and_then(literal_key),
         };
-        let Some(key) = key else {
+        // `__proto__: …` sets the prototype: JSON.stringify leaves it out.
+        let Some(key) = key.filter(|key| property.computed || key != "__proto__") else {
             whole = false;
             continue;
         };
-        match literal(&property.value) {
+        match literal_within(&property.value, depth) {
             Some(value) => {
                 map.insert(key, value);
             }
@@ -283,7 +301,7 @@ fn object_properties(expression: &Expression<'_>) -> Option<(Map<String, Value>,
 }
 
 fn known_properties(expression: &Expression<'_>) -> Option<Map<String, Value>> {
-    object_properties(expression)
+    object_properties(expression, MAX_LITERAL_DEPTH)
         .map(|(map, _)| map)
         .filter(|map| !map.is_empty())
 }
@@ -374,7 +392,8 @@ impl<'a> Visit<'a> for Finder<'_, '_> {
     }
 
     fn visit_this_expression(&mut self, this: &ThisExpression) {
-        if self.functions == 0 {
+        // An arrow function's `this` is its surroundings'.
+        if self.own_this == 0 {
             self.gap(
                 this.span.start,
                 "`this` at the top level is the global object",
@@ -383,7 +402,26 @@ impl<'a> Visit<'a> for Finder<'_, '_> {
     }
 
     fn visit_function(&mut self, it: &Function<'a>, flags: ScopeFlags) {
-        self.nested(|f| &mut f.functions, |f| walk::walk_function(f, it, flags));
+        self.nested(
+            |f| &mut f.own_this,
+            |f| {
+                f.nested(|f| &mut f.functions, |f| walk::walk_function(f, it, flags));
+            },
+        );
+    }
+
+    fn visit_class(&mut self, it: &Class<'a>) {
+        self.nested(|f| &mut f.own_this, |f| walk::walk_class(f, it));
+    }
+
+    fn visit_computed_member_expression(&mut self, member: &ComputedMemberExpression<'a>) {
+        if literal_key(&member.expression).is_some_and(|key| key == CODEMODE) {
+            self.gap(
+                member.expression.span().start,
+                "codemode is reached through another object",
+            );
+        }
+        walk::walk_computed_member_expression(self, member);
     }
 
     fn visit_arrow_function_expression(&mut self, it: &ArrowFunctionExpression<'a>) {

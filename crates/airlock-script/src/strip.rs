@@ -10,11 +10,11 @@
 //! code is refused, never rewritten.
 
 use oxc_ast::ast::{
-    ArrowFunctionExpression, Class, ClassElement, Declaration, Decorator, FormalParameter,
-    Function, MethodDefinitionType, PropertyDefinitionType, PropertyKey, Statement, TSAsExpression,
-    TSClassImplements, TSNamespaceDeclaration, TSNamespaceDeclarationBody, TSNonNullExpression,
-    TSSatisfiesExpression, TSTypeAnnotation, TSTypeAssertion, TSTypeParameterDeclaration,
-    TSTypeParameterInstantiation, VariableDeclarator,
+    AccessorPropertyType, ArrowFunctionExpression, Class, ClassElement, Declaration, Decorator,
+    FormalParameter, Function, MethodDefinitionType, PropertyDefinitionType, PropertyKey,
+    Statement, TSAsExpression, TSClassImplements, TSNamespaceDeclaration,
+    TSNamespaceDeclarationBody, TSNonNullExpression, TSSatisfiesExpression, TSTypeAnnotation,
+    TSTypeAssertion, TSTypeParameterDeclaration, TSTypeParameterInstantiation, VariableDeclarator,
 };
 use oxc_ast_visit::{Visit, walk};
 use oxc_parser::{Kind, Token};
@@ -188,6 +188,31 @@ impl Blanker<'_, '_> {
             }
         }
         out
+    }
+}
+
+/// Whether a statement only declares types (and is blanked whole).
+pub(crate) fn types_only_statement(statement: &Statement<'_>) -> bool {
+    statement.as_declaration().is_some_and(types_only)
+}
+
+/// Whether a class member is TypeScript only (and is blanked whole): an
+/// index signature, an abstract or `declare`d member, an overload.
+pub(crate) fn blanked_member(element: &ClassElement<'_>) -> bool {
+    match element {
+        ClassElement::TSIndexSignature(_) => true,
+        ClassElement::MethodDefinition(method) => {
+            method.r#type == MethodDefinitionType::TSAbstractMethodDefinition
+                || method.value.body.is_none()
+        }
+        ClassElement::PropertyDefinition(property) => {
+            property.r#type == PropertyDefinitionType::TSAbstractPropertyDefinition
+                || property.declare
+        }
+        ClassElement::AccessorProperty(accessor) => {
+            accessor.r#type == AccessorPropertyType::TSAbstractAccessorProperty
+        }
+        ClassElement::StaticBlock(_) => false,
     }
 }
 
@@ -389,16 +414,14 @@ impl<'a> Visit<'a> for Blanker<'_, '_> {
         if self.refusal.is_some() {
             return;
         }
+        if blanked_member(element) {
+            self.blank_item(element.span());
+            return;
+        }
         match element {
-            ClassElement::TSIndexSignature(signature) => self.blank_item(signature.span),
+            ClassElement::TSIndexSignature(_) => {}
             ClassElement::MethodDefinition(method) => {
                 self.refuse_decorators(&method.decorators);
-                if method.r#type == MethodDefinitionType::TSAbstractMethodDefinition
-                    || method.value.body.is_none()
-                {
-                    self.blank_item(method.span);
-                    return;
-                }
                 self.member(method.span, &method.key, method.computed);
                 if method.optional {
                     self.blank_marker_after(key_end(&method.key), method.computed, Kind::Question);
@@ -407,12 +430,6 @@ impl<'a> Visit<'a> for Blanker<'_, '_> {
             }
             ClassElement::PropertyDefinition(property) => {
                 self.refuse_decorators(&property.decorators);
-                if property.r#type == PropertyDefinitionType::TSAbstractPropertyDefinition
-                    || property.declare
-                {
-                    self.blank_item(property.span);
-                    return;
-                }
                 self.member(property.span, &property.key, property.computed);
                 let end = key_end(&property.key);
                 if property.optional {

@@ -63,6 +63,42 @@ fn inputs_that_once_broke_it() {
     }
 }
 
+/// Deep nesting, as long as a test can afford: parsed or refused, never a
+/// crash (oxc recurses once a level, so the parse runs on a stack sized
+/// from the text's length).
+#[test]
+fn deep_nesting_never_crashes() {
+    const LEVELS: usize = 16 << 10;
+    let cases = [
+        format!("{}1{}", "(".repeat(LEVELS), ")".repeat(LEVELS)),
+        format!("{}{}", "[".repeat(LEVELS), "]".repeat(LEVELS)),
+        format!(
+            "codemode.read_file({}1{})",
+            "[".repeat(LEVELS),
+            "]".repeat(LEVELS)
+        ),
+        format!("{}1{}", "({a:".repeat(LEVELS / 4), "})".repeat(LEVELS / 4)),
+        format!("{}1", "if(1)".repeat(LEVELS / 4)),
+        format!("{}x", "!".repeat(LEVELS)),
+        format!("{}1", "a=>".repeat(LEVELS / 3)),
+        format!("{}{}", "`${".repeat(LEVELS / 3), "}`".repeat(LEVELS / 3)),
+        format!(
+            "let x: {}number{};",
+            "A<".repeat(LEVELS / 2),
+            ">".repeat(LEVELS / 2)
+        ),
+        format!(
+            "{}{}",
+            "function f(){".repeat(LEVELS / 13),
+            "}".repeat(LEVELS / 13)
+        ),
+        "(".repeat(LEVELS),
+    ];
+    for source in &cases {
+        holds(source);
+    }
+}
+
 const FRAGMENTS: &[&str] = &[
     "let a: number = 1;",
     "const f = (x?: string): void => {};",

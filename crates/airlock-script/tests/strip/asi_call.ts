@@ -1,0 +1,3 @@
+declare function f(x: unknown): unknown;
+const t = f as unknown as (x: unknown) => unknown
+(async () => 1)()

@@ -1,0 +1,5 @@
+const k: string = "key";
+class C {
+  x = k
+  public [k] = 1
+}
