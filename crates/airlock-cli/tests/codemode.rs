@@ -862,15 +862,18 @@ fn a_call_asked_inside_a_run_shows_the_run_so_far() {
         return;
     }
     const AGENT: &str = "agent-token-1";
+    const APPROVER: &str = "approver-token-1";
     let ws = staging_workspace();
     ws.write(
         "airlock.yaml",
         format!(
-            "auth:\n  tokens:\n    - {{name: claude, sha256: \"{}\", roles: [agent], user: u1}}\n\
+            "auth:\n  tokens:\n    - {{name: claude, sha256: \"{}\", roles: [agent], user: u1}}\n    \
+             - {{name: phone, sha256: \"{}\", roles: [approver], user: boss}}\n\
              security:\n  hitl:\n    approval_mode: defer\n\
              upstreams:\n  - name: every\n    command: node\n    args: [{:?}, stdio]\n\
              default_profile: dev\nprofiles:\n  dev:\n    asklist: [every__echo]\n",
             airlock_testkit::token_sha256(AGENT),
+            airlock_testkit::token_sha256(APPROVER),
             everything_server()
         ),
     );
@@ -904,6 +907,18 @@ fn a_call_asked_inside_a_run_shows_the_run_so_far() {
         shown.find("\"done\"").unwrap() < shown.find("This is call 3").unwrap(),
         "{shown}"
     );
+    // The same text for an approver over HTTP (what the web UI and the
+    // chat channels show).
+    let (status, pending) = server.get(&format!("/hitl/pending/{id}"), Some(APPROVER));
+    assert_eq!(status, 200, "{pending}");
+    let text = pending.to_string();
+    for part in [
+        "This is call 3 of a code-mode script.",
+        "3:7  every__echo",
+        "+more",
+    ] {
+        assert!(text.contains(part), "{part:?} in {pending}");
+    }
 }
 
 /// A client that cannot be asked mid-run (here: the HTTP API with
