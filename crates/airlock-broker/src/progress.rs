@@ -22,6 +22,12 @@ pub fn with_sink<R>(sink: Sink, f: impl FnOnce() -> R) -> R {
     result
 }
 
+/// Whether a sink is set on this thread (so that what would be said need
+/// not be made when nobody hears it).
+pub fn listening() -> bool {
+    SINK.with(|slot| slot.borrow().is_some())
+}
+
 /// Says `message` to the sink set on this thread, if any.
 pub fn say(message: &str) {
     SINK.with(|slot| {

@@ -1024,6 +1024,9 @@ impl Host for BrokerHost<'_> {
     }
 
     fn progress(&self, seq: u32, tool: &str, ended: Option<&Reply>) {
+        if !airlock_broker::progress::listening() {
+            return;
+        }
         let message = match ended {
             None => format!("call {seq}: codemode.{tool} …"),
             Some(Reply::Settle { kind, .. }) => {
