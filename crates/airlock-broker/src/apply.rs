@@ -310,13 +310,30 @@ impl Broker {
             [one] => (one.before_hash.clone(), one.after_hash.clone()),
             _ => (None, None),
         };
+        // Spec 003's receipt: applied, the bytes written and, for one file,
+        // its modification time as the disk now holds it.
+        let written_bytes: u64 = plan
+            .changes
+            .iter()
+            .filter_map(|change| change.after.as_ref())
+            .map(|after| after.len() as u64)
+            .sum();
+        let new_mtime_ns = match plan.changes.as_slice() {
+            [one] if one.after.is_some() => airlock_fs::mtime_ns(&self.sandbox, &one.path),
+            _ => None,
+        };
         let mut data = json!({
             "path": path,
             "created": plan.creates_only(),
             "before_hash": before_hash,
             "after_hash": after_hash,
             "hitl_id": approval.id,
+            "applied": true,
+            "written_bytes": written_bytes,
         });
+        if let (Some(object), Some(mtime)) = (data.as_object_mut(), new_mtime_ns) {
+            object.insert("new_mtime_ns".to_owned(), json!(mtime));
+        }
         if let Some(object) = data.as_object_mut() {
             if files.len() > 1 {
                 object.insert("files".to_owned(), json!(files));

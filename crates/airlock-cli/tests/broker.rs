@@ -44,10 +44,18 @@ fn propose_then_approve_applies_once_and_can_be_undone() {
     assert_eq!(approve.json["status"], "allowed");
     assert_eq!(approve.json["op"]["method"], "fs.apply_patch");
     assert_eq!(approve.json["hitl"]["hitl_id"], id.as_str());
+    // Spec 003's receipt: applied, the bytes written, the new mtime as the
+    // disk holds it.
+    let mtime_ns = {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(ws.path("notes.md")).unwrap();
+        meta.mtime() * 1_000_000_000 + meta.mtime_nsec()
+    };
     assert_eq!(
         approve.json["data"],
         json!({"path": "notes.md", "created": false, "before_hash": sha("old\n"),
-               "after_hash": sha("new\n"), "hitl_id": id})
+               "after_hash": sha("new\n"), "hitl_id": id, "applied": true,
+               "written_bytes": 4, "new_mtime_ns": mtime_ns})
     );
     assert_eq!(
         approve.json["decision"],

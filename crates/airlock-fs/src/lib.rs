@@ -72,7 +72,7 @@ pub use plans::{
 };
 pub use search::{
     ExistsData, ExistsParams, GREP_DEFAULT_MAX_RESULTS, GlobData, GlobParams, GrepData, GrepParams,
-    ListDirData, ListDirParams, StatData, StatParams, exists, glob, grep, list_dir, stat,
+    ListDirData, ListDirParams, StatData, StatParams, exists, glob, grep, list_dir, mtime_ns, stat,
 };
 
 pub use error::FsError;

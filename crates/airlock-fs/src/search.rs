@@ -110,6 +110,10 @@ pub struct GrepData {
     pub match_count: u64,
     /// More lines matched than were returned, or a scan limit left files out.
     pub truncated: bool,
+    /// For a person (spec 003's `summary_text`): `3 matches`, `1 match`,
+    /// `No matches found`.
+    #[serde(default)]
+    pub summary_text: String,
     /// Why, when truncated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub truncated_reason: Option<TruncatedReason>,
@@ -193,6 +197,10 @@ pub struct GlobData {
     /// All matching files, returned or not.
     pub count: u64,
     pub truncated: bool,
+    /// For a person (spec 003's `summary_text`): `2 files`, `1 file`, `No
+    /// files matched`.
+    #[serde(default)]
+    pub summary_text: String,
     /// Why, when truncated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub truncated_reason: Option<TruncatedReason>,
@@ -488,6 +496,11 @@ fn finish_grep(
         matches,
         blob,
         match_count: found.match_count,
+        summary_text: match found.match_count {
+            0 => "No matches found".to_owned(),
+            1 => "1 match".to_owned(),
+            count => format!("{count} matches"),
+        },
         truncated: truncated_reason.is_some(),
         truncated_reason,
         returned,
@@ -560,6 +573,11 @@ pub fn glob(sandbox: &Sandbox, params: &GlobParams) -> Result<GlobData, FsError>
         paths,
         blob,
         count: count as u64,
+        summary_text: match count {
+            0 => "No files matched".to_owned(),
+            1 => "1 file".to_owned(),
+            count => format!("{count} files"),
+        },
         truncated: truncated_reason.is_some(),
         truncated_reason,
         left_out: left_out.any().then_some(left_out),
@@ -652,6 +670,19 @@ pub fn stat(sandbox: &Sandbox, params: &StatParams) -> Result<StatData, FsError>
             + i64::try_from(stat.st_mtime_nsec / 1_000_000).unwrap_or(0),
         readonly: stat.st_mode & 0o222 == 0,
     })
+}
+
+/// The modification time of `path` in nanoseconds since the epoch, as the
+/// disk holds it (a write's receipt, spec 003's `new_mtime_ns`); `None`
+/// where it cannot be read.
+pub fn mtime_ns(sandbox: &Sandbox, path: &str) -> Option<i64> {
+    let path = sandbox.resolve("path", path, Access::Read).ok()?;
+    let stat = path.stat_existing().ok()??;
+    Some(
+        stat.st_mtime
+            .saturating_mul(1_000_000_000)
+            .saturating_add(i64::try_from(stat.st_mtime_nsec).unwrap_or(0)),
+    )
 }
 
 /// Whether a path exists. A missing path is not an error; a path the policy

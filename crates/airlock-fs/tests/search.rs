@@ -28,11 +28,40 @@ fn outcome<T: Serialize>(result: Result<T, FsError>) -> Value {
 }
 
 fn call_grep(sandbox: &Sandbox, args: &Value) -> Value {
-    outcome(GrepParams::from_args(args).and_then(|params| grep(sandbox, &params)))
+    let data = outcome(GrepParams::from_args(args).and_then(|params| grep(sandbox, &params)));
+    summarised(
+        data,
+        "match_count",
+        ["No matches found", "1 match", "matches"],
+    )
 }
 
 fn call_glob(sandbox: &Sandbox, args: &Value) -> Value {
-    outcome(GlobParams::from_args(args).and_then(|params| glob(sandbox, &params)))
+    let data = outcome(GlobParams::from_args(args).and_then(|params| glob(sandbox, &params)));
+    summarised(data, "count", ["No files matched", "1 file", "files"])
+}
+
+/// `data` without its `summary_text`, once checked against its count
+/// (spec 003's receipt: `No matches found`, `1 match`, `N matches`), so
+/// the tables below compare the rest.
+fn summarised(mut data: Value, count: &str, [none, one, many]: [&str; 3]) -> Value {
+    let Some(object) = data.as_object_mut() else {
+        return data;
+    };
+    let Some(n) = object.get(count).and_then(Value::as_u64) else {
+        return data;
+    };
+    let want = match n {
+        0 => none.to_owned(),
+        1 => one.to_owned(),
+        n => format!("{n} {many}"),
+    };
+    assert_eq!(
+        object.shift_remove("summary_text"),
+        Some(json!(want)),
+        "{count} {n}"
+    );
+    data
 }
 
 fn call_list_dir(sandbox: &Sandbox, args: &Value) -> Value {
