@@ -442,7 +442,6 @@ fn mcp_lists_and_runs_scripts_and_keeps_serving_during_a_runaway_one() {
 /// `POST /v1/tools/call` runs `codemode_eval` like any tool.
 #[test]
 fn the_http_api_runs_scripts() {
-    const AGENT: &str = "agent-token-1";
     let config = format!(
         "auth:\n  tokens:\n    - {{name: claude, sha256: \"{}\", roles: [agent], user: u1}}\n",
         airlock_testkit::token_sha256(AGENT)
@@ -849,6 +848,34 @@ fn the_static_preview_goes_with_the_proposal() {
     );
 }
 
+/// The tokens of the deferred-ask workspace: two agents and an approver.
+const AGENT: &str = "agent-token-1";
+const OTHER: &str = "agent-token-2";
+const APPROVER: &str = "approver-token-1";
+
+/// The staging workspace served with server-everything as an upstream whose
+/// `echo` the profile asks for, and asks deferred (a client that cannot be
+/// asked mid-run).
+fn deferred_echo_workspace() -> Workspace {
+    let ws = staging_workspace();
+    ws.write(
+        "airlock.yaml",
+        format!(
+            "auth:\n  tokens:\n    - {{name: claude, sha256: \"{}\", roles: [agent], user: u1}}\n    \
+             - {{name: codex, sha256: \"{}\", roles: [agent], user: u2}}\n    \
+             - {{name: phone, sha256: \"{}\", roles: [approver], user: boss}}\n\
+             security:\n  hitl:\n    approval_mode: defer\n\
+             upstreams:\n  - name: every\n    command: node\n    args: [{:?}, stdio]\n\
+             default_profile: dev\nprofiles:\n  dev:\n    asklist: [every__echo]\n",
+            airlock_testkit::token_sha256(AGENT),
+            airlock_testkit::token_sha256(OTHER),
+            airlock_testkit::token_sha256(APPROVER),
+            everything_server()
+        ),
+    );
+    ws
+}
+
 /// A call inside a run that asks a human (an upstream tool the profile
 /// asks for) shows, after its own text, the run: its description and
 /// script, the static preview, the calls so far and the diff staged so far.
@@ -861,22 +888,7 @@ fn a_call_asked_inside_a_run_shows_the_run_so_far() {
     ) {
         return;
     }
-    const AGENT: &str = "agent-token-1";
-    const APPROVER: &str = "approver-token-1";
-    let ws = staging_workspace();
-    ws.write(
-        "airlock.yaml",
-        format!(
-            "auth:\n  tokens:\n    - {{name: claude, sha256: \"{}\", roles: [agent], user: u1}}\n    \
-             - {{name: phone, sha256: \"{}\", roles: [approver], user: boss}}\n\
-             security:\n  hitl:\n    approval_mode: defer\n\
-             upstreams:\n  - name: every\n    command: node\n    args: [{:?}, stdio]\n\
-             default_profile: dev\nprofiles:\n  dev:\n    asklist: [every__echo]\n",
-            airlock_testkit::token_sha256(AGENT),
-            airlock_testkit::token_sha256(APPROVER),
-            everything_server()
-        ),
-    );
+    let ws = deferred_echo_workspace();
     let script = "const notes = (await codemode.read_file({path: \"notes.txt\"})).content;\n\
          await codemode.write_file({path: \"out.txt\", content: notes + \"more\\n\"});\n\
          await codemode.every__echo({message: \"done\"});\n";
@@ -938,25 +950,7 @@ fn a_deferred_run_resumes_after_the_decision() {
     ) {
         return;
     }
-    const AGENT: &str = "agent-token-1";
-    const OTHER: &str = "agent-token-2";
-    const APPROVER: &str = "approver-token-1";
-    let ws = staging_workspace();
-    ws.write(
-        "airlock.yaml",
-        format!(
-            "auth:\n  tokens:\n    - {{name: claude, sha256: \"{}\", roles: [agent], user: u1}}\n    \
-             - {{name: codex, sha256: \"{}\", roles: [agent], user: u2}}\n    \
-             - {{name: phone, sha256: \"{}\", roles: [approver], user: boss}}\n\
-             security:\n  hitl:\n    approval_mode: defer\n\
-             upstreams:\n  - name: every\n    command: node\n    args: [{:?}, stdio]\n\
-             default_profile: dev\nprofiles:\n  dev:\n    asklist: [every__echo]\n",
-            airlock_testkit::token_sha256(AGENT),
-            airlock_testkit::token_sha256(OTHER),
-            airlock_testkit::token_sha256(APPROVER),
-            everything_server()
-        ),
-    );
+    let ws = deferred_echo_workspace();
     ws.write("mode.txt", "a\n");
     let script = "const mode = (await codemode.read_file({path: \"mode.txt\"})).content.trim();\n\
          await codemode.write_file({path: \"out.txt\", content: mode + \"\\n\"});\n\

@@ -9,42 +9,10 @@
 
 use proptest::prelude::*;
 
+mod common;
+
 fn holds(source: &str) {
-    let lines: Vec<usize> = source
-        .split('\n')
-        .map(|line| line.chars().count())
-        .collect();
-    let inside = |line: u32, column: u32| {
-        line >= 1
-            && column >= 1
-            && lines
-                .get(line as usize - 1)
-                .is_some_and(|length| column as usize <= length + 1)
-    };
-    match airlock_script::prepare(source) {
-        Ok(prepared) => {
-            let after: Vec<usize> = prepared
-                .code
-                .split('\n')
-                .map(|line| line.chars().count())
-                .collect();
-            assert_eq!(lines, after, "{source:?}: every line keeps its length");
-            let again = airlock_script::prepare(&prepared.code)
-                .unwrap_or_else(|error| panic!("{source:?}: blanked, not JavaScript: {error}"));
-            assert_eq!(again.language, airlock_script::Language::JavaScript);
-            assert_eq!(
-                again.code, prepared.code,
-                "{source:?}: JavaScript passes as written"
-            );
-            for call in &prepared.preview.calls {
-                assert!(inside(call.line, call.column), "{source:?}: {call:?}");
-            }
-            for gap in &prepared.preview.gaps {
-                assert!(inside(gap.line, gap.column), "{source:?}: {gap:?}");
-            }
-        }
-        Err(error) => assert!(inside(error.line, error.column), "{source:?}: {error}"),
-    }
+    let _ = common::holds(source);
 }
 
 #[test]
