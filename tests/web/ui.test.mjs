@@ -38,11 +38,11 @@ writeFileSync(join(workspace, "src", "two.rs"), "fn two() {}\n");
 const { server, login, base } = await startAirlock(workspace);
 
 // An agent on this machine (no tokens configured: local agents need none).
-async function propose(tool, args) {
+async function propose(tool, args, session = "agent-session-1") {
   const response = await fetch(base + "/v1/tools/call", {
     method: "POST",
     headers: { "Content-Type": "application/json" },
-    body: JSON.stringify({ tool, arguments: args, session: "agent-session-1" }),
+    body: JSON.stringify({ tool, arguments: args, session }),
   });
   const body = await response.json();
   assert.equal(response.status, 202, JSON.stringify(body));
@@ -280,6 +280,27 @@ try {
   assert.equal(read("batch-2.txt"), "2\n");
   assert.equal(await page.locator("#batch-bar").isVisible(), false);
 
+  step("the session filter shows one session's approvals");
+  const mine = await propose("write_file", { path: "filter-1.txt", content: "1\n" });
+  const theirs = await propose("write_file", { path: "filter-2.txt", content: "2\n" }, "agent-session-2");
+  const cardMine = page.locator(`li.card[data-id="${mine}"]`);
+  const cardTheirs = page.locator(`li.card[data-id="${theirs}"]`);
+  await cardTheirs.waitFor({ timeout: 10000 });
+  const filter = page.locator("#pending-session");
+  const sessions = await filter.locator("option").allTextContents();
+  assert.ok(sessions.includes("agent-session-1") && sessions.includes("agent-session-2"), sessions.join());
+  assert.equal(sessions[0], "All sessions");
+  await filter.selectOption("agent-session-2");
+  assert.equal(await cardMine.isVisible(), false);
+  assert.equal(await cardTheirs.isVisible(), true);
+  await filter.selectOption("");
+  assert.equal(await cardMine.isVisible(), true);
+  await cardMine.locator("button.deny").click();
+  await settled(cardMine, /^Denied by \S+ via http/);
+  await cardTheirs.locator("button.deny").click();
+  await settled(cardTheirs, /^Denied by \S+ via http/);
+  assert.equal(read("filter-2.txt"), null);
+
   step("edit before approving");
   const third = await propose("write_file", { path: "c.txt", content: "c proposed\n" });
   const edited = page.locator(`li.card[data-id="${third}"]`);
@@ -448,7 +469,8 @@ try {
     return rows.length > 0 && rows.every((row) => row.dataset.event === "hitl_decision");
   });
   const decisions = await page.locator("#audit-table tbody tr td:nth-child(6)").allTextContents();
-  assert.deepEqual(decisions, ["deny", "deny", "deny", "deny", "deny"]);
+  // Five denials above, and the session filter's two.
+  assert.deepEqual(decisions, ["deny", "deny", "deny", "deny", "deny", "deny", "deny"]);
 
   step("the stats view charts decisions over time, time to decision by risk and top tools asked");
   const token = decodeURIComponent(new URL(login).hash.replace(/^#token=/, ""));

@@ -142,6 +142,7 @@ impl Broker {
                 return self.commit_exec_run(approval, run, decision, recovering);
             }
             Plan::Agent(plan) => return self.commit_agent(approval, plan, decision),
+            Plan::Session(plan) => return self.commit_session(approval, plan, decision),
             plan => plan.change(),
         };
         let Some(plan) = plan else {
@@ -208,6 +209,11 @@ impl Broker {
         if let Err(error) = self.recover_journals() {
             return fail(error.code(), error.to_string());
         }
+        // A change proposed in a session lands only inside its roots.
+        let sandbox = match self.apply_sandbox(approval) {
+            Ok(sandbox) => sandbox,
+            Err(error) => return fail(error.code(), error.to_string()),
+        };
         let hashes = |plan: &ChangePlan| -> Vec<FileHashes> {
             plan.changes
                 .iter()
@@ -221,13 +227,13 @@ impl Broker {
         if recovering {
             // A crash may have come after the renames: if every file already holds
             // its new content, the apply happened.
-            if let Ok(true) = airlock_fs::already_applied(&self.sandbox, plan) {
+            if let Ok(true) = airlock_fs::already_applied(&sandbox, plan) {
                 let files = hashes(plan);
                 return self.applied(approval, plan, files, decision, true);
             }
         }
         // Keep the before-content first, so undo survives a crash after the write.
-        let before = match airlock_fs::snapshot(&self.sandbox, plan) {
+        let before = match airlock_fs::snapshot(&sandbox, plan) {
             Ok(before) => before,
             Err(error) => return fail(error.code(), error.to_string()),
         };
@@ -269,7 +275,7 @@ impl Broker {
             if matches!(approval.plan, airlock_core::plan::Plan::Code(_)) {
                 self.check_reads(plan)?;
             }
-            airlock_fs::commit(&self.sandbox, plan, options)
+            airlock_fs::commit(&sandbox, plan, options)
         }) {
             Ok(committed) => committed,
             Err(error) => return fail(ErrorCode::IoError, error.to_string()),

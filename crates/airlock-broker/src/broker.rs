@@ -87,6 +87,8 @@ pub struct Broker {
     pub(crate) code_mode: Option<Arc<dyn crate::code::CodeMode>>,
     /// Where the time comes from.
     pub(crate) clock: Arc<dyn Clock>,
+    /// Open sessions' parsed authority and running commands.
+    pub(crate) sessions: crate::sessions::Sessions,
 }
 
 pub(crate) struct HeadInStore(Arc<Store>);
@@ -169,6 +171,7 @@ impl Broker {
             upstreams: None,
             code_mode: None,
             clock,
+            sessions: crate::sessions::Sessions::default(),
         };
         // What the log's recovery found is recorded in the log itself.
         for record in recovery.records() {

@@ -161,6 +161,11 @@ impl Broker {
             if schema.name == BuiltinTool::Exec.name() {
                 continue;
             }
+            // A run works in its call's session: it neither opens nor
+            // closes one.
+            if BuiltinTool::from_name(&schema.name).is_some_and(BuiltinTool::is_session_tool) {
+                continue;
+            }
             if BuiltinTool::from_name(&schema.name).is_some() && lists(&schema.name) {
                 out.push(ListedTool {
                     name: schema.name.clone(),

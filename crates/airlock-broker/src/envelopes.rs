@@ -50,6 +50,7 @@ pub(crate) fn failure_status(code: ErrorCode) -> Status {
         ErrorCode::PathForbidden
         | ErrorCode::PathDenied
         | ErrorCode::CreateNotAllowed
+        | ErrorCode::RootNotAllowed
         | ErrorCode::LimitExceeded => Status::Denied,
         _ => Status::Error,
     }

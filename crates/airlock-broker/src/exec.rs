@@ -13,6 +13,7 @@ use airlock_core::envelope::{DecisionInfo, Envelope, HitlInfo, Status};
 use airlock_core::error_code::ErrorCode;
 use airlock_core::plan::{ExecRun, Plan};
 use airlock_core::policy::{Decision, Disposition, Protected};
+use airlock_core::session::{self, Authority, Network, RootMode};
 use airlock_core::tools::BuiltinTool;
 use airlock_fs::{Access, CommandChange, FileKind, FsError, OutputMode};
 
@@ -55,6 +56,23 @@ pub struct ExecParams {
     pub output_mode: OutputMode,
 }
 
+/// The most entries beside a session's roots its commands can be kept from.
+const MAX_HIDDEN: usize = 4096;
+
+/// Where a command runs.
+pub(crate) struct Place {
+    /// The root of its sandbox: writable unless in `read_only`.
+    root: PathBuf,
+    /// `root`, workspace-relative (`""`: the workspace).
+    prefix: String,
+    /// Hidden from it beside airlock's own state.
+    hidden: Vec<PathBuf>,
+    /// Read-only for it beside the configuration and `.git`.
+    read_only: Vec<PathBuf>,
+    /// Its default working directory.
+    workdir: PathBuf,
+}
+
 impl Broker {
     /// An `exec` call the policy did not deny. Cancelling `cancel` kills
     /// the command it runs (or previews).
@@ -78,11 +96,20 @@ impl Broker {
                 .policy
                 .exec_verdict(&call.args)
                 .is_some_and(|verdict| verdict.network);
-        let run = match self.exec_run(&params, network, cancel) {
+        let scope = call.scope.as_deref();
+        // A session's commands are reached by its signal and its close.
+        if let (Some(_), Some(session)) = (scope, call.session.as_deref()) {
+            self.sessions.cancel_of(session).reach(cancel);
+        }
+        let place = match self.exec_place(scope) {
+            Ok(place) => place,
+            Err(message) => return self.invalid(call, None, &message, base),
+        };
+        let run = match self.exec_run(&params, network, cancel, scope, &place) {
             Ok(run) => run,
             Err(message) => return self.invalid(call, None, &message, base),
         };
-        let sandbox = match self.exec_sandbox() {
+        let sandbox = match self.exec_sandbox(&place) {
             Ok(sandbox) => sandbox,
             Err(error) => {
                 return self.exec_failure(
@@ -157,19 +184,20 @@ impl Broker {
         }
         let exit_code = preview.output.exit_code;
         let preamble = output_preamble(&shown_command(&params), &preview.output);
-        let (changes, mut report) = match self.exec_changes(preview, params.output_mode) {
-            Ok(found) => found,
-            Err(error) => {
-                return self.exec_failure(
-                    call,
-                    decision,
-                    error.code(),
-                    &error.to_string(),
-                    None,
-                    base,
-                );
-            }
-        };
+        let (changes, mut report) =
+            match self.exec_changes(preview, params.output_mode, &place.prefix) {
+                Ok(found) => found,
+                Err(error) => {
+                    return self.exec_failure(
+                        call,
+                        decision,
+                        error.code(),
+                        &error.to_string(),
+                        None,
+                        base,
+                    );
+                }
+            };
         report.insert("previewed".to_owned(), Value::Bool(true));
         let shown = airlock_core::display::safe_line(&shown_command(&params)).into_owned();
         let summary = format!(
@@ -179,7 +207,12 @@ impl Broker {
             changes.len(),
             if changes.len() == 1 { "" } else { "s" }
         );
-        let planned = airlock_fs::prepare_command_changes(&self.sandbox, summary, changes, report)
+        // In a session, a change outside its roots is refused here.
+        let planned = self
+            .sandbox_for(call)
+            .and_then(|sandbox| {
+                airlock_fs::prepare_command_changes(&sandbox, summary, changes, report)
+            })
             // What the human reads first: the command and what it printed,
             // then the changes.
             .map(|plan| Planned::Command(plan, preamble));
@@ -215,12 +248,19 @@ impl Broker {
             }
             // `elicitation_fallback: allow`: it runs as if allowed.
             Handling::Allow => {
-                let run = match self.exec_run(params, network, cancel) {
+                let scope = call.scope.as_deref();
+                let run = match self.exec_place(scope).and_then(|place| {
+                    Ok((
+                        self.exec_run(params, network, cancel, scope, &place)?,
+                        place,
+                    ))
+                }) {
                     Ok(run) => run,
                     Err(message) => return self.invalid(call, None, &message, base),
                 };
+                let (run, place) = run;
                 return match self
-                    .exec_sandbox()
+                    .exec_sandbox(&place)
                     .map_err(|error| error.to_string())
                     .and_then(|sandbox| sandbox.run(&run).map_err(|error| error.to_string()))
                 {
@@ -242,6 +282,7 @@ impl Broker {
             args: call.args.clone(),
             network,
             unpreviewed: why.to_owned(),
+            scope: call.scope.as_deref().cloned(),
         });
         let new = self.new_approval(
             call,
@@ -346,12 +387,18 @@ impl Broker {
             Ok(params) => params,
             Err(error) => return fail(ErrorCode::InvalidInput, error.to_string()),
         };
-        // Approved: it runs to its end or its timeout, whoever waits.
-        let run = match self.exec_run(&params, plan.network, &Cancel::new()) {
+        // Approved: it runs to its end or its timeout, whoever waits, under
+        // the authority of the session it was proposed in.
+        let scope = plan.scope.as_ref();
+        let place = match self.exec_place(scope) {
+            Ok(place) => place,
+            Err(message) => return fail(ErrorCode::RootNotAllowed, message),
+        };
+        let run = match self.exec_run(&params, plan.network, &Cancel::new(), scope, &place) {
             Ok(run) => run,
             Err(message) => return fail(ErrorCode::InvalidInput, message),
         };
-        let sandbox = match self.exec_sandbox() {
+        let sandbox = match self.exec_sandbox(&place) {
             Ok(sandbox) => sandbox,
             Err(error) => return fail(ErrorCode::SandboxUnavailable, error.to_string()),
         };
@@ -379,13 +426,18 @@ impl Broker {
             Ok(preview) => preview,
             Err(error) => return fail(ErrorCode::ExecFailed, error.to_string()),
         };
-        let (changes, mut report) = match self.exec_changes(preview, params.output_mode) {
-            Ok(found) => found,
+        let (changes, mut report) =
+            match self.exec_changes(preview, params.output_mode, &place.prefix) {
+                Ok(found) => found,
+                Err(error) => return fail(error.code(), error.to_string()),
+            };
+        report.insert("previewed".to_owned(), Value::Bool(false));
+        let sandbox = match self.sandbox_in(scope) {
+            Ok(sandbox) => sandbox,
             Err(error) => return fail(error.code(), error.to_string()),
         };
-        report.insert("previewed".to_owned(), Value::Bool(false));
         match airlock_fs::prepare_command_changes(
-            &self.sandbox,
+            &sandbox,
             approval.summary.clone(),
             changes,
             report,
@@ -401,6 +453,7 @@ impl Broker {
         &self,
         preview: airlock_exec::Preview,
         mode: OutputMode,
+        prefix: &str,
     ) -> Result<(Vec<CommandChange>, Map<String, Value>), FsError> {
         let mut report = match self.exec_data(&preview.output, mode)? {
             Value::Object(report) => report,
@@ -409,7 +462,14 @@ impl Broker {
         let mut changes = Vec::new();
         let mut not_applied = Vec::new();
         for change in preview.changes {
+            // Relative to where the command ran: the workspace, or the root
+            // of a session's.
             let path = change.path().to_string_lossy().into_owned();
+            let path = if prefix.is_empty() {
+                path
+            } else {
+                format!("{prefix}/{path}")
+            };
             match change {
                 airlock_exec::Change::Write {
                     content,
@@ -442,6 +502,8 @@ impl Broker {
         params: &ExecParams,
         network: bool,
         cancel: &Cancel,
+        scope: Option<&Authority>,
+        place: &Place,
     ) -> Result<airlock_exec::Run, String> {
         let exec = &self.config.exec;
         let program = match (&params.command, &params.argv) {
@@ -459,11 +521,11 @@ impl Broker {
             return Err("the command holds a NUL byte".to_owned());
         }
         let cwd = match params.cwd.as_deref() {
-            None | Some("") | Some(".") => self.root.clone(),
+            None | Some("") | Some(".") => place.workdir.clone(),
             Some(cwd) => {
                 let target = self
-                    .sandbox
-                    .resolve("cwd", cwd, Access::Read)
+                    .sandbox_in(scope)
+                    .and_then(|sandbox| sandbox.resolve("cwd", cwd, Access::Read))
                     .map_err(|error| error.to_string())?;
                 if target.kind() != Some(FileKind::Directory) {
                     return Err(format!("cwd `{cwd}` is not a directory"));
@@ -476,6 +538,11 @@ impl Broker {
             .iter()
             .filter_map(|name| std::env::var(name).ok().map(|value| (name.clone(), value)))
             .collect();
+        // A session's variables, filtered when it was opened.
+        for (name, value) in scope.iter().flat_map(|scope| &scope.env) {
+            env.retain(|(existing, _)| existing != name);
+            env.push((name.clone(), value.clone()));
+        }
         for (name, value) in &params.env {
             let valid = !name.is_empty()
                 && name.bytes().enumerate().all(|(i, b)| {
@@ -487,15 +554,28 @@ impl Broker {
             env.retain(|(existing, _)| existing != name);
             env.push((name.clone(), value.clone()));
         }
-        let limit = exec.timeout_seconds().unwrap_or(120).saturating_mul(1000);
-        let timeout_ms = params.timeout_ms.unwrap_or(limit).clamp(1, limit);
+        let mut limit = exec.timeout_seconds().unwrap_or(120).saturating_mul(1000);
+        let mut max_output = exec.max_output_bytes;
+        // A session only narrows: its network (a list of domains cannot be
+        // held to in the sandbox, so it is none there), its limits.
+        let network = match scope.map(|scope| &scope.network) {
+            None | Some(Network::Full) => network,
+            Some(Network::None | Network::Allow(_)) => false,
+        };
+        if let Some(scope) = scope {
+            limit = scope.exec_timeout_ms(limit);
+            if let Some(most) = scope.limits.max_output_bytes {
+                max_output = max_output.min(most);
+            }
+        }
+        let timeout_ms = params.timeout_ms.unwrap_or(limit).clamp(1, limit.max(1));
         Ok(airlock_exec::Run {
             program,
             cwd,
             env,
             stdin: params.stdin.clone().unwrap_or_default().into_bytes(),
             timeout: Duration::from_millis(timeout_ms),
-            max_output_bytes: usize::try_from(exec.max_output_bytes).unwrap_or(usize::MAX),
+            max_output_bytes: usize::try_from(max_output).unwrap_or(usize::MAX),
             network,
             max_processes: exec.max_processes,
             max_memory_bytes: exec.max_memory_bytes,
@@ -503,13 +583,17 @@ impl Broker {
         })
     }
 
-    /// The sandbox of this workspace (`exec.sandbox: none`: none).
-    fn exec_sandbox(&self) -> Result<airlock_exec::Sandbox, airlock_exec::ExecError> {
+    /// The sandbox a command runs in at `place` (`exec.sandbox: none`:
+    /// none).
+    fn exec_sandbox(
+        &self,
+        place: &Place,
+    ) -> Result<airlock_exec::Sandbox, airlock_exec::ExecError> {
         if self.config.exec.sandbox == ExecSandbox::None {
-            return airlock_exec::Sandbox::unconfined(&self.root);
+            return airlock_exec::Sandbox::unconfined(&place.root);
         }
-        let mut hidden = Vec::new();
-        let mut read_only = Vec::new();
+        let mut hidden = place.hidden.clone();
+        let mut read_only = place.read_only.clone();
         for (path, what) in self.policy.protected_paths() {
             let path = self.root.join(PathBuf::from(path));
             match what {
@@ -517,7 +601,101 @@ impl Broker {
                 Protected::ConfigFile | Protected::Git => read_only.push(path),
             }
         }
-        airlock_exec::Sandbox::new(&self.root, &hidden, &read_only)
+        airlock_exec::Sandbox::new(&place.root, &hidden, &read_only)
+    }
+
+    /// Where a command of a call in `scope` runs (DESIGN §5.3): without a
+    /// session, the workspace; in one, the root holding its working
+    /// directory (writable only if that root is), the session's other
+    /// roots readable, and everything else of the workspace hidden.
+    pub(crate) fn exec_place(&self, scope: Option<&Authority>) -> Result<Place, String> {
+        let Some(scope) = scope else {
+            return Ok(Place {
+                root: self.root.clone(),
+                prefix: String::new(),
+                hidden: Vec::new(),
+                read_only: Vec::new(),
+                workdir: self.root.clone(),
+            });
+        };
+        let Some(home) = scope.root_of(&scope.workdir) else {
+            return Err(format!(
+                "the session's workdir `{}` is in none of its roots",
+                scope.workdir
+            ));
+        };
+        let absolute = |rel: &str| {
+            if rel.is_empty() {
+                self.root.clone()
+            } else {
+                self.root.join(rel)
+            }
+        };
+        let mut read_only: Vec<PathBuf> = scope
+            .roots
+            .iter()
+            .filter(|root| root.mode == RootMode::Ro && session::is_within(&root.path, &home.path))
+            .map(|root| absolute(&root.path))
+            .collect();
+        if home.mode == RootMode::Ro {
+            read_only.push(absolute(&home.path));
+        }
+        let protected: Vec<String> = self
+            .policy
+            .protected_paths()
+            .into_iter()
+            .map(|(path, _)| path.to_string())
+            .collect();
+        let roots: Vec<&str> = scope.roots.iter().map(|root| root.path.as_str()).collect();
+        let mut hidden = Vec::new();
+        let mut seen = std::collections::BTreeSet::new();
+        for root in &roots {
+            let mut dir = String::new();
+            for part in root.split('/').filter(|part| !part.is_empty()) {
+                if seen.insert(dir.clone()) {
+                    let entries = std::fs::read_dir(absolute(&dir))
+                        .map_err(|error| format!("cannot list `{dir}`: {error}"))?;
+                    for entry in entries.flatten() {
+                        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+                            // A name that is no UTF-8 cannot be in a root.
+                            hidden.push(entry.path());
+                            continue;
+                        };
+                        let rel = if dir.is_empty() {
+                            name
+                        } else {
+                            format!("{dir}/{name}")
+                        };
+                        let kept = roots.iter().any(|root| {
+                            session::is_within(root, &rel) || session::is_within(&rel, root)
+                        }) || protected.contains(&rel);
+                        // A symlink is not followed by a mount; what it
+                        // leads to is hidden or kept under its own name.
+                        let link = entry.file_type().is_ok_and(|kind| kind.is_symlink());
+                        if !kept && !link {
+                            hidden.push(entry.path());
+                        }
+                    }
+                    if hidden.len() > MAX_HIDDEN {
+                        return Err(format!(
+                            "more than {MAX_HIDDEN} entries beside the session's roots would have to be hidden from its commands; open it on roots nearer the workspace root"
+                        ));
+                    }
+                }
+                dir = if dir.is_empty() {
+                    part.to_owned()
+                } else {
+                    format!("{dir}/{part}")
+                };
+            }
+        }
+        Ok(Place {
+            root: absolute(&home.path),
+            prefix: home.path.clone(),
+            hidden,
+            read_only,
+            workdir: absolute(&scope.workdir),
+        })
     }
 
     /// The data of a finished run: exit code or signal, output (a blob

@@ -40,6 +40,7 @@ pub mod progress;
 mod propose;
 mod record;
 mod runtime;
+mod sessions;
 mod staging;
 mod stats;
 mod submit;

@@ -100,7 +100,9 @@ impl Broker {
 
     /// The plan of a write-class call, without side effects.
     pub(crate) fn plan(&self, call: &ToolCall) -> Result<Planned, FsError> {
-        self.plan_in(&self.sandbox, call)
+        // In a session: its roots, workdir and limits.
+        let sandbox = self.sandbox_for(call)?;
+        self.plan_in(&sandbox, call)
     }
 
     /// [`Broker::plan`] made in `sandbox` (a code-mode run's, which reads

@@ -270,7 +270,10 @@ impl Runtime {
         let ca_file = ca_file_of(&workspace);
         match Broker::open_with_clock(workspace, self.clock.clone()) {
             Ok(broker) => {
-                let broker = Arc::new(attach(broker, &self.upstreams, &self.options));
+                let mut broker = attach(broker, &self.upstreams, &self.options);
+                // The commands sessions run outlive a reload.
+                broker.keep_sessions_of(&self.broker());
+                let broker = Arc::new(broker);
                 if let Ok(mut slot) = self.broker.write() {
                     *slot = broker;
                 }
@@ -355,6 +358,9 @@ fn sweep(runtime: Weak<Runtime>) -> Result<(), BrokerError> {
         if let Err(error) = broker.expire_overdue() {
             eprintln!("airlock: expiring approvals: {error}");
         }
+        if let Err(error) = broker.end_overdue_sessions() {
+            eprintln!("airlock: ending sessions: {error}");
+        }
         // With a shared store, an instance that stopped mid-apply leaves a
         // claim no waiting call of this process may be watching: once its
         // lease has run out, one of the others finishes it.
@@ -369,11 +375,12 @@ fn sweep(runtime: Weak<Runtime>) -> Result<(), BrokerError> {
         broker.apply_held_forwards();
         // A deadline already past (an approval that could not be expired)
         // would spin: look again after the usual pause.
-        let next = broker
-            .next_expiry()
-            .ok()
-            .flatten()
-            .filter(|at| *at > broker.now_ms());
+        let now = broker.now_ms();
+        let next = [broker.next_expiry(), broker.next_session_end()]
+            .into_iter()
+            .filter_map(|at| at.ok().flatten())
+            .filter(|at| *at > now)
+            .min();
         broker.park(cursor, next);
     })
 }

@@ -245,7 +245,10 @@ impl Broker {
         };
         // One staged call at a time, so each plans against the last.
         let mut state = staging.state();
-        let sandbox = match self.sandbox.with_overlay(state.overlay.clone()) {
+        let sandbox = match self
+            .sandbox_for(call)
+            .and_then(|sandbox| sandbox.with_overlay(state.overlay.clone()))
+        {
             Ok(sandbox) => sandbox,
             Err(error) => {
                 return failed(base, &error);
@@ -370,10 +373,24 @@ impl Broker {
         let overlay_empty = overlay.is_empty();
         // Nothing staged yet: the disk as it is.
         let through;
+        let scoped = match self.sandbox_for(call) {
+            Ok(scoped) => scoped,
+            Err(error) => {
+                let message = error.to_string();
+                return self.propose_failed(
+                    &call.tool,
+                    &decision,
+                    base,
+                    call_path(call),
+                    error.code(),
+                    &message,
+                );
+            }
+        };
         let sandbox = if overlay.is_empty() {
-            &self.sandbox
+            &*scoped
         } else {
-            through = match self.sandbox.with_overlay(overlay) {
+            through = match scoped.with_overlay(overlay) {
                 Ok(sandbox) => sandbox,
                 Err(error) => {
                     let message = error.to_string();

@@ -174,8 +174,9 @@ impl Broker {
     pub fn decide_only(&self, call: &ToolCall) -> Decision {
         let now = self.now_ms();
         let grants = policy::LazyGrants::new(|| self.live_grants(now));
-        let resolved = self.resolved_paths(call);
-        policy::evaluate_resolved(&self.policy, call, &grants, &resolved)
+        let view = self.policy_view(call);
+        let resolved = self.resolved_paths(&view);
+        policy::evaluate_resolved(&self.policy, &view, &grants, &resolved)
     }
 
     /// Runs one call through the pipeline and returns its envelope.
@@ -198,6 +199,12 @@ impl Broker {
         on_pending: &(dyn Fn(&Approval) + Sync),
         cancel: &Cancel,
     ) -> Envelope {
+        // The session the call runs in (DESIGN §5.3).
+        let in_session = match self.in_session(call) {
+            Ok(in_session) => in_session,
+            Err(envelope) => return *envelope,
+        };
+        let call = in_session.as_ref().unwrap_or(call);
         // A script: the engine runs it, and its calls come back here, each
         // with a trace of its own.
         if let Some(envelope) = self.code_call(call, mode, on_pending, cancel) {
@@ -241,10 +248,12 @@ impl Broker {
         // Decided on the paths as written and as the file system resolves
         // them; the strictest wins (a patch's files are resolved when it is
         // planned, in `write`).
-        let resolved = self.resolved_paths(call);
+        // In a session, on its paths as they are placed (DESIGN §5.3).
+        let view = self.policy_view(call);
+        let resolved = self.resolved_paths(&view);
         let decision = {
             let _policy = crate::telemetry::child("policy");
-            policy::evaluate_resolved(&self.policy, call, &grants, &resolved)
+            policy::evaluate_resolved(&self.policy, &view, &grants, &resolved)
         };
         trace.attribute("airlock.risk", decision.risk.as_str());
         if let Ok(Value::String(disposition)) = serde_json::to_value(decision.disposition) {
@@ -262,16 +271,26 @@ impl Broker {
         use airlock_core::ToolOrigin;
         use airlock_core::tools::BuiltinTool;
         match &call.origin {
-            ToolOrigin::Builtin(BuiltinTool::ReadFile) => {
-                self.read(&self.sandbox, call, &decision, base)
-            }
             ToolOrigin::Builtin(
-                BuiltinTool::Grep
+                tool @ (BuiltinTool::ReadFile
+                | BuiltinTool::Grep
                 | BuiltinTool::Glob
                 | BuiltinTool::ListDir
                 | BuiltinTool::Stat
-                | BuiltinTool::Exists,
-            ) => self.look(&self.sandbox, call, &decision, base),
+                | BuiltinTool::Exists),
+            ) => match self.sandbox_for(call) {
+                Ok(sandbox) if *tool == BuiltinTool::ReadFile => {
+                    self.read(&sandbox, call, &decision, base)
+                }
+                Ok(sandbox) => self.look(&sandbox, call, &decision, base),
+                Err(error) => self.read_only(call, &decision, base, "tool_call", || Err(error)),
+            },
+            ToolOrigin::Builtin(
+                tool @ (BuiltinTool::SessionOpen
+                | BuiltinTool::SessionList
+                | BuiltinTool::SessionClose
+                | BuiltinTool::SessionSignal),
+            ) => self.session_tool(*tool, call, &decision, mode, on_pending, base),
             ToolOrigin::Builtin(BuiltinTool::ProposalStatus) => {
                 self.read_only(call, &decision, base, "tool_call", || {
                     self.proposal_status(call)

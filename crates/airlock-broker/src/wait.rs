@@ -211,6 +211,11 @@ impl Broker {
     /// Cancels a pending approval whose waiting call went away (wait mode).
     /// `None` when it was no longer pending.
     pub fn cancel(&self, id: &str) -> Option<Envelope> {
+        self.cancel_because(id, "the waiting call went away: cancelled")
+    }
+
+    /// Cancels a pending approval, saying `why` in its answer.
+    pub(crate) fn cancel_because(&self, id: &str, why: &str) -> Option<Envelope> {
         let cancelled = self.store.cancel(id, self.now_ms());
         let approval = self
             .logged(format_args!("cancelling {id}"), cancelled)
@@ -221,7 +226,7 @@ impl Broker {
             &approval.tool,
             approval.path.as_deref(),
             ErrorCode::PolicyDenied,
-            "the waiting call went away: cancelled",
+            why,
         )
         .with_reason(Some(ErrorReason::new(
             "hitl",

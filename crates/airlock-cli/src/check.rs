@@ -89,10 +89,12 @@ impl CallSpec {
                 }
             )));
         }
+        // Spec 003's dotted names are accepted.
+        let (tool, arguments) = airlock_core::tools::canonical_call(&self.tool, arguments);
         let mut call = ToolCall::new(
-            self.tool.clone(),
+            tool.clone(),
             arguments,
-            policy.origin_of(&self.tool, annotations),
+            policy.origin_of(&tool, annotations),
             now_ms(),
         );
         call.principal = Principal {
@@ -101,6 +103,11 @@ impl CallSpec {
             ..Principal::default()
         };
         call.session = self.session.clone();
+        // A durable session's id names it; any other text is a label.
+        call.sessions.last = self
+            .session
+            .clone()
+            .filter(|session| airlock_core::session::is_session_id(session));
         call.profile = self.profile.clone();
         if let Some(context_id) = &self.context_id {
             airlock_core::call::check_context_id(context_id)

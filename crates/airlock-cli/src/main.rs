@@ -14,6 +14,7 @@ mod hook;
 mod otlp;
 mod publish;
 mod serve;
+mod session;
 mod ship;
 mod stats;
 mod store;
@@ -88,7 +89,7 @@ enum Command {
     /// Deny a pending approval.
     Deny(approvals::DenyArgs),
     /// Approve or deny requests interactively as they arrive.
-    Watch,
+    Watch(watch::WatchArgs),
     /// Decided, applied, undone, expired and cancelled approvals, newest first.
     History(approvals::HistoryArgs),
     /// Approval analytics: calls, asks, decisions, timeouts, undos and time
@@ -101,6 +102,9 @@ enum Command {
     /// Verify, query or follow the audit log.
     #[command(subcommand)]
     Audit(audit::AuditCommand),
+    /// Sessions that scope what calls may touch: open, list, show, close.
+    #[command(subcommand)]
+    Session(session::SessionCommand),
     /// Serve MCP: the built-in tools and the configured upstreams, gated.
     Serve(serve::ServeArgs),
     /// Gate one MCP server (a command, or --url) under its own tool names, over
@@ -269,7 +273,7 @@ fn run_command(cli: Cli, workspace: Workspace) -> Result<u8, Failure> {
         Command::Show(args) => approvals::show(&workspace.broker()?, &args),
         Command::Approve(args) => approvals::approve(&workspace.broker()?, &args),
         Command::Deny(args) => approvals::deny(&workspace.broker()?, &args),
-        Command::Watch => {
+        Command::Watch(args) => {
             // Chat channels run in a watching process too (while no other
             // process of the workspace runs them).
             let channels = &workspace.loaded.config.channels;
@@ -278,13 +282,14 @@ fn run_command(cli: Cli, workspace: Workspace) -> Result<u8, Failure> {
                 let again = Workspace::load(&cli.global, Need::Existing)?;
                 channels::in_background(again)?;
             }
-            watch::run(&workspace.broker()?)
+            watch::run(&workspace.broker()?, &args)
         }
         Command::Undo(args) => approvals::undo(&workspace.broker()?, &args),
         Command::History(args) => approvals::history(&workspace.broker()?, &args),
         Command::Stats(args) => stats::run(&workspace.broker()?, &args),
         Command::Grants(args) => grants::run(&workspace.broker()?, &args),
         Command::Audit(command) => audit::run(&workspace, &command),
+        Command::Session(command) => session::run(&workspace.broker()?, &command),
         Command::Serve(args) => serve::serve(workspace, &args),
         Command::Wrap(args) => serve::wrap(workspace, &args),
         Command::Tools(args) => tools::run(&args),

@@ -32,6 +32,11 @@ pub(crate) struct ServeArgs {
     /// The profile bound to the stdio endpoint (default: `default_profile`).
     #[arg(long, value_name = "P")]
     profile: Option<String>,
+    /// Bind the stdio endpoint to this session (`airlock session open`
+    /// makes one): every call runs in it, and a call naming another is
+    /// refused with session_mismatch.
+    #[arg(long, value_name = "ID")]
+    session: Option<String>,
     /// Serve GET /metrics (Prometheus text) without a token on this loopback
     /// address (PORT or 127.0.0.1:PORT), for a local scraper.
     #[arg(long, value_name = "ADDR", value_parser = parse_listen_address)]
@@ -72,6 +77,17 @@ pub(crate) struct WrapArgs {
     command: Vec<String>,
 }
 
+/// `--session`: a durable session's id (`airlock session open` prints it).
+fn bound_session(id: Option<&str>) -> Result<Option<String>, Failure> {
+    match id {
+        None => Ok(None),
+        Some(id) if airlock_core::session::is_session_id(id) => Ok(Some(id.to_owned())),
+        Some(id) => Err(Failure::usage(anyhow!(
+            "--session {id}: not a session id (ses- and 32 hex digits; `airlock session open` makes one)"
+        ))),
+    }
+}
+
 pub(crate) fn serve(workspace: Workspace, args: &ServeArgs) -> Result<u8, Failure> {
     if !args.stdio && args.http.is_none() {
         return Err(Failure::usage(anyhow!(
@@ -84,6 +100,7 @@ pub(crate) fn serve(workspace: Workspace, args: &ServeArgs) -> Result<u8, Failur
         profile: args.profile.clone(),
         user: Some(crate::approvals::terminal_user()),
         http: false,
+        session: bound_session(args.session.as_deref())?,
     };
     check_metrics_addr(args.metrics_addr)?;
     run(
@@ -159,6 +176,7 @@ pub(crate) fn wrap(workspace: Workspace, args: &WrapArgs) -> Result<u8, Failure>
         profile: args.profile.clone(),
         user: Some(crate::approvals::terminal_user()),
         http: false,
+        session: None,
     };
     let options = RuntimeOptions {
         wrap: Some(name),

@@ -27,7 +27,16 @@ const TICK: Duration = Duration::from_millis(100);
 /// approval is queued and shown in turn (those already pending first); what
 /// happens to an approval elsewhere is told in one line, in the order it
 /// happened.
-pub(crate) fn run(broker: &Broker) -> Result<u8, Failure> {
+/// `airlock watch [--session S]`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct WatchArgs {
+    /// Only this session's approvals (a durable session's id, or a label).
+    #[arg(long, value_name = "S")]
+    session: Option<String>,
+}
+
+pub(crate) fn run(broker: &Broker, args: &WatchArgs) -> Result<u8, Failure> {
+    let session = args.session.as_deref();
     let lines = stdin_lines();
     let colour = std::io::stdout().is_terminal();
     // The feed's position first: whatever happens once the user is told
@@ -41,7 +50,7 @@ pub(crate) fn run(broker: &Broker) -> Result<u8, Failure> {
     say("watching for approvals (ctrl-d to stop)");
     broker.expire_overdue().map_err(Failure::internal)?;
     let mut queue: VecDeque<String> = broker
-        .pending(None)
+        .pending(session)
         .map_err(Failure::internal)?
         .into_iter()
         .map(|approval| approval.id.clone())
@@ -56,6 +65,11 @@ pub(crate) fn run(broker: &Broker) -> Result<u8, Failure> {
             .map_err(Failure::internal)?
         {
             cursor = event.seq;
+            if let Some(session) = session
+                && !of_session(broker, &event, session)
+            {
+                continue;
+            }
             tell(broker, &event, &mut queue, &mine, &mut told);
         }
         if let Some(id) = queue.pop_front() {
@@ -89,6 +103,21 @@ pub(crate) fn run(broker: &Broker) -> Result<u8, Failure> {
             broker.expire_overdue().map_err(Failure::internal)?;
         }
     }
+}
+
+/// Whether `event` is about an approval of `session` (with `--session`,
+/// the others are neither shown nor told).
+fn of_session(broker: &Broker, event: &FeedEvent, session: &str) -> bool {
+    let Some(id) = event
+        .subject
+        .as_deref()
+        .filter(|_| event.kind.is_approval())
+    else {
+        return false;
+    };
+    broker
+        .approval(id)
+        .is_ok_and(|approval| approval.session.as_deref() == Some(session))
 }
 
 /// What one event means here: a new approval joins the queue; any other

@@ -906,6 +906,11 @@ fn openapi_describes_every_route_and_each_one_is_served() {
             "POST /v1/tools/call",
             "GET /v1/stats",
             "GET /metrics",
+            "POST /v1/sessions",
+            "GET /v1/sessions",
+            "GET /v1/sessions/{id}",
+            "DELETE /v1/sessions/{id}",
+            "POST /v1/sessions/{id}/signal",
         ]
         .into_iter()
         .collect::<std::collections::BTreeSet<_>>()

@@ -102,7 +102,7 @@ fn code(result: &Value) -> &str {
     envelope(result)["error"]["code"].as_str().unwrap_or("")
 }
 
-const BUILTIN: [&str; 15] = [
+const BUILTIN: [&str; 19] = [
     "read_file",
     "write_file",
     "edit_file",
@@ -115,6 +115,10 @@ const BUILTIN: [&str; 15] = [
     "stat",
     "exists",
     "exec",
+    "session_open",
+    "session_list",
+    "session_close",
+    "session_signal",
     "proposal_status",
     "permission_prompt",
     "codemode_eval",
@@ -144,6 +148,7 @@ fn stdio_lists_tools_with_schemas_and_annotations_reads_and_denies_without_elici
                 | "list_dir"
                 | "stat"
                 | "exists"
+                | "session_list"
                 | "proposal_status"
                 | "permission_prompt"
         );
@@ -152,7 +157,10 @@ fn stdio_lists_tools_with_schemas_and_annotations_reads_and_denies_without_elici
             json!(read_only),
             "{name}"
         );
-        if !read_only {
+        // Opening a session changes airlock's state, nothing that is lost.
+        if name == "session_open" {
+            assert_eq!(tool["annotations"]["destructiveHint"], json!(false));
+        } else if !read_only {
             assert_eq!(
                 tool["annotations"]["destructiveHint"],
                 json!(true),

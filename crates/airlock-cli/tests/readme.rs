@@ -3,7 +3,8 @@
 //! - `sh` blocks: each `airlock` line runs through bash, in order, in one
 //!   fresh project (the files the examples name are there), with the
 //!   approvals a waiting call makes approved as a person at `airlock watch`
-//!   would; `hitl-…` and `grant-…` stand for the newest id, and
+//!   would; `hitl-…`, `grant-…` and `ses-…` (an open session) stand for
+//!   the newest id, and
 //!   `postgres://airlock@db.example/airlock` for a new database on a
 //!   throwaway PostgreSQL server. A line with
 //!   `--defer` must exit 3, every other one 0. A server line is started and
@@ -156,6 +157,16 @@ impl Runner<'_> {
                 .expect("no grant for grant-…")
                 .to_owned();
             line = line.replace("grant-…", &id);
+        }
+        if line.contains("ses-…") {
+            let sessions = self.ws.run(&["session", "list", "--json"]).json;
+            let id = sessions
+                .as_array()
+                .and_then(|list| list.first())
+                .and_then(|session| session["session_id"].as_str())
+                .expect("no open session for ses-…")
+                .to_owned();
+            line = line.replace("ses-…", &id);
         }
         // The README's PostgreSQL server is a fresh database on the test's.
         if line.contains(README_DATABASE) {

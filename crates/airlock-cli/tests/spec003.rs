@@ -940,8 +940,9 @@ fn spec_000_switches_load_and_mean_what_they_say() {
         "{refused:#}"
     );
     // Over MCP, the tool list holds no file tool (the shell tool is not
-    // one: `exec.enabled` switches it; nor is Claude Code's permission
-    // prompt, nor code mode, whose scripts see the same tools).
+    // one: `exec.enabled` switches it; nor are the session tools, nor
+    // Claude Code's permission prompt, nor code mode, whose scripts see
+    // the same tools).
     let mut mcp = RawStdio::start(&ws, &[]);
     let listed = mcp.request(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
     mcp.finish();
@@ -955,6 +956,10 @@ fn spec_000_switches_load_and_mean_what_they_say() {
         names,
         [
             "exec",
+            "session_open",
+            "session_list",
+            "session_close",
+            "session_signal",
             "proposal_status",
             "permission_prompt",
             "codemode_eval"

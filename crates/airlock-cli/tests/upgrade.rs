@@ -87,7 +87,7 @@ fn a_state_dir_from_before_the_redesign_keeps_everything() {
     assert_eq!(grants[0]["approval_id"], APPLIED);
 
     // The commands above migrated the store to this build's schema.
-    assert_eq!(schema_version_on_disk(&ws), 8);
+    assert_eq!(schema_version_on_disk(&ws), 9);
 
     // The pending approvals can still be decided and applied.
     let first = pending[0]["id"].as_str().unwrap();
@@ -121,7 +121,7 @@ fn a_state_dir_from_a_newer_airlock_is_refused_and_left_alone() {
     // This build migrates it; then a newer release's migration would leave a
     // higher schema version.
     assert_eq!(ws.run(&["pending"]).code, 0);
-    assert_eq!(schema_version_on_disk(&ws), 8);
+    assert_eq!(schema_version_on_disk(&ws), 9);
     let bump = std::process::Command::new("python3")
         .args([
             "-c",
@@ -150,7 +150,7 @@ fn a_state_dir_from_a_newer_airlock_is_refused_and_left_alone() {
         assert_eq!(run.code, 2, "{args:?}: {}{}", run.stdout, run.stderr);
         assert!(
             run.stderr.contains(
-                "the database is at schema version 99, newer than this airlock (8); use a newer airlock"
+                "the database is at schema version 99, newer than this airlock (9); use a newer airlock"
             ),
             "{args:?}: {}",
             run.stderr

@@ -215,3 +215,45 @@ fn an_approval_created_and_decided_at_once_elsewhere_is_told_in_order() {
     terminal.send("\x04");
     assert!(child.wait().unwrap().success());
 }
+
+/// `watch --session S` shows and tells only that session's approvals: a
+/// session's watcher is not asked about another's.
+#[test]
+fn watch_with_a_session_shows_only_its_approvals() {
+    let ws = Workspace::new("");
+    let (mut child, mut terminal) = Terminal::spawn(ws.command(&["watch", "--session", "s2"]));
+    terminal.expect("watching for approvals");
+    let other = ws
+        .call(
+            "write_file",
+            &json!({"path": "one.txt", "content": "1\n"}),
+            &["--defer", "--session", "s1"],
+        )
+        .json["hitl"]["hitl_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let mine = ws
+        .call(
+            "write_file",
+            &json!({"path": "two.txt", "content": "2\n"}),
+            &["--defer", "--session", "s2"],
+        )
+        .json["hitl"]["hitl_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let shown = terminal.expect("[y]es  [n]o  [v]iew  [a]lways  (auto-deny in ");
+    assert!(shown.contains(&mine), "{shown}");
+    assert!(shown.contains("1 of 1 waiting"), "{shown}");
+    assert!(!shown.contains(&other), "{shown}");
+    terminal.send("yes\n");
+    terminal.expect(&format!("{mine}: approved"));
+    assert_eq!(ws.read("two.txt").as_deref(), Some("2\n"));
+    assert_eq!(
+        airlock(&ws, &["show", &other, "--json"])["status"],
+        "pending"
+    );
+    terminal.send("\x04");
+    assert!(child.wait().unwrap().success());
+}

@@ -67,7 +67,7 @@ fn approvals_are_seen_and_decided_in_a_real_browser() {
     }
     let stdout = run_browser_script("ui.test.mjs");
     let shots = shots_dir();
-    assert!(stdout.contains("ok: 21 steps"), "{stdout}");
+    assert!(stdout.contains("ok: 22 steps"), "{stdout}");
     for shot in [
         "01-logged-in.png",
         "02-pending-write-phone.png",

@@ -1078,6 +1078,8 @@ fn inner_call(
     );
     inner.principal = outer.principal.clone();
     inner.session = outer.session.clone();
+    // The run's session binds its calls (DESIGN §5.3).
+    inner.scope = outer.scope.clone();
     inner.profile = outer.profile.clone();
     inner.context_id = outer.context_id.clone();
     inner.requester = outer.requester.clone();

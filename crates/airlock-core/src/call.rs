@@ -138,6 +138,22 @@ pub struct ToolCall {
     pub received_at: UnixMillis,
     /// The code-mode run the call was made from, if any (DESIGN §5.2).
     pub via: Option<Via>,
+    /// Where the call finds its durable session besides a `session_id`
+    /// argument (DESIGN §5.3); the broker resolves it.
+    pub sessions: SessionHints,
+    /// The authority of the session the call runs in, once the broker
+    /// resolved it (DESIGN §5.3); `None`: the implicit default session. What
+    /// a face sets here is replaced.
+    pub scope: Option<Arc<crate::session::Authority>>,
+}
+
+/// The sessions a face knows for a call: one the operator bound to the
+/// endpoint (`--session`; the model cannot override it) and the last one
+/// the connection opened.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionHints {
+    pub bound: Option<String>,
+    pub last: Option<String>,
 }
 
 /// A call a code-mode script made: its run, its place in the run, and the
@@ -171,6 +187,8 @@ impl ToolCall {
             requester: None,
             received_at,
             via: None,
+            sessions: SessionHints::default(),
+            scope: None,
         }
     }
 }

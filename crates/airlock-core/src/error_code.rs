@@ -72,6 +72,18 @@ pub enum ErrorCode {
     /// Code mode: a resumed run made another call than the one logged
     /// where its replay stood.
     ReplayDivergence,
+    /// No session with this id is open for this principal (another's id
+    /// gets this too: no oracle).
+    SessionNotFound,
+    /// The session outlived its `ttl` or `idle_ttl`.
+    SessionExpired,
+    /// The session was closed.
+    SessionClosed,
+    /// The call names another session than the one its endpoint is bound to.
+    SessionMismatch,
+    /// A session root or path outside the session's workspaces or roots, or
+    /// a write to a read-only root.
+    RootNotAllowed,
 }
 
 impl ErrorCode {
@@ -120,6 +132,11 @@ impl ErrorCode {
             ErrorCode::ScriptLimit => "script_limit",
             ErrorCode::ScriptError => "script_error",
             ErrorCode::ReplayDivergence => "replay_divergence",
+            ErrorCode::SessionNotFound => "session_not_found",
+            ErrorCode::SessionExpired => "session_expired",
+            ErrorCode::SessionClosed => "session_closed",
+            ErrorCode::SessionMismatch => "session_mismatch",
+            ErrorCode::RootNotAllowed => "root_not_allowed",
         }
     }
 }

@@ -39,13 +39,15 @@ pub mod plan;
 pub mod policy;
 pub mod redact;
 pub mod risk;
+pub mod session;
 pub mod suggest;
 pub mod tools;
 pub mod yaml;
 
 pub use approval::{ApprovalTerms, Channel, Decided, StateError};
 pub use call::{
-    HttpPrincipal, Principal, Requester, ToolAnnotations, ToolCall, ToolOrigin, UnixMillis, Via,
+    HttpPrincipal, Principal, Requester, SessionHints, ToolAnnotations, ToolCall, ToolOrigin,
+    UnixMillis, Via,
 };
 pub use error_code::ErrorCode;
 pub use plan::{ChangePlan, FileChange, Plan, UpstreamCall, UpstreamRequest};

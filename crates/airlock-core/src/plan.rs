@@ -53,6 +53,26 @@ pub enum Plan {
     /// it computed, if the call changes files) to check the agent's work
     /// afterwards and to undo it.
     Agent(AgentPlan),
+    /// A `session_open` asking for more than its profile's `sessions.auto`
+    /// allows (DESIGN §5.3): the session, opened once approved.
+    Session(SessionPlan),
+}
+
+/// A session to open once approved: its id (chosen when proposed, so that
+/// opening it twice is not possible), the authority shown, and why it asks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionPlan {
+    pub session_id: String,
+    pub authority: crate::session::Authority,
+    #[serde(default)]
+    pub labels: std::collections::BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env_dropped: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
+    /// What exceeds the allowance.
+    pub beyond: Vec<String>,
 }
 
 impl Plan {
@@ -83,6 +103,7 @@ impl Plan {
             Plan::ExecRun(_) => "exec_run",
             Plan::Code(_) => "code",
             Plan::Agent(_) => "agent",
+            Plan::Session(_) => "session",
         }
     }
 
@@ -111,7 +132,7 @@ impl Plan {
             | Plan::Exec(change)
             | Plan::Code(change) => Some(change),
             Plan::Agent(agent) => Some(&agent.change),
-            Plan::Upstream(_) | Plan::ExecRun(_) => None,
+            Plan::Upstream(_) | Plan::ExecRun(_) | Plan::Session(_) => None,
         }
     }
 
@@ -130,7 +151,9 @@ impl Plan {
                 change,
                 ..agent.clone()
             }),
-            Plan::Upstream(_) | Plan::ExecRun(_) | Plan::Agent(_) => return None,
+            Plan::Upstream(_) | Plan::ExecRun(_) | Plan::Agent(_) | Plan::Session(_) => {
+                return None;
+            }
         })
     }
 
@@ -198,6 +221,10 @@ pub struct ExecRun {
     pub network: bool,
     /// Why it was not previewed.
     pub unpreviewed: String,
+    /// The authority of the session it was proposed in (DESIGN §5.3): it
+    /// runs under it once approved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<crate::session::Authority>,
 }
 
 /// One call to another MCP server: the upstream's name, the tool as that

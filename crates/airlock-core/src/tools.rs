@@ -23,6 +23,11 @@ pub enum BuiltinTool {
     ProposalStatus,
     /// The shell tool (DESIGN §5.1).
     Exec,
+    /// Sessions (DESIGN §5.3): open, list, close, signal.
+    SessionOpen,
+    SessionList,
+    SessionClose,
+    SessionSignal,
 }
 
 /// How much a built-in tool can change, which fixes its default risk.
@@ -42,7 +47,7 @@ pub enum BuiltinClass {
 
 impl BuiltinTool {
     /// Every built-in tool, in the order `tools/list` shows them.
-    pub const ALL: [BuiltinTool; 13] = [
+    pub const ALL: [BuiltinTool; 17] = [
         BuiltinTool::ReadFile,
         BuiltinTool::WriteFile,
         BuiltinTool::EditFile,
@@ -55,6 +60,10 @@ impl BuiltinTool {
         BuiltinTool::Exists,
         BuiltinTool::ListDir,
         BuiltinTool::Exec,
+        BuiltinTool::SessionOpen,
+        BuiltinTool::SessionList,
+        BuiltinTool::SessionClose,
+        BuiltinTool::SessionSignal,
         BuiltinTool::ProposalStatus,
     ];
 
@@ -74,6 +83,10 @@ impl BuiltinTool {
             BuiltinTool::ListDir => "list_dir",
             BuiltinTool::ProposalStatus => "proposal_status",
             BuiltinTool::Exec => "exec",
+            BuiltinTool::SessionOpen => "session_open",
+            BuiltinTool::SessionList => "session_list",
+            BuiltinTool::SessionClose => "session_close",
+            BuiltinTool::SessionSignal => "session_signal",
         }
     }
 
@@ -93,6 +106,10 @@ impl BuiltinTool {
             | BuiltinTool::DeleteFile
             | BuiltinTool::MoveFile => "fs.propose_patch",
             BuiltinTool::Exec => "exec.run",
+            BuiltinTool::SessionOpen => "host.session.open",
+            BuiltinTool::SessionList => "host.session.list",
+            BuiltinTool::SessionClose => "host.session.close",
+            BuiltinTool::SessionSignal => "host.session.signal",
         }
     }
 
@@ -101,6 +118,36 @@ impl BuiltinTool {
         BuiltinTool::ALL
             .into_iter()
             .find(|tool| tool.name() == name)
+    }
+
+    /// Whether it is one of the session tools.
+    pub const fn is_session_tool(self) -> bool {
+        matches!(
+            self,
+            BuiltinTool::SessionOpen
+                | BuiltinTool::SessionList
+                | BuiltinTool::SessionClose
+                | BuiltinTool::SessionSignal
+        )
+    }
+
+    /// The built-in tool spec 003 calls `name` (`host.session.open`,
+    /// `host.fs.read_file`, `host.exec`, …): accepted, never listed.
+    pub fn from_spec_name(name: &str) -> Option<BuiltinTool> {
+        let tool = match name {
+            "host.session.open" => BuiltinTool::SessionOpen,
+            "host.session.list" => BuiltinTool::SessionList,
+            "host.session.close" => BuiltinTool::SessionClose,
+            "host.session.signal" => BuiltinTool::SessionSignal,
+            "host.exec" => BuiltinTool::Exec,
+            _ => {
+                let tool = BuiltinTool::from_name(name.strip_prefix("host.fs.")?)?;
+                return (!tool.is_session_tool()
+                    && !matches!(tool, BuiltinTool::Exec | BuiltinTool::ProposalStatus))
+                .then_some(tool);
+            }
+        };
+        Some(tool)
     }
 
     /// The tool's fixed class.
@@ -112,7 +159,13 @@ impl BuiltinTool {
             | BuiltinTool::Stat
             | BuiltinTool::Exists
             | BuiltinTool::ListDir
-            | BuiltinTool::ProposalStatus => BuiltinClass::ReadOnly,
+            | BuiltinTool::ProposalStatus
+            // They change airlock's own state, never the workspace; opening
+            // beyond the profile's allowance asks (the broker decides it).
+            | BuiltinTool::SessionOpen
+            | BuiltinTool::SessionList
+            | BuiltinTool::SessionClose
+            | BuiltinTool::SessionSignal => BuiltinClass::ReadOnly,
             BuiltinTool::WriteFile | BuiltinTool::EditFile | BuiltinTool::ApplyPatch => {
                 BuiltinClass::Write
             }
@@ -141,6 +194,11 @@ impl BuiltinTool {
             BuiltinTool::MoveFile => &["from", "to"],
             // apply_patch names its paths inside the patch text; see `patch_paths`.
             BuiltinTool::ApplyPatch | BuiltinTool::ProposalStatus => &[],
+            // Session roots are checked by the broker when it opens one.
+            BuiltinTool::SessionOpen
+            | BuiltinTool::SessionList
+            | BuiltinTool::SessionClose
+            | BuiltinTool::SessionSignal => &[],
             // Its working directory; the paths a command names are its
             // redirections' (see `exec::parse`) and the sandbox's.
             BuiltinTool::Exec => &["cwd"],
@@ -409,6 +467,35 @@ pub struct ToolSchema {
     pub input_schema: serde_json::Value,
 }
 
+/// A call named in spec 003's dotted form (`host.fs.write_file`,
+/// `host.exec`, `host.session.open`) as airlock's own: the canonical name,
+/// and the arguments in airlock's shape (`host.exec`'s `timeout_ns` is
+/// `timeout_ms`; `host.session.open`'s `target` shape is read by
+/// `session_open` itself). Any other name is returned as it is.
+pub fn canonical_call(name: &str, args: serde_json::Value) -> (String, serde_json::Value) {
+    let Some(tool) = BuiltinTool::from_spec_name(name) else {
+        return (name.to_owned(), args);
+    };
+    let mut args = args;
+    if tool == BuiltinTool::Exec
+        && let Some(object) = args.as_object_mut()
+        && let Some(ns) = object.remove("timeout_ns")
+    {
+        // A value that is no count of nanoseconds stays, and is refused
+        // as the exec tool's own would be.
+        let value = match ns.as_u64() {
+            Some(ns) => serde_json::json!(ns.div_ceil(1_000_000).max(1)),
+            None => ns,
+        };
+        object.insert("timeout_ms".to_owned(), value);
+    }
+    (tool.name().to_owned(), args)
+}
+
+/// The argument every tool takes to name its session (DESIGN §5.3); the
+/// broker takes it out before the tool sees its arguments.
+pub const SESSION_ID: &str = "session_id";
+
 /// One entry of `tools.json`.
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -432,6 +519,22 @@ pub fn schemas() -> &'static [ToolSchema] {
             serde_json::from_str(include_str!("tools.json")).unwrap_or_default();
         entries
             .into_iter()
+            .map(|mut entry| {
+                // Every tool but the session tools runs in a session it may
+                // name (DESIGN §5.3).
+                if !entry.name.starts_with("session_")
+                    && let Some(properties) = entry.properties.as_object_mut()
+                {
+                    properties.insert(
+                        SESSION_ID.to_owned(),
+                        serde_json::json!({
+                            "type": "string",
+                            "description": "The session to run in (session_open's id); default: this connection's last opened session.",
+                        }),
+                    );
+                }
+                entry
+            })
             .map(|entry| ToolSchema {
                 input_schema: serde_json::json!({
                     "type": "object",

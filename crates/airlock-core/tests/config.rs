@@ -102,7 +102,14 @@ fn design_defaults() -> Value {
             "max_concurrent_runs": 2
         },
         "store": {"url": null, "pool_size": 16, "lease": "10s"},
-        "telemetry": {"metrics": true, "otlp": {"endpoint": null}}
+        "telemetry": {"metrics": true, "otlp": {"endpoint": null}},
+        "sessions": {
+            "max_ttl": "8h",
+            "idle_ttl": "30m",
+            "new_roots": "deny",
+            "env_allow": [],
+            "max_open_per_principal": 64
+        }
     })
 }
 

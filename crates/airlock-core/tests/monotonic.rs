@@ -68,7 +68,7 @@ fn profile() -> impl Strategy<Value = ProfileConfig> {
             allowlist,
             denylist,
             asklist,
-            elicitation_fallback: None,
+            ..ProfileConfig::default()
         }
     })
 }

@@ -635,6 +635,17 @@ pub(crate) fn install(command: &mut std::process::Command, prepared: Prepared) {
     }
 }
 
+/// Sends `signal` to the process group `pid` leads.
+pub(crate) fn signal_group(pid: u32, signal: i32) {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return;
+    };
+    // SAFETY: a plain call on integers.
+    unsafe {
+        libc::kill(-pid, signal);
+    }
+}
+
 /// Kills the process group `pid` leads, and `pid` itself (in case the group
 /// does not exist yet).
 pub(crate) fn kill_group(pid: u32) {

@@ -111,12 +111,16 @@ struct CancelState {
     cancelled: bool,
     /// The runs in progress, told when it is cancelled.
     runs: Vec<mpsc::Sender<Event>>,
+    /// Other cancels this one reaches too ([`Cancel::reach`]).
+    reaches: Vec<std::sync::Weak<Mutex<CancelState>>>,
 }
 
 /// What a run in progress waits for.
 enum Event {
     Exited,
     Cancelled,
+    /// A signal for the command's process group (`Cancel::signal`).
+    Signal(i32),
 }
 
 impl Cancel {
@@ -125,11 +129,55 @@ impl Cancel {
     }
 
     pub fn cancel(&self) {
-        if let Ok(mut state) = self.state.lock() {
-            state.cancelled = true;
-            for run in state.runs.drain(..) {
-                let _ = run.send(Event::Cancelled);
+        let reaches = match self.state.lock() {
+            Ok(mut state) => {
+                state.cancelled = true;
+                for run in state.runs.drain(..) {
+                    let _ = run.send(Event::Cancelled);
+                }
+                std::mem::take(&mut state.reaches)
             }
+            Err(_) => return,
+        };
+        for other in reaches.iter().filter_map(std::sync::Weak::upgrade) {
+            Cancel { state: other }.cancel();
+        }
+    }
+
+    /// Makes cancelling or signalling this one cancel or signal `other`
+    /// too, while `other` lives (a session's commands: each call's own
+    /// cancel, reached by the session's). Not the other way round.
+    pub fn reach(&self, other: &Cancel) {
+        if let Ok(mut state) = self.state.lock() {
+            state.reaches.retain(|weak| weak.strong_count() > 0);
+            if state.cancelled {
+                drop(state);
+                other.cancel();
+                return;
+            }
+            state.reaches.push(Arc::downgrade(&other.state));
+        }
+    }
+
+    /// Sends `signal` (`SIGTERM`, `SIGINT`) to the process groups of the
+    /// runs in progress, which go on until they end or are cancelled.
+    /// `SIGKILL` is [`Cancel::cancel`].
+    pub fn signal(&self, signal: i32) {
+        if signal == libc::SIGKILL {
+            return self.cancel();
+        }
+        let reaches = match self.state.lock() {
+            Ok(mut state) => {
+                // A run that ended no longer listens.
+                state
+                    .runs
+                    .retain(|run| run.send(Event::Signal(signal)).is_ok());
+                state.reaches.clone()
+            }
+            Err(_) => return,
+        };
+        for other in reaches.iter().filter_map(std::sync::Weak::upgrade) {
+            Cancel { state: other }.signal(signal);
         }
     }
 
@@ -565,11 +613,16 @@ impl Sandbox {
             let _ = done.send(Event::Exited);
             status
         });
-        let (timed_out, cancelled) = match events.recv_timeout(run.timeout) {
-            Ok(Event::Exited) => (false, false),
-            Ok(Event::Cancelled) => (false, true),
-            Err(_) => (true, false),
+        let deadline = started + run.timeout;
+        let (timed_out, cancelled) = loop {
+            match events.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(Event::Exited) => break (false, false),
+                Ok(Event::Cancelled) => break (false, true),
+                Ok(Event::Signal(signal)) => child::signal_group(pid, signal),
+                Err(_) => break (true, false),
+            }
         };
+
         if timed_out || cancelled {
             child::kill_group(pid);
         }

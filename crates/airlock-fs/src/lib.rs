@@ -80,5 +80,5 @@ pub use files::{current_content, current_hash};
 pub use hash::{ContentHasher, sha256_hex, sha256_reader};
 pub use overlay::{Overlay, StagedFile};
 pub use read::{Encoding, LineRange, ReadData, ReadParams, read_file};
-pub use sandbox::{Access, FileKind, Sandbox, SandboxedPath};
+pub use sandbox::{Access, FileKind, Sandbox, SandboxedPath, Scope};
 pub use write::{WriteMode, WriteParams, prepare_write};

@@ -44,9 +44,9 @@ use std::sync::Arc;
 
 use crate::overlay::{Overlay, StagedFile};
 
-use airlock_core::Policy;
 use airlock_core::config::{AbsolutePaths, FileBrokerConfig, FollowSymlinks};
 use airlock_core::policy::normalize_relative;
+use airlock_core::{ErrorCode, Policy};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags, Stat};
 use rustix::io::Errno;
 
@@ -88,6 +88,53 @@ pub struct Sandbox {
     /// A code-mode run's staged files, read as if written
     /// ([`Sandbox::with_overlay`]).
     overlay: Option<Arc<Overlay>>,
+    /// A session's roots and working directory ([`Sandbox::scoped`]).
+    scope: Option<Arc<Scope>>,
+}
+
+/// What a session may reach of the workspace (DESIGN §5.3): directories
+/// (root-relative, resolved), each writable or not, and the directory
+/// relative paths start from. Checked on the path the kernel resolved, so
+/// no symlink, `..` or absolute path leads out of them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scope {
+    /// `(directory, writable)`; `""` is the whole root.
+    pub roots: Vec<(String, bool)>,
+    /// Inside one of the roots.
+    pub workdir: String,
+}
+
+impl Scope {
+    /// Whether `path` (root-relative, resolved) may be reached, and
+    /// written when `write`: the deepest root holding it decides.
+    pub fn allows(&self, path: &str, write: bool) -> bool {
+        self.roots
+            .iter()
+            .filter(|(dir, _)| within(path, dir))
+            .max_by_key(|(dir, _)| dir.len())
+            .is_some_and(|(_, writable)| *writable || !write)
+    }
+
+    fn refusal(&self, param: &str, path: &str, write: bool) -> FsError {
+        let reachable = self.roots.iter().any(|(dir, _)| within(path, dir));
+        FsError::Refused {
+            code: ErrorCode::RootNotAllowed,
+            message: if reachable && write {
+                format!("{param} `{path}` is in a read-only root of this session")
+            } else {
+                format!("{param} `{path}` is outside this session's roots")
+            },
+        }
+    }
+}
+
+/// Whether root-relative `path` is `dir` or inside it.
+fn within(path: &str, dir: &str) -> bool {
+    dir.is_empty()
+        || path == dir
+        || path
+            .strip_prefix(dir)
+            .is_some_and(|rest| rest.starts_with('/'))
 }
 
 /// A path that went through [`Sandbox::resolve`]: inside the root, allowed by
@@ -252,6 +299,7 @@ impl Sandbox {
             create_dirs,
             blob_dir: None,
             overlay: None,
+            scope: None,
         })
     }
 
@@ -272,7 +320,66 @@ impl Sandbox {
             blob_dir: self.blob_dir.clone(),
             links: Arc::clone(&self.links),
             overlay: Some(overlay),
+            scope: self.scope.clone(),
         })
+    }
+
+    /// This sandbox as a session sees it: only `scope`'s roots reached,
+    /// relative paths from its working directory, and `config`'s limits
+    /// (the session's, never above this sandbox's).
+    pub fn scoped(&self, scope: Arc<Scope>, config: FileBrokerConfig) -> Result<Sandbox, FsError> {
+        let root_fd = self
+            .root_fd
+            .try_clone()
+            .map_err(|error| FsError::io("cannot share the workspace root", error))?;
+        // A session may allow fewer hard-linked files than the workspace.
+        let links = if config.allow_hardlinks == self.links.allow {
+            Arc::clone(&self.links)
+        } else {
+            Arc::new(LinkGuard {
+                allow: config.allow_hardlinks && self.links.allow,
+                protected: self.links.protected.clone(),
+            })
+        };
+        Ok(Sandbox {
+            root: self.root.clone(),
+            root_fd,
+            config,
+            policy: Arc::clone(&self.policy),
+            create_dirs: self.create_dirs.clone(),
+            blob_dir: self.blob_dir.clone(),
+            links,
+            overlay: self.overlay.clone(),
+            scope: Some(scope),
+        })
+    }
+
+    /// The session scope this sandbox has, if any.
+    pub fn scope(&self) -> Option<&Scope> {
+        self.scope.as_deref()
+    }
+
+    /// Root-relative `rel` as a tool's answer shows it: in a session with a
+    /// working directory, relative to it (`.` for itself) and absolute
+    /// outside it, so that the path given back names the same file.
+    pub fn shown<'a>(&self, rel: &'a str) -> std::borrow::Cow<'a, str> {
+        match &self.scope {
+            Some(scope) if !scope.workdir.is_empty() => {
+                if rel == scope.workdir {
+                    ".".into()
+                } else if let Some(rest) = rel
+                    .strip_prefix(scope.workdir.as_str())
+                    .and_then(|rest| rest.strip_prefix('/'))
+                {
+                    rest.into()
+                } else if rel.is_empty() {
+                    self.root.to_string_lossy().into_owned().into()
+                } else {
+                    format!("{}/{rel}", self.root.to_string_lossy()).into()
+                }
+            }
+            _ => rel.into(),
+        }
     }
 
     /// The staged files this sandbox reads through, if any.
@@ -331,7 +438,17 @@ impl Sandbox {
         let requested = self.normalize(param, raw)?;
         let write = access == Access::Write;
         self.check_policy(param, &requested, write)?;
+        if let Some(scope) = &self.scope
+            && !scope.allows(&requested, write)
+        {
+            return Err(scope.refusal(param, &requested, write));
+        }
         let (resolved, target) = self.locate(param, &requested, access)?;
+        if let Some(scope) = &self.scope
+            && !scope.allows(&resolved, write)
+        {
+            return Err(scope.refusal(param, &resolved, write));
+        }
         if resolved != requested {
             self.check_policy(param, &resolved, write)
                 .map_err(|error| match error {
@@ -462,7 +579,14 @@ impl Sandbox {
             path: raw.to_owned(),
         };
         if raw.starts_with('/') {
-            return match self.config.absolute_paths {
+            // A session takes absolute paths under the root: its answers
+            // show paths outside its working directory so.
+            let absolute_paths = if self.scope.is_some() {
+                AbsolutePaths::WithinRoot
+            } else {
+                self.config.absolute_paths
+            };
+            return match absolute_paths {
                 AbsolutePaths::Reject => Err(FsError::AbsolutePath {
                     param: param.to_owned(),
                     path: raw.to_owned(),
@@ -482,7 +606,13 @@ impl Sandbox {
                 }
             };
         }
-        normalize_relative(raw).ok_or_else(escapes)
+        match &self.scope {
+            // Relative paths start from the session's working directory.
+            Some(scope) if !scope.workdir.is_empty() => {
+                normalize_relative(&format!("{}/{raw}", scope.workdir)).ok_or_else(escapes)
+            }
+            _ => normalize_relative(raw).ok_or_else(escapes),
+        }
     }
 
     fn check_policy(&self, param: &str, path: &str, write: bool) -> Result<(), FsError> {

@@ -451,6 +451,12 @@ fn finish_grep(
     mut found: Found,
     scan_limit: Option<ScanLimit>,
 ) -> Result<GrepData, FsError> {
+    // As a session sees them (relative to its working directory).
+    if sandbox.scope().is_some() {
+        for file in &mut found.files {
+            file.path = sandbox.shown(&file.path).into_owned();
+        }
+    }
     found
         .files
         .sort_unstable_by(|a, b| a.path.as_bytes().cmp(b.path.as_bytes()));
@@ -561,7 +567,7 @@ pub fn glob(sandbox: &Sandbox, params: &GlobParams) -> Result<GlobData, FsError>
     let paths: Vec<String> = found
         .into_iter()
         .take(limit)
-        .map(|(_, path)| path)
+        .map(|(_, path)| sandbox.shown(&path).into_owned())
         .collect();
     let truncated_reason = if over {
         Some(TruncatedReason::MaxScanFiles)
@@ -634,7 +640,7 @@ pub fn list_dir(sandbox: &Sandbox, params: &ListDirParams) -> Result<ListDirData
     let (entries, blob) =
         shape_output(sandbox, names.join("\n"), params.output_mode)?.into_fields();
     Ok(ListDirData {
-        path: path.requested().to_owned(),
+        path: sandbox.shown(path.requested()).into_owned(),
         entries,
         blob,
         count: count as u64,
@@ -647,12 +653,12 @@ pub fn list_dir(sandbox: &Sandbox, params: &ListDirParams) -> Result<ListDirData
 pub fn stat(sandbox: &Sandbox, params: &StatParams) -> Result<StatData, FsError> {
     let path = sandbox.resolve("path", &params.path, Access::Read)?;
     let not_found = || FsError::NotFound {
-        path: path.requested().to_owned(),
+        path: sandbox.shown(path.requested()).into_owned(),
     };
     if let Some(staged) = path.staged() {
         let staged = staged.ok_or_else(not_found)?;
         return Ok(StatData {
-            path: path.requested().to_owned(),
+            path: sandbox.shown(path.requested()).into_owned(),
             exists: true,
             kind: FileKind::File,
             size_bytes: staged.content.len() as u64,
@@ -662,7 +668,7 @@ pub fn stat(sandbox: &Sandbox, params: &StatParams) -> Result<StatData, FsError>
     }
     let stat = path.stat_existing()?.ok_or_else(not_found)?;
     Ok(StatData {
-        path: path.requested().to_owned(),
+        path: sandbox.shown(path.requested()).into_owned(),
         exists: true,
         kind: kind_of(&stat),
         size_bytes: u64::try_from(stat.st_size).unwrap_or(0),

@@ -56,6 +56,18 @@ pub(crate) fn routes(runtime: Arc<Runtime>, events: Events) -> Router {
         .route("/hitl/result/{id}", get(result))
         .route("/hitl/grants", get(grants))
         .route("/hitl/grants/{id}", axum::routing::delete(revoke_grant))
+        .route(
+            "/v1/sessions",
+            // The layer wraps the POST only: it is added before the GET.
+            post(session_open)
+                .route_layer(json_only())
+                .get(sessions_list),
+        )
+        .route("/v1/sessions/{id}", get(session_show).delete(session_close))
+        .route(
+            "/v1/sessions/{id}/signal",
+            post(session_signal).route_layer(json_only()),
+        )
         .route("/v1/stats", get(stats))
         .route("/metrics", get(metrics))
         .route("/audit", get(audit_query))
@@ -230,8 +242,11 @@ fn broker_failure(error: &BrokerError) -> Response {
 /// The HTTP status of a broker error's code.
 pub(crate) fn status_for(code: ErrorCode) -> StatusCode {
     match code {
-        ErrorCode::NotFound => StatusCode::NOT_FOUND,
-        ErrorCode::Forbidden => StatusCode::FORBIDDEN,
+        ErrorCode::NotFound | ErrorCode::SessionNotFound => StatusCode::NOT_FOUND,
+        ErrorCode::Forbidden | ErrorCode::RootNotAllowed => StatusCode::FORBIDDEN,
+        ErrorCode::SessionClosed | ErrorCode::SessionExpired | ErrorCode::SessionMismatch => {
+            StatusCode::CONFLICT
+        }
         ErrorCode::AlreadyDecided | ErrorCode::Expired | ErrorCode::Stale | ErrorCode::Conflict => {
             StatusCode::CONFLICT
         }
@@ -421,10 +436,21 @@ async fn tools_call(
             }
         },
     };
-    let (tool, origin) = api.runtime.resolve(&body.tool);
+    // Spec 003's dotted names are accepted, never listed.
+    let (name, args) = airlock_core::tools::canonical_call(
+        &body.tool,
+        Value::Object(body.arguments.unwrap_or_default()),
+    );
+    let (tool, origin) = api.runtime.resolve(&name);
+    // A `session` of a durable session's form names it (below an explicit
+    // `session_id` argument); any other is a label, as before sessions.
+    let named = body
+        .session
+        .clone()
+        .filter(|session| airlock_core::session::is_session_id(session));
     let call = ToolCall {
         tool,
-        args: Value::Object(body.arguments.unwrap_or_default()),
+        args,
         origin,
         principal: principal_of(caller.as_ref()),
         session: body.session,
@@ -434,6 +460,11 @@ async fn tools_call(
         requester,
         received_at: api.runtime.broker().now_ms(),
         via: None,
+        sessions: airlock_core::SessionHints {
+            bound: None,
+            last: named,
+        },
+        scope: None,
     };
     let broker = api.runtime.broker();
     let mode = airlock_broker::default_mode(broker.config());
@@ -472,6 +503,180 @@ async fn tools_call(
     };
     cancel_on_drop.disarm();
     response
+}
+
+/// Runs a session tool's call for the caller: its envelope.
+async fn session_call(
+    api: &Api,
+    caller: Option<&Caller>,
+    tool: &str,
+    args: Value,
+) -> Result<Envelope, Response> {
+    let (tool, origin) = api.runtime.resolve(tool);
+    let broker = api.runtime.broker();
+    let call = ToolCall {
+        principal: principal_of(caller),
+        ..ToolCall::new(tool, args, origin, broker.now_ms())
+    };
+    let mode = airlock_broker::default_mode(broker.config());
+    joined(tokio::task::spawn_blocking(move || broker.submit(&call, &mode, &|_| {})).await)
+}
+
+/// A session tool's envelope as an answer: its data with `ok` (201 for a
+/// new session), or the error with the status of its code.
+fn session_answer(envelope: &Envelope, ok: StatusCode) -> Response {
+    match (&envelope.error, &envelope.data) {
+        (None, Some(data)) if envelope.status == Status::Allowed => {
+            (ok, axum::Json(data.clone())).into_response()
+        }
+        (Some(error), _) => failure(status_for(error.code), error.code, error.message.clone()),
+        _ => envelope_response(envelope),
+    }
+}
+
+/// `POST /v1/sessions`: opens a session (the body is `session_open`'s
+/// arguments, airlock's shape or spec 003's); 201 with it.
+async fn session_open(
+    State(api): State<Api>,
+    caller: Option<axum::Extension<Caller>>,
+    body: Body,
+) -> Response {
+    let caller = match admit(caller, Role::Agent) {
+        Ok(caller) => caller,
+        Err(refused) => return refused,
+    };
+    let args: Value = match parse(body) {
+        Ok(args) => args,
+        Err(refused) => return refused,
+    };
+    match session_call(&api, caller.as_ref(), "session_open", args).await {
+        Ok(envelope) => session_answer(&envelope, StatusCode::CREATED),
+        Err(refused) => refused,
+    }
+}
+
+/// `GET /v1/sessions`: the caller's open sessions; `?include_ended=true`
+/// with the ended ones, `?all=true` everyone's (admins).
+async fn sessions_list(
+    State(api): State<Api>,
+    caller: Option<axum::Extension<Caller>>,
+    params: Result<Query<SessionsParams>, axum::extract::rejection::QueryRejection>,
+) -> Response {
+    let caller = match admit(caller, Role::Agent) {
+        Ok(caller) => caller,
+        Err(refused) => return refused,
+    };
+    let Ok(Query(params)) = params else {
+        return failure(
+            StatusCode::BAD_REQUEST,
+            ErrorCode::InvalidInput,
+            "query parameters: all, include_ended (true or false)",
+        );
+    };
+    let principal = principal_of(caller.as_ref());
+    if params.all == Some(true) && !principal.admin {
+        return failure(
+            StatusCode::FORBIDDEN,
+            ErrorCode::Forbidden,
+            "only an admin token lists every principal's sessions",
+        );
+    }
+    match on_broker(&api, move |broker| {
+        broker.sessions_of(
+            &principal,
+            params.all == Some(true),
+            params.include_ended == Some(true),
+        )
+    })
+    .await
+    {
+        Ok(sessions) => axum::Json(json!({"sessions": sessions})).into_response(),
+        Err(refused) => refused,
+    }
+}
+
+#[derive(Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct SessionsParams {
+    /// Every principal's sessions (an admin token only).
+    all: Option<bool>,
+    /// The ended sessions too.
+    include_ended: Option<bool>,
+}
+
+/// `GET /v1/sessions/{id}`: one of the caller's sessions (an admin's:
+/// any), ended or not.
+async fn session_show(
+    State(api): State<Api>,
+    caller: Option<axum::Extension<Caller>>,
+    Path(id): Path<String>,
+) -> Response {
+    let caller = match admit(caller, Role::Agent) {
+        Ok(caller) => caller,
+        Err(refused) => return refused,
+    };
+    let principal = principal_of(caller.as_ref());
+    match on_broker(&api, move |broker| broker.session_for(&principal, &id)).await {
+        Ok(session) => axum::Json(session).into_response(),
+        Err(refused) => refused,
+    }
+}
+
+/// `DELETE /v1/sessions/{id}`: closes one of the caller's sessions (an
+/// admin's: any): its pending approvals are cancelled, its commands
+/// stopped. 200 with the closed session.
+async fn session_close(
+    State(api): State<Api>,
+    caller: Option<axum::Extension<Caller>>,
+    Path(id): Path<String>,
+) -> Response {
+    let caller = match admit(caller, Role::Agent) {
+        Ok(caller) => caller,
+        Err(refused) => return refused,
+    };
+    let principal = principal_of(caller.as_ref());
+    match on_broker(&api, move |broker| {
+        broker.close_session(&principal, &id, Some("closed over HTTP"))
+    })
+    .await
+    {
+        Ok(session) => axum::Json(session).into_response(),
+        Err(refused) => refused,
+    }
+}
+
+/// `POST /v1/sessions/{id}/signal` `{signal: term|int|kill}`: signals the
+/// session's running commands.
+async fn session_signal(
+    State(api): State<Api>,
+    caller: Option<axum::Extension<Caller>>,
+    Path(id): Path<String>,
+    body: Body,
+) -> Response {
+    let caller = match admit(caller, Role::Agent) {
+        Ok(caller) => caller,
+        Err(refused) => return refused,
+    };
+    let body: Value = match parse(body) {
+        Ok(body) => body,
+        Err(refused) => return refused,
+    };
+    let Some(signal) = body
+        .get("signal")
+        .cloned()
+        .filter(|_| body.as_object().is_some_and(|b| b.len() == 1))
+    else {
+        return failure(
+            StatusCode::BAD_REQUEST,
+            ErrorCode::InvalidInput,
+            "the body is {\"signal\": \"term\" | \"int\" | \"kill\"}",
+        );
+    };
+    let args = json!({"session_id": id, "signal": signal});
+    match session_call(&api, caller.as_ref(), "session_signal", args).await {
+        Ok(envelope) => session_answer(&envelope, StatusCode::OK),
+        Err(refused) => refused,
+    }
 }
 
 /// An envelope as an answer: 202 for `hitl_required`, 400 for input the
@@ -1064,6 +1269,7 @@ pub(crate) async fn openapi_json() -> Response {
         schemars::schema_for!(BatchBody),
         schemars::schema_for!(AuditParams),
         schemars::schema_for!(StatsParams),
+        schemars::schema_for!(SessionsParams),
     ))
     .into_response()
 }

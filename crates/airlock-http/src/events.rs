@@ -76,6 +76,8 @@ pub(crate) fn stream_name(kind: EventKind) -> &'static str {
         EventKind::ConfigReloaded => "config_reloaded",
         EventKind::ConfigRejected => "config_rejected",
         EventKind::CheckpointSigned => "checkpoint_signed",
+        EventKind::SessionOpened => "session_opened",
+        EventKind::SessionEnded => "session_ended",
     }
 }
 

@@ -161,6 +161,79 @@ const ROUTES: &[Route] = &[
         answers: &[(200, "EventStream"), (401, "Error"), (403, "Error")],
     },
     Route {
+        method: "post",
+        path: "/v1/sessions",
+        role: "agent",
+        summary: "Open a session (DESIGN §5.3): its roots, workdir, environment, network and limits, clamped by the configuration",
+        body: Some("SessionOpen"),
+        answers: &[
+            (201, "Session"),
+            (202, "Pending"),
+            (400, "Error"),
+            (401, "Error"),
+            (403, "Error"),
+            (404, "Error"),
+            (413, "Error"),
+            (429, "Error"),
+        ],
+    },
+    Route {
+        method: "get",
+        path: "/v1/sessions",
+        role: "agent (its own) or admin (all=true)",
+        summary: "The caller's open sessions (include_ended: the ended ones too)",
+        body: None,
+        answers: &[
+            (200, "SessionList"),
+            (400, "Error"),
+            (401, "Error"),
+            (403, "Error"),
+        ],
+    },
+    Route {
+        method: "get",
+        path: "/v1/sessions/{id}",
+        role: "agent (its own) or admin",
+        summary: "One session, open or ended",
+        body: None,
+        answers: &[
+            (200, "Session"),
+            (401, "Error"),
+            (403, "Error"),
+            (404, "Error"),
+        ],
+    },
+    Route {
+        method: "delete",
+        path: "/v1/sessions/{id}",
+        role: "agent (its own) or admin",
+        summary: "Close a session: its pending approvals are cancelled and its commands stopped",
+        body: None,
+        answers: &[
+            (200, "Session"),
+            (401, "Error"),
+            (403, "Error"),
+            (404, "Error"),
+            (409, "Error"),
+        ],
+    },
+    Route {
+        method: "post",
+        path: "/v1/sessions/{id}/signal",
+        role: "agent (its own)",
+        summary: "Signal a session's running commands (term, int or kill)",
+        body: Some("SessionSignal"),
+        answers: &[
+            (200, "SignalResult"),
+            (400, "Error"),
+            (401, "Error"),
+            (403, "Error"),
+            (404, "Error"),
+            (409, "Error"),
+            (413, "Error"),
+        ],
+    },
+    Route {
         method: "get",
         path: "/v1/stats",
         role: "approver",
@@ -238,6 +311,7 @@ const LINK_ANSWERS: &[(u16, &str)] = &[
 ];
 
 /// The document, given the request bodies' and the audit query's schemas.
+#[expect(clippy::too_many_arguments, reason = "one schema per request type")]
 pub(crate) fn document(
     call: Schema,
     hook: Schema,
@@ -246,6 +320,7 @@ pub(crate) fn document(
     batch: Schema,
     audit_params: Schema,
     stats_params: Schema,
+    sessions_params: Schema,
 ) -> Value {
     let mut schemas = json!({
         "Error": {
@@ -286,6 +361,47 @@ pub(crate) fn document(
                         },
                     },
                 },
+            },
+        },
+        "SessionOpen": session_open_schema(),
+        "Session": {
+            "type": "object",
+            "required": ["session_id", "status", "expires_ms", "roots", "workdir", "network", "authority_hash"],
+            "properties": {
+                "session_id": {"type": "string"},
+                "status": {"enum": ["open", "closed", "expired"]},
+                "created_ms": {"type": "integer"},
+                "expires_ms": {"type": "integer"},
+                "expires_at": {"type": "string"},
+                "idle_ttl_ms": {"type": "integer"},
+                "roots": {"type": "array", "items": {"type": "object"}},
+                "workdir": {"type": "string"},
+                "env": {"type": "array", "items": {"type": "string"}},
+                "env_dropped": {"type": "array", "items": {"type": "string"}},
+                "network": {},
+                "limits": {"type": "object"},
+                "labels": {"type": "object"},
+                "authority_hash": {"type": "string"},
+            },
+        },
+        "SessionList": {
+            "type": "object",
+            "required": ["sessions"],
+            "properties": {"sessions": {"type": "array", "items": {"$ref": "#/components/schemas/Session"}}},
+        },
+        "SessionSignal": {
+            "type": "object",
+            "required": ["signal"],
+            "additionalProperties": false,
+            "properties": {"signal": {"enum": ["term", "int", "kill"]}},
+        },
+        "SignalResult": {
+            "type": "object",
+            "required": ["session_id", "signal", "delivered"],
+            "properties": {
+                "session_id": {"type": "string"},
+                "signal": {"enum": ["term", "int", "kill"]},
+                "delivered": {"type": "boolean"},
             },
         },
         "HookVerdict": {
@@ -523,6 +639,9 @@ pub(crate) fn document(
         if route.path == "/v1/stats" {
             parameters.extend(query_parameters(&stats_params));
         }
+        if route.path == "/v1/sessions" && route.method == "get" {
+            parameters.extend(query_parameters(&sessions_params));
+        }
         if !parameters.is_empty() {
             operation["parameters"] = Value::Array(parameters);
         }
@@ -560,6 +679,17 @@ pub(crate) fn document(
     })
 }
 
+/// `session_open`'s arguments, as the tool lists them.
+fn session_open_schema() -> Value {
+    airlock_core::tools::schemas()
+        .iter()
+        .find(|schema| schema.name == "session_open")
+        .map_or_else(
+            || json!({"type": "object"}),
+            |schema| schema.input_schema.clone(),
+        )
+}
+
 /// A request type's schema as a component; its `$defs` become components
 /// of their own, and the references to them follow.
 fn add_component(schemas: &mut Value, name: &str, schema: Schema) {
@@ -584,6 +714,7 @@ fn answers(route: &Route) -> Value {
     for (status, component) in route.answers {
         let description = match status {
             200 => "OK",
+            201 => "Created",
             202 => "Accepted: a human must decide",
             400 => "Malformed input",
             401 => "No or unknown bearer token",
@@ -591,7 +722,7 @@ fn answers(route: &Route) -> Value {
                 "Not allowed for this token, or the request came under a host name or from a browser origin the listener does not answer"
             }
             404 => "Unknown id",
-            409 => "Already decided, expired, or a link already used",
+            409 => "Already decided, expired, or a link already used; a session closed or expired",
             413 => "Body too large",
             415 => "The body is not sent as application/json",
             429 => "Too many pending approvals",

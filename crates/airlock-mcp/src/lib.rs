@@ -131,6 +131,7 @@ pub fn streamable_http_service(face: Arc<McpFace>) -> McpHttp {
                     profile: None,
                     user: None,
                     http: true,
+                    session: None,
                 },
             ))
         },

@@ -45,6 +45,10 @@ pub struct SessionOptions {
     pub user: Option<String>,
     /// HTTP: the profile comes from the request path, the user from the token.
     pub http: bool,
+    /// A durable session the operator bound to the endpoint (`serve
+    /// --session`): every call runs in it, and naming another is
+    /// `session_mismatch` (DESIGN §5.3).
+    pub session: Option<String>,
 }
 
 /// What a session's requests are bound to: the profile, and who makes them
@@ -70,6 +74,9 @@ pub struct Session {
     log_level: LogLevel,
     /// The client, once initialized (the fast lane answers it).
     peer: Arc<std::sync::OnceLock<rmcp::service::Peer<RoleServer>>>,
+    /// The durable session this connection opened last: its calls run in
+    /// it unless they name another (DESIGN §5.3).
+    last_opened: Arc<Mutex<Option<String>>>,
 }
 
 impl Session {
@@ -81,6 +88,7 @@ impl Session {
             bound: Arc::new(Mutex::new(None)),
             log_level: LogLevel::default(),
             peer: Arc::default(),
+            last_opened: Arc::default(),
         }
     }
 
@@ -425,7 +433,33 @@ impl Session {
             requester,
             received_at: self.face.broker().now_ms(),
             via: None,
+            sessions: airlock_core::SessionHints {
+                bound: self.options.session.clone(),
+                last: self.last_opened.lock().ok().and_then(|last| last.clone()),
+            },
+            scope: None,
         })
+    }
+
+    /// Remembers the session a `session_open` of this connection opened
+    /// (and forgets it when the connection closes it).
+    fn note_session(&self, call: &ToolCall, envelope: &airlock_core::envelope::Envelope) {
+        if envelope.status != Status::Allowed {
+            return;
+        }
+        let id = envelope
+            .data
+            .as_ref()
+            .and_then(|data| data.get("session_id"))
+            .and_then(Value::as_str);
+        let Ok(mut last) = self.last_opened.lock() else {
+            return;
+        };
+        match (call.tool.as_str(), id) {
+            ("session_open", Some(id)) => *last = Some(id.to_owned()),
+            ("session_close", Some(id)) if last.as_deref() == Some(id) => *last = None,
+            _ => {}
+        }
     }
 
     /// Runs `call` through the broker on this thread (`block_in_place`): an
@@ -644,7 +678,9 @@ impl Session {
             ));
         }
         let args = Value::Object(request.arguments.clone().unwrap_or_default());
-        let (tool, origin) = self.face.runtime().resolve(&request.name);
+        // Spec 003's dotted names are accepted, never listed.
+        let (name, args) = airlock_core::tools::canonical_call(&request.name, args);
+        let (tool, origin) = self.face.runtime().resolve(&name);
         let version = context.protocol_version();
         let rounds = version
             .as_ref()
@@ -663,6 +699,7 @@ impl Session {
             Some(envelope) => envelope,
             None => self.submit(&call, ask, &context),
         };
+        self.note_session(&call, &envelope);
         if rounds && envelope.status == Status::HitlRequired {
             return crate::rounds::input_required(&self.face, &call, &envelope).await;
         }

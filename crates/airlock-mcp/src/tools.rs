@@ -121,6 +121,10 @@ mod tests {
                 "stat",
                 "exists",
                 "exec",
+                "session_open",
+                "session_list",
+                "session_close",
+                "session_signal",
                 "proposal_status"
             ]
         );
@@ -186,7 +190,19 @@ mod tests {
                 .find(|tool| tool.name == name)
                 .unwrap_or_else(|| panic!("{name} is not listed"));
             let listed = Value::Object((*tool.input_schema).clone());
-            assert_eq!(shape(&listed), (properties, required), "{name}");
+            // Every tool also takes `session_id`, which the broker takes out
+            // before the tool parses its arguments (DESIGN §5.3).
+            let (mut listed_properties, listed_required) = shape(&listed);
+            let at = listed_properties
+                .iter()
+                .position(|property| property == "session_id")
+                .unwrap_or_else(|| panic!("{name} does not take session_id"));
+            listed_properties.remove(at);
+            assert_eq!(
+                (listed_properties, listed_required),
+                (properties, required),
+                "{name}"
+            );
         }
     }
 }

@@ -50,10 +50,14 @@ pub enum EventKind {
     /// A signed checkpoint of the audit log was stored; `data.size` is its
     /// tree size.
     CheckpointSigned,
+    /// A session was opened; `subject` is its id.
+    SessionOpened,
+    /// A session ended; `data.status` is `closed` or `expired`.
+    SessionEnded,
 }
 
 impl EventKind {
-    const ALL: [EventKind; 14] = [
+    const ALL: [EventKind; 16] = [
         EventKind::ApprovalCreated,
         EventKind::ApprovalDecided,
         EventKind::ApprovalApplied,
@@ -68,6 +72,8 @@ impl EventKind {
         EventKind::ConfigReloaded,
         EventKind::ConfigRejected,
         EventKind::CheckpointSigned,
+        EventKind::SessionOpened,
+        EventKind::SessionEnded,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -86,6 +92,8 @@ impl EventKind {
             EventKind::ConfigReloaded => "config_reloaded",
             EventKind::ConfigRejected => "config_rejected",
             EventKind::CheckpointSigned => "checkpoint_signed",
+            EventKind::SessionOpened => "session_opened",
+            EventKind::SessionEnded => "session_ended",
         }
     }
 

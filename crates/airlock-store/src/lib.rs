@@ -48,6 +48,7 @@ mod grants;
 mod migrate;
 mod pg;
 mod schema;
+mod sessions;
 mod snapshots;
 mod sql;
 mod sqlite;
@@ -65,6 +66,7 @@ pub use feed::{EVENT_FORMAT, EventKind, FeedEvent, Notifier};
 pub use grants::GrantRow;
 pub use migrate::CopyReport;
 pub use pg::{PG_SCHEMA, PgDriver, PgOptions};
+pub use sessions::{SessionRow, SessionStatus};
 pub use snapshots::{Snapshot, SnapshotFile};
 pub use sql::{Conn as SqlConn, Row as SqlRow, Value as SqlValue};
 

@@ -87,6 +87,27 @@ const TABLES: &[Table] = &[
         ],
     },
     Table {
+        name: "sessions",
+        columns: &[
+            "id",
+            "owner",
+            "\"user\"",
+            "agent",
+            "profile",
+            "authority",
+            "authority_hash",
+            "labels",
+            "status",
+            "created_ms",
+            "expires_ms",
+            "idle_ttl_ms",
+            "last_used_ms",
+            "ended_ms",
+            "end_reason",
+            "worktree",
+        ],
+    },
+    Table {
         name: "snapshot_files",
         columns: &[
             "approval_id",

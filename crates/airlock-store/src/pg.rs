@@ -273,6 +273,28 @@ CREATE TABLE cursors (
     position bigint NOT NULL
 );
 ",
+    // Durable sessions (DESIGN §5.3).
+    "
+CREATE TABLE sessions (
+    id text PRIMARY KEY,
+    owner text NOT NULL,
+    \"user\" text,
+    agent text,
+    profile text,
+    authority text NOT NULL,
+    authority_hash text NOT NULL,
+    labels text NOT NULL,
+    status text NOT NULL,
+    created_ms bigint NOT NULL,
+    expires_ms bigint NOT NULL,
+    idle_ttl_ms bigint NOT NULL,
+    last_used_ms bigint NOT NULL,
+    ended_ms bigint,
+    end_reason text,
+    worktree text
+);
+CREATE INDEX sessions_open ON sessions (status, owner);
+",
 ];
 
 /// One instance's connection to the shared database.

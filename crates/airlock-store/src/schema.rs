@@ -136,6 +136,27 @@ const MIGRATIONS: &[&str] = &[
          seq INTEGER NOT NULL,
          position INTEGER NOT NULL
      );",
+    // 9: durable sessions (DESIGN §5.3): who opened them, the authority
+    // they hold (JSON, and its hash), their lifetimes and how they ended.
+    "CREATE TABLE sessions (
+         id TEXT PRIMARY KEY,
+         owner TEXT NOT NULL,
+         \"user\" TEXT,
+         agent TEXT,
+         profile TEXT,
+         authority TEXT NOT NULL,
+         authority_hash TEXT NOT NULL,
+         labels TEXT NOT NULL,
+         status TEXT NOT NULL,
+         created_ms INTEGER NOT NULL,
+         expires_ms INTEGER NOT NULL,
+         idle_ttl_ms INTEGER NOT NULL,
+         last_used_ms INTEGER NOT NULL,
+         ended_ms INTEGER,
+         end_reason TEXT,
+         worktree TEXT
+     );
+     CREATE INDEX sessions_open ON sessions (status, owner);",
 ];
 
 /// The schema version this build writes: the number of migrations.

@@ -101,7 +101,7 @@ fn a_version_0_database_is_migrated_and_its_old_rows_belong_to_nobody() {
             .unwrap();
     }
     let store = Store::open(&path).unwrap();
-    assert_eq!(store.schema_version().unwrap(), 8);
+    assert_eq!(store.schema_version().unwrap(), 9);
     let old = store.get("hitl-old").unwrap();
     assert_eq!(old.status, ApprovalStatus::Pending);
     // Terms and plans written before formats are read as they were meant.
@@ -124,7 +124,7 @@ fn a_version_0_database_is_migrated_and_its_old_rows_belong_to_nobody() {
     drop(store);
     // Opening it again changes nothing.
     let again = Store::open(&path).unwrap();
-    assert_eq!(again.schema_version().unwrap(), 8);
+    assert_eq!(again.schema_version().unwrap(), 9);
     assert_eq!(again.get("hitl-old").unwrap(), old);
 }
 
@@ -143,14 +143,14 @@ fn a_database_from_a_newer_airlock_is_refused() {
             error,
             StoreError::NewerSchema {
                 found: 99,
-                supported: 8
+                supported: 9
             }
         ),
         "{error}"
     );
     assert_eq!(
         error.to_string(),
-        "the database is at schema version 99, newer than this airlock (8); use a newer airlock"
+        "the database is at schema version 99, newer than this airlock (9); use a newer airlock"
     );
 }
 

@@ -576,6 +576,76 @@ fn validate(config: &Config) -> Vec<ConfigIssue> {
     issues.extend(validate_exec(&config.exec));
     issues.extend(validate_codemode(config));
     issues.extend(validate_store(&config.store));
+    issues.extend(validate_sessions(config));
+    issues
+}
+
+/// The sessions' keys and the profiles' session templates and allowances
+/// (DESIGN §3, §5.3).
+fn validate_sessions(config: &Config) -> Vec<ConfigIssue> {
+    let sessions = &config.sessions;
+    let mut issues = Vec::new();
+    let days = 30 * 86_400;
+    require(
+        &mut issues,
+        parse_duration_seconds(&sessions.max_ttl).is_some_and(|s| s <= days),
+        "sessions.max_ttl".to_owned(),
+        "must be a duration from 1s to 30d",
+    );
+    require(
+        &mut issues,
+        parse_duration_seconds(&sessions.idle_ttl).is_some_and(|s| s <= days),
+        "sessions.idle_ttl".to_owned(),
+        "must be a duration from 1s to 30d",
+    );
+    require(
+        &mut issues,
+        (1..=100_000).contains(&sessions.max_open_per_principal),
+        "sessions.max_open_per_principal".to_owned(),
+        "must be from 1 to 100000",
+    );
+    for (at, key) in sessions.env_allow.iter().enumerate() {
+        require(
+            &mut issues,
+            !key.is_empty() && key.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'),
+            format!("sessions.env_allow[{at}]"),
+            "must be a variable name",
+        );
+    }
+    for (name, profile) in &config.profiles {
+        if let Some(template) = &profile.session {
+            // Paths are checked against the root when the session is made;
+            // here, the shape.
+            if let Err(error) = crate::session::OpenRequest::parse(template, "/") {
+                require(
+                    &mut issues,
+                    false,
+                    format!("profiles.{name}.session"),
+                    &error.message,
+                );
+            }
+        }
+        if let Some(auto) = &profile.sessions.auto {
+            if let Some(network) = &auto.network
+                && let Err(error) = crate::session::Network::parse(network)
+            {
+                require(
+                    &mut issues,
+                    false,
+                    format!("profiles.{name}.sessions.auto.network"),
+                    &error,
+                );
+            }
+            if let Some(ttl) = &auto.ttl {
+                require(
+                    &mut issues,
+                    parse_duration_seconds(ttl).is_some(),
+                    format!("profiles.{name}.sessions.auto.ttl"),
+                    "must be a duration (`2h`)",
+                );
+            }
+        }
+    }
     issues
 }
 

@@ -46,6 +46,49 @@ pub struct Config {
     pub store: StoreConfig,
     /// Metrics for operators' tools (DESIGN §8.1).
     pub telemetry: TelemetryConfig,
+    /// Durable sessions that scope authority (DESIGN §5.3, spec 003).
+    pub sessions: SessionsConfig,
+}
+
+/// How long sessions live and what they may ask for (DESIGN §5.3).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct SessionsConfig {
+    /// The longest absolute lifetime a session gets (`8h`); a longer `ttl`
+    /// is clamped to it.
+    pub max_ttl: String,
+    /// How long a session lives without a call (`30m`); a longer
+    /// `idle_ttl` is clamped to it.
+    pub idle_ttl: String,
+    /// What a root outside every workspace gets: `deny` (`root_not_allowed`)
+    /// or `ask` (the opening becomes a proposal).
+    pub new_roots: NewRoots,
+    /// Environment variables a session may set for its commands, beside
+    /// `exec.env_allow`; any other is dropped (and named in the answer).
+    pub env_allow: Vec<String>,
+    /// Sessions one principal may have open at once.
+    pub max_open_per_principal: u64,
+}
+
+impl Default for SessionsConfig {
+    fn default() -> SessionsConfig {
+        SessionsConfig {
+            max_ttl: "8h".to_owned(),
+            idle_ttl: "30m".to_owned(),
+            new_roots: NewRoots::Deny,
+            env_allow: Vec::new(),
+            max_open_per_principal: 64,
+        }
+    }
+}
+
+/// What a session root outside every workspace gets.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum NewRoots {
+    #[default]
+    Deny,
+    Ask,
 }
 
 /// What airlock tells monitoring tools.
@@ -317,6 +360,49 @@ pub struct ProfileConfig {
     /// Overrides `security.hitl.elicitation_fallback` for this profile.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub elicitation_fallback: Option<ElicitationFallback>,
+    /// A session the operator binds to the profile's endpoints: every call
+    /// runs in it, whatever `session_id` the model names (DESIGN §5.3).
+    /// Its fields are those of `session_open`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<serde_json::Map<String, serde_json::Value>>")]
+    pub session: Option<serde_json::Value>,
+    /// What the profile's `session_open` calls may get without a human.
+    #[serde(skip_serializing_if = "ProfileSessions::is_empty")]
+    pub sessions: ProfileSessions,
+}
+
+/// A profile's session allowances.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProfileSessions {
+    /// The authority a session may be opened with at once: `network`
+    /// (`none`, `full` or `{allow: [domains]}`), `ttl`, `rw` (how many
+    /// writable roots). Beyond it, opening asks. Unset: everything the
+    /// configuration allows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auto: Option<SessionAuto>,
+}
+
+impl ProfileSessions {
+    fn is_empty(&self) -> bool {
+        self.auto.is_none()
+    }
+}
+
+/// What a session may be opened with without a human.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct SessionAuto {
+    /// The widest network (`none` unless set).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(with = "Option<serde_json::Value>")]
+    pub network: Option<serde_json::Value>,
+    /// The longest absolute lifetime (`2h`); longer asks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttl: Option<String>,
+    /// How many writable roots (1 unless set).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rw_roots: Option<u64>,
 }
 
 /// An MCP server airlock starts (stdio) or connects to (streamable HTTP).

@@ -167,6 +167,13 @@ codemode:                    # codemode_eval: scripts whose every tool call is g
   max_in_flight: 8
   max_concurrent_runs: 2     # at once in this process
 
+sessions:                    # session_open: handles that scope what calls may touch (DESIGN 5.3)
+  max_ttl: 8h                # the longest a session lives
+  idle_ttl: 30m              # without a call
+  new_roots: deny            # deny | ask: a root outside the workspace
+  env_allow: []              # variables a session may set for its commands, beside exec.env_allow
+  max_open_per_principal: 64
+
 exec:                        # the shell tool (DESIGN 5.1)
   enabled: true
   default: ask               # allow | ask | deny for commands no rule matches

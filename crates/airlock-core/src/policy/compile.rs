@@ -556,9 +556,10 @@ fn resolve_risk_policy(
 /// switches (every built-in but `proposal_status` and `exec`).
 pub(crate) fn is_file_tool(tool: &str) -> bool {
     crate::tools::BuiltinTool::from_name(tool).is_some_and(|tool| {
-        !matches!(
-            tool,
-            crate::tools::BuiltinTool::ProposalStatus | crate::tools::BuiltinTool::Exec
-        )
+        !tool.is_session_tool()
+            && !matches!(
+                tool,
+                crate::tools::BuiltinTool::ProposalStatus | crate::tools::BuiltinTool::Exec
+            )
     })
 }

@@ -263,8 +263,42 @@ function selectedIds() {
   return [...document.querySelectorAll("li.card:not(.settled) .select:checked")].map((box) => box.closest("li.card").dataset.id);
 }
 
+// The session filter: every session an approval waits in (and the one
+// chosen, while it is), and the cards of the one chosen only.
+function updateSessionFilter() {
+  const select = $("#pending-session");
+  const chosen = select.value;
+  const sessions = new Set();
+  for (const approval of state.approvals.values()) {
+    if (approval.session) sessions.add(approval.session);
+  }
+  if (chosen) sessions.add(chosen);
+  const wanted = ["", ...[...sessions].sort()];
+  const have = [...select.options].map((option) => option.value);
+  if (wanted.join("\n") !== have.join("\n")) {
+    select.replaceChildren();
+    for (const value of wanted) {
+      const option = document.createElement("option");
+      option.value = value;
+      option.textContent = value || "All sessions";
+      select.append(option);
+    }
+    select.value = chosen;
+  }
+  $("#session-filter").hidden = sessions.size === 0;
+  applySessionFilter();
+}
+
+function applySessionFilter() {
+  const chosen = $("#pending-session").value;
+  for (const card of document.querySelectorAll("#pending-list li.card")) {
+    card.hidden = chosen !== "" && card.dataset.session !== chosen;
+  }
+}
+
 function updateCount() {
   updateBatch();
+  updateSessionFilter();
   const count = state.approvals.size;
   setText($("#pending-count"), String(count));
   $("#pending-empty").hidden = count > 0;
@@ -283,6 +317,7 @@ function renderCard(approval) {
   const requester = [approval.agent, approval.user].filter(Boolean).join(" for ");
   setText($(".requester", card), requester || "unknown");
   setText($(".session", card), approval.session || "none");
+  card.dataset.session = approval.session || "";
   setText($(".id", card), approval.id);
   const countdown = $(".countdown", card);
   countdown.dataset.expires = String(approval.expires_ms);
@@ -859,6 +894,8 @@ document.addEventListener("DOMContentLoaded", () => {
     loadStats();
   });
   $("#stats-since").addEventListener("change", () => loadStats());
+  $("#pending-session").addEventListener("change", () => applySessionFilter());
+  $("#session-filter").addEventListener("submit", (event) => event.preventDefault());
   $("#stats-form").addEventListener("submit", (event) => {
     event.preventDefault();
     loadStats();

@@ -26,7 +26,7 @@ pub trait Db: Sync {
 #[macro_export]
 macro_rules! contract_tests {
     ($db:path) => {
-        $crate::contract_tests!(@each $db; identical_pending_calls_share_one_approval, pending_limits_are_per_session_and_per_workspace, pending_is_fifo_and_survives_a_restart, two_concurrent_deciders_exactly_one_wins, an_approval_is_claimed_for_apply_once, expiry_and_denial_are_final, an_edited_approval_replaces_the_plan_with_the_decision_and_only_then, the_audit_head_only_moves_forward, orphans_are_taken_over_by_exactly_one_process_and_abandoned_waits_are_found, open_grants_are_given_an_end, every_state_change_is_one_event_and_a_cursor_sees_each_once, snapshots_keep_bytes_and_undo_once, chat_messages_are_claimed_once, tokens_are_spent_once_and_settings_kept, concurrent_identical_calls_from_many_connections_make_one_approval, a_holder_is_alive_until_it_is_gone, checkpoints_are_kept_once_per_size_and_key, a_lease_has_one_holder_until_it_runs_out);
+        $crate::contract_tests!(@each $db; identical_pending_calls_share_one_approval, pending_limits_are_per_session_and_per_workspace, pending_is_fifo_and_survives_a_restart, two_concurrent_deciders_exactly_one_wins, an_approval_is_claimed_for_apply_once, expiry_and_denial_are_final, an_edited_approval_replaces_the_plan_with_the_decision_and_only_then, the_audit_head_only_moves_forward, orphans_are_taken_over_by_exactly_one_process_and_abandoned_waits_are_found, open_grants_are_given_an_end, every_state_change_is_one_event_and_a_cursor_sees_each_once, snapshots_keep_bytes_and_undo_once, chat_messages_are_claimed_once, tokens_are_spent_once_and_settings_kept, concurrent_identical_calls_from_many_connections_make_one_approval, a_holder_is_alive_until_it_is_gone, checkpoints_are_kept_once_per_size_and_key, a_lease_has_one_holder_until_it_runs_out, sessions_open_end_once_and_fall_due);
     };
     (@each $db:path; $($name:ident),*) => {
         $(
@@ -767,4 +767,98 @@ pub fn a_lease_has_one_holder_until_it_runs_out(db: &impl Db) {
     assert_eq!(two.cursor("ship x").unwrap(), (5, 500));
     two.reset_cursor("ship x", 3).unwrap();
     assert_eq!(one.cursor("ship x").unwrap(), (3, 0));
+}
+
+fn session_row(id: &str, owner: &str, now: u64) -> airlock_store::SessionRow {
+    airlock_store::SessionRow {
+        id: id.to_owned(),
+        owner: owner.to_owned(),
+        user: Some("u".to_owned()),
+        agent: None,
+        profile: None,
+        authority: "{}".to_owned(),
+        authority_hash: "sha256:00".to_owned(),
+        labels: "{}".to_owned(),
+        status: airlock_store::SessionStatus::Open,
+        created_ms: now,
+        expires_ms: now + 10_000,
+        idle_ttl_ms: 1_000,
+        last_used_ms: now,
+        ended_ms: None,
+        end_reason: None,
+        worktree: None,
+    }
+}
+
+/// Sessions: at most `max_open` open per owner, ended once (closed or
+/// expired), overdue by their absolute or their idle end, each change an
+/// event of the feed.
+pub fn sessions_open_end_once_and_fall_due(db: &dyn Db) {
+    use airlock_store::SessionStatus;
+    let store = db.open();
+    assert!(
+        store
+            .insert_session(&session_row("ses-a", "o1", 1000), 2)
+            .unwrap()
+    );
+    assert!(
+        store
+            .insert_session(&session_row("ses-b", "o1", 1000), 2)
+            .unwrap()
+    );
+    assert!(
+        !store
+            .insert_session(&session_row("ses-c", "o1", 1000), 2)
+            .unwrap()
+    );
+    assert!(
+        store
+            .insert_session(&session_row("ses-d", "o2", 1000), 2)
+            .unwrap()
+    );
+    assert_eq!(store.sessions(Some("o1"), true, 10).unwrap().len(), 2);
+    assert_eq!(store.sessions(None, true, 10).unwrap().len(), 3);
+    assert_eq!(store.next_session_end().unwrap(), Some(2000));
+    // Used at 1500: its idle end moves to 2500; the others' stay at 2000.
+    assert!(store.touch_session("ses-a", 1500).unwrap());
+    let overdue: Vec<String> = store
+        .overdue_sessions(2000)
+        .unwrap()
+        .into_iter()
+        .map(|row| row.id)
+        .collect();
+    assert_eq!(overdue, ["ses-b", "ses-d"]);
+    let closed = store
+        .end_session("ses-b", SessionStatus::Closed, Some("done"), 1800)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (closed.status, closed.ended_ms, closed.end_reason.as_deref()),
+        (SessionStatus::Closed, Some(1800), Some("done"))
+    );
+    // Once only.
+    assert!(
+        store
+            .end_session("ses-b", SessionStatus::Expired, None, 1900)
+            .unwrap()
+            .is_none()
+    );
+    assert!(!store.touch_session("ses-b", 1900).unwrap());
+    assert_eq!(store.sessions(Some("o1"), true, 10).unwrap().len(), 1);
+    assert_eq!(store.sessions(Some("o1"), false, 10).unwrap().len(), 2);
+    let kinds: Vec<&str> = store
+        .events_after(0, 100)
+        .unwrap()
+        .iter()
+        .map(|event| event.kind.as_str())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "session_opened",
+            "session_opened",
+            "session_opened",
+            "session_ended"
+        ]
+    );
 }
