@@ -25,11 +25,32 @@ use crate::record::Record;
 /// ends between `idle_ttl` and `idle_ttl` plus this after its last call.
 const TOUCH_EVERY_MS: u64 = 1_000;
 
+/// How long a session found open is used without reading the store again.
+/// Closing or expiring it in this process binds at once; a close made by
+/// another process (or instance) binds here within this time.
+const RECHECK_MS: u64 = 250;
+
+/// A session found open: who holds it, its authority, its ends, and when
+/// the store said so.
+struct Live {
+    owner: String,
+    authority: Arc<Authority>,
+    expires_ms: u64,
+    idle_ttl_ms: u64,
+    last_used_ms: u64,
+    checked_ms: u64,
+}
+
 /// What the broker keeps of open sessions in this process: their parsed
 /// authority (read once from the store) and the commands they run.
 #[derive(Default)]
 pub(crate) struct Sessions {
     authorities: Mutex<HashMap<String, Arc<Authority>>>,
+    /// Sessions found open lately, and when: a call within
+    /// `RECHECK_MS` of that uses the session without reading the store.
+    live: Mutex<HashMap<String, Live>>,
+    /// Each open session's view of the workspace, made once.
+    sandboxes: Mutex<HashMap<String, Arc<Sandbox>>>,
     /// One `Cancel` per session with commands running here: signalling
     /// or closing the session reaches them all.
     running: Arc<Mutex<HashMap<String, Cancel>>>,
@@ -48,6 +69,12 @@ impl Sessions {
         if let Ok(mut authorities) = self.authorities.lock() {
             authorities.remove(session);
         }
+        if let Ok(mut live) = self.live.lock() {
+            live.remove(session);
+        }
+        if let Ok(mut sandboxes) = self.sandboxes.lock() {
+            sandboxes.remove(session);
+        }
         self.running.lock().ok()?.remove(session)
     }
 }
@@ -56,6 +83,7 @@ impl Sessions {
 pub(crate) enum SandboxRef<'a> {
     Shared(&'a Sandbox),
     Own(Box<Sandbox>),
+    Cached(Arc<Sandbox>),
 }
 
 impl std::ops::Deref for SandboxRef<'_> {
@@ -65,6 +93,7 @@ impl std::ops::Deref for SandboxRef<'_> {
         match self {
             SandboxRef::Shared(sandbox) => sandbox,
             SandboxRef::Own(sandbox) => sandbox,
+            SandboxRef::Cached(sandbox) => sandbox,
         }
     }
 }
@@ -209,6 +238,10 @@ impl Broker {
         if !session::is_session_id(id) {
             return Err(Failure::not_found(id));
         }
+        let now = self.now_ms();
+        if let Some(authority) = self.recently_live(id, principal, trusted, now)? {
+            return Ok(authority);
+        }
         let row = self
             .store
             .session(id)
@@ -230,7 +263,6 @@ impl Broker {
             }
             SessionStatus::Open => {}
         }
-        let now = self.now_ms();
         if row.ends_ms() <= now {
             self.end_session(&row, SessionStatus::Expired, Some("ttl"));
             return Err(Failure(
@@ -238,10 +270,59 @@ impl Broker {
                 format!("session {id} expired"),
             ));
         }
+        let mut last_used_ms = row.last_used_ms;
         if now.saturating_sub(row.last_used_ms) >= TOUCH_EVERY_MS {
             self.store.touch_session(id, now).map_err(from_store)?;
+            last_used_ms = now;
         }
-        self.authority_of(&row)
+        let authority = self.authority_of(&row)?;
+        if let Ok(mut live) = self.sessions.live.lock() {
+            live.insert(
+                row.id.clone(),
+                Live {
+                    owner: row.owner.clone(),
+                    authority: Arc::clone(&authority),
+                    expires_ms: row.expires_ms,
+                    idle_ttl_ms: row.idle_ttl_ms,
+                    last_used_ms,
+                    checked_ms: now,
+                },
+            );
+        }
+        Ok(authority)
+    }
+
+    /// The authority of session `id` when the store said it was open less
+    /// than `RECHECK_MS` ago, it belongs to `principal` (unless `trusted`)
+    /// and its time is not up; its use recorded. `None`: ask the store.
+    fn recently_live(
+        &self,
+        id: &str,
+        principal: &Principal,
+        trusted: bool,
+        now: u64,
+    ) -> Result<Option<Arc<Authority>>, Failure> {
+        let Ok(mut cache) = self.sessions.live.lock() else {
+            return Ok(None);
+        };
+        let Some(live) = cache.get_mut(id) else {
+            return Ok(None);
+        };
+        let ends = live
+            .expires_ms
+            .min(live.last_used_ms.saturating_add(live.idle_ttl_ms));
+        if now.saturating_sub(live.checked_ms) >= RECHECK_MS || now >= ends {
+            return Ok(None);
+        }
+        if !trusted && live.owner != principal.owner_key() {
+            // Never decided from the cache: the store says not found.
+            return Ok(None);
+        }
+        if now.saturating_sub(live.last_used_ms) >= TOUCH_EVERY_MS {
+            self.store.touch_session(id, now).map_err(from_store)?;
+            live.last_used_ms = now;
+        }
+        Ok(Some(Arc::clone(&live.authority)))
     }
 
     fn authority_of(&self, row: &SessionRow) -> Result<Arc<Authority>, Failure> {
@@ -373,7 +454,28 @@ impl Broker {
         &self,
         call: &ToolCall,
     ) -> Result<SandboxRef<'_>, airlock_fs::FsError> {
-        self.sandbox_in(call.scope.as_deref())
+        // A durable session's view is made once (its authority never
+        // changes); a profile's bound one, whose calls carry no id, per call.
+        let Some(id) = call
+            .session
+            .as_deref()
+            .filter(|id| call.scope.is_some() && session::is_session_id(id))
+        else {
+            return self.sandbox_in(call.scope.as_deref());
+        };
+        if let Ok(sandboxes) = self.sessions.sandboxes.lock()
+            && let Some(sandbox) = sandboxes.get(id)
+        {
+            return Ok(SandboxRef::Cached(Arc::clone(sandbox)));
+        }
+        let made = match self.sandbox_in(call.scope.as_deref())? {
+            SandboxRef::Own(sandbox) => Arc::from(sandbox),
+            other => return Ok(other),
+        };
+        if let Ok(mut sandboxes) = self.sessions.sandboxes.lock() {
+            sandboxes.insert(id.to_owned(), Arc::clone(&made));
+        }
+        Ok(SandboxRef::Cached(made))
     }
 
     /// The workspace's sandbox as a session with `scope` sees it.
