@@ -161,7 +161,8 @@ impl Broker {
         }
         // Only airlock's own tools take `session_id`: another server's
         // tool may have an argument of that name for itself.
-        let builtin = matches!(&call.origin, airlock_core::ToolOrigin::Builtin(_));
+        let builtin = matches!(&call.origin, airlock_core::ToolOrigin::Builtin(_))
+            || crate::code::code_tool(&self.config, &call.tool).is_some();
         let explicit = match call.args.get(SESSION_ID).filter(|_| builtin) {
             None | Some(Value::Null) => None,
             Some(Value::String(id)) => Some(id.clone()),
@@ -499,7 +500,23 @@ impl Broker {
             .as_deref()
             .filter(|id| session::is_session_id(id))
         else {
-            return Ok(SandboxRef::Shared(&self.sandbox));
+            // A call of a profile's bound session: that session's roots.
+            let template = approval.terms.profile.as_deref().and_then(|name| {
+                self.config
+                    .profiles
+                    .get(name)
+                    .and_then(|profile| profile.session.as_ref())
+                    .map(|template| (name, template))
+            });
+            return match template {
+                Some((name, template)) => {
+                    let authority = self.template_authority(name, template).map_err(
+                        |Failure(code, message)| airlock_fs::FsError::Refused { code, message },
+                    )?;
+                    self.scoped_sandbox(Some(&authority), false)
+                }
+                None => Ok(SandboxRef::Shared(&self.sandbox)),
+            };
         };
         let row = match self.store.session(id) {
             Ok(Some(row)) => row,

@@ -790,3 +790,28 @@ fn session_signal_stops_the_sessions_commands() {
         .any(|record| record["event"] == "session_signalled" && record["signal"] == "term");
     assert!(audited, "the signal is audited");
 }
+
+/// A script run in a session (`codemode_eval` takes `session_id` too):
+/// its calls are the session's, relative paths from its working directory
+/// and nothing beside its roots.
+#[test]
+fn a_script_runs_in_its_session() {
+    let ws = Workspace::new("");
+    tree(&ws);
+    let id = open(&ws, json!({"roots": ["a"]}), &[]);
+    let code = "const inside = await codemode.read_file({path: 'x.txt'});\n\
+                let outside = 'read';\n\
+                try { await codemode.read_file({path: '../b/secret.txt'}) } catch (e) { outside = e.code }\n\
+                return {inside: inside.content, outside};";
+    let ran = call(
+        &ws,
+        "codemode_eval",
+        json!({"code": code, "session_id": id}),
+        &[],
+    );
+    assert_eq!(
+        ran["data"]["result"],
+        json!({"inside": "inside\n", "outside": "root_not_allowed"}),
+        "{ran:#}"
+    );
+}

@@ -597,7 +597,8 @@ impl CodeMode for CodeTool {
                     "code": {"type": "string", "description": "The script: JavaScript, or TypeScript whose types are erased; the body of an async function (top-level await and return work)."},
                     "description": {"type": "string", "description": "What the script does, shown to the human who approves its calls."},
                     "dry_run": {"type": "boolean", "description": "Run the script and return the diff of its staged changes; propose nothing."},
-                    "resume": {"type": "string", "description": "The run_id of a run that stopped with hitl_required at a call waiting for a human: once the human has decided, the script runs again, its earlier calls answered from the log, and the waiting call is carried out once. `code` may be left out."}
+                    "resume": {"type": "string", "description": "The run_id of a run that stopped with hitl_required at a call waiting for a human: once the human has decided, the script runs again, its earlier calls answered from the log, and the waiting call is carried out once. `code` may be left out."},
+                    "session_id": {"type": "string", "description": "The session the script and its calls run in (session_open's id); default: this connection's last opened session."}
                 },
                 "additionalProperties": false
             }),

@@ -142,8 +142,8 @@ pub struct ToolCall {
     /// argument (DESIGN §5.3); the broker resolves it.
     pub sessions: SessionHints,
     /// The authority of the session the call runs in, once the broker
-    /// resolved it (DESIGN §5.3); `None`: the implicit default session. What
-    /// a face sets here is replaced.
+    /// resolved it (DESIGN §5.3); `None`: the implicit default session.
+    /// Faces leave it `None`; code mode gives a script's calls its run's.
     pub scope: Option<Arc<crate::session::Authority>>,
 }
 
