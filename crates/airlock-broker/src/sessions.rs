@@ -768,6 +768,10 @@ impl Broker {
 
     /// Stores the session of `plan` for `owner`: its view and its record.
     fn open_planned(&self, plan: &SessionPlan, owner: &Owner) -> Result<(Value, Record), Failure> {
+        // Sessions whose time is up do not count against the limit.
+        if let Err(error) = self.end_overdue_sessions() {
+            eprintln!("airlock: ending sessions: {error}");
+        }
         let now = self.now_ms();
         let authority = &plan.authority;
         let row = SessionRow {
@@ -804,7 +808,7 @@ impl Broker {
         let record = Record::new("session_opened")
             .text("session", &row.id)
             .text("authority_hash", &row.authority_hash)
-            .value("authority", serde_json::to_value(authority).ok())
+            .value("authority", Some(audited_authority(authority)))
             .number("expires_ms", row.expires_ms);
         Ok((view, record))
     }
@@ -1302,6 +1306,14 @@ fn session_args(call: &ToolCall, other: &str) -> Result<(String, Option<String>)
         }
     };
     Ok((id.to_owned(), value))
+}
+
+/// The authority as the audit log keeps it: the variables' names, never
+/// their values (which may be credentials; the hash covers them).
+fn audited_authority(authority: &Authority) -> Value {
+    let mut value = serde_json::to_value(authority).unwrap_or(Value::Null);
+    value["env"] = json!(authority.env.keys().collect::<Vec<_>>());
+    value
 }
 
 /// A session as the tools, the API and the CLI show it.
