@@ -209,7 +209,7 @@ impl Broker {
         );
         // In a session, a change outside its roots is refused here.
         let planned = self
-            .sandbox_for(call)
+            .sandbox_of_roots(call.scope.as_deref())
             .and_then(|sandbox| {
                 airlock_fs::prepare_command_changes(&sandbox, summary, changes, report)
             })
@@ -432,7 +432,7 @@ impl Broker {
                 Err(error) => return fail(error.code(), error.to_string()),
             };
         report.insert("previewed".to_owned(), Value::Bool(false));
-        let sandbox = match self.sandbox_in(scope) {
+        let sandbox = match self.sandbox_of_roots(scope) {
             Ok(sandbox) => sandbox,
             Err(error) => return fail(error.code(), error.to_string()),
         };
@@ -618,6 +618,13 @@ impl Broker {
                 workdir: self.root.clone(),
             });
         };
+        let partial = !scope.roots.iter().any(|root| root.path.is_empty());
+        if partial && self.config.exec.sandbox == ExecSandbox::None {
+            return Err(
+                "exec.sandbox is none: a session over part of the workspace cannot keep a command to its roots, so it runs none"
+                    .to_owned(),
+            );
+        }
         let Some(home) = scope.root_of(&scope.workdir) else {
             return Err(format!(
                 "the session's workdir `{}` is in none of its roots",
@@ -640,12 +647,15 @@ impl Broker {
         if home.mode == RootMode::Ro {
             read_only.push(absolute(&home.path));
         }
-        let protected: Vec<String> = self
-            .policy
-            .protected_paths()
-            .into_iter()
-            .map(|(path, _)| path.to_string())
-            .collect();
+        // A partial session's commands see git's directory (read-only, as
+        // every command does: git works from a sub-directory) and nothing
+        // else of airlock's beside its roots: the configuration is hidden.
+        let protected = [".git".to_owned()];
+        if home.path.is_empty() || !self.root.join(".git").exists() {
+            // The workspace's own `.git` is the exec sandbox's business.
+        } else {
+            read_only.push(self.root.join(".git"));
+        }
         let roots: Vec<&str> = scope.roots.iter().map(|root| root.path.as_str()).collect();
         let mut hidden = Vec::new();
         let mut seen = std::collections::BTreeSet::new();

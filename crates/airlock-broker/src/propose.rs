@@ -211,12 +211,15 @@ impl Broker {
         let planned = self.plan(call);
         // A patch names its files in its text; where they really are (through
         // symlinks) is known once it is planned, and decided on too.
+        // In a session with a working directory, the patch's paths are
+        // placed from there: always decided again on the planned paths.
         if let Ok(Planned::Plan(plan) | Planned::DryRun(plan)) = &planned
             && call.tool == "apply_patch"
-            && plan
-                .changes
-                .iter()
-                .any(|change| change.resolved_path != change.path)
+            && (call.scope.is_some()
+                || plan
+                    .changes
+                    .iter()
+                    .any(|change| change.resolved_path != change.path))
         {
             let resolved = policy::ResolvedPaths {
                 arguments: Vec::new(),

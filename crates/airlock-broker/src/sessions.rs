@@ -34,6 +34,7 @@ const RECHECK_MS: u64 = 250;
 /// the store said so.
 struct Live {
     owner: String,
+    profile: Option<String>,
     authority: Arc<Authority>,
     expires_ms: u64,
     idle_ttl_ms: u64,
@@ -49,6 +50,9 @@ pub(crate) struct Sessions {
     /// Sessions found open lately, and when: a call within
     /// `RECHECK_MS` of that uses the session without reading the store.
     live: Mutex<HashMap<String, Live>>,
+    /// Bumped whenever a session is forgotten: a session found open before
+    /// is not cached after.
+    generation: std::sync::atomic::AtomicU64,
     /// Each open session's view of the workspace, made once.
     sandboxes: Mutex<HashMap<String, Arc<Sandbox>>>,
     /// One `Cancel` per session with commands running here: signalling
@@ -66,6 +70,8 @@ impl Sessions {
     }
 
     fn forget(&self, session: &str) -> Option<Cancel> {
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         if let Ok(mut authorities) = self.authorities.lock() {
             authorities.remove(session);
         }
@@ -221,33 +227,41 @@ impl Broker {
         // The operator bound it: whoever the endpoint's caller is runs in it.
         let trusted = call.sessions.bound.as_deref() == Some(id.as_str());
         let authority = self
-            .live_session(&id, &call.principal, trusted)
+            .live_session(&id, &call.principal, call.profile.as_deref(), trusted)
             .map_err(|failure| Box::new(self.session_failure(&call, failure)))?;
         call.session = Some(id);
         call.scope = Some(authority);
         Ok(Some(call))
     }
 
-    /// The open session `id` of `principal`, its use recorded; ended when
-    /// its time is up.
+    /// The open session `id` of `principal` (opened on an endpoint of the
+    /// same `profile`: a session opened where no allowance applied is not
+    /// used where one does), its use recorded; ended when its time is up.
     fn live_session(
         &self,
         id: &str,
         principal: &Principal,
+        profile: Option<&str>,
         trusted: bool,
     ) -> Result<Arc<Authority>, Failure> {
         if !session::is_session_id(id) {
             return Err(Failure::not_found(id));
         }
         let now = self.now_ms();
-        if let Some(authority) = self.recently_live(id, principal, trusted, now)? {
+        if let Some(authority) = self.recently_live(id, principal, profile, trusted, now)? {
             return Ok(authority);
         }
+        let generation = self
+            .sessions
+            .generation
+            .load(std::sync::atomic::Ordering::SeqCst);
         let row = self
             .store
             .session(id)
             .map_err(from_store)?
-            .filter(|row| trusted || row.owner == principal.owner_key())
+            .filter(|row| {
+                trusted || (row.owner == principal.owner_key() && row.profile.as_deref() == profile)
+            })
             .ok_or_else(|| Failure::not_found(id))?;
         match row.status {
             SessionStatus::Closed => {
@@ -277,11 +291,19 @@ impl Broker {
             last_used_ms = now;
         }
         let authority = self.authority_of(&row)?;
-        if let Ok(mut live) = self.sessions.live.lock() {
+        if let Ok(mut live) = self.sessions.live.lock()
+            // Not if a session was forgotten meanwhile (it may be this one).
+            && self
+                .sessions
+                .generation
+                .load(std::sync::atomic::Ordering::SeqCst)
+                == generation
+        {
             live.insert(
                 row.id.clone(),
                 Live {
                     owner: row.owner.clone(),
+                    profile: row.profile.clone(),
                     authority: Arc::clone(&authority),
                     expires_ms: row.expires_ms,
                     idle_ttl_ms: row.idle_ttl_ms,
@@ -300,6 +322,7 @@ impl Broker {
         &self,
         id: &str,
         principal: &Principal,
+        profile: Option<&str>,
         trusted: bool,
         now: u64,
     ) -> Result<Option<Arc<Authority>>, Failure> {
@@ -315,7 +338,7 @@ impl Broker {
         if now.saturating_sub(live.checked_ms) >= RECHECK_MS || now >= ends {
             return Ok(None);
         }
-        if !trusted && live.owner != principal.owner_key() {
+        if !trusted && (live.owner != principal.owner_key() || live.profile.as_deref() != profile) {
             // Never decided from the cache: the store says not found.
             return Ok(None);
         }
@@ -432,7 +455,22 @@ impl Broker {
                 .resolve(name, if path.is_empty() { "." } else { path }, Access::Read);
         match resolved {
             Ok(found) if found.kind() == Some(FileKind::Directory) => {
-                Ok(found.resolved().to_owned())
+                let real = found.resolved();
+                // Never airlock's own state, its configuration or a git
+                // directory (at any depth): a command working there could
+                // change what runs later outside any sandbox.
+                let protected = self
+                    .policy
+                    .protected_paths()
+                    .into_iter()
+                    .any(|(protected, _)| session::is_within(real, &protected.to_string()));
+                if protected || real.split('/').any(|part| part == ".git") {
+                    return Err(Failure(
+                        ErrorCode::RootNotAllowed,
+                        format!("{name} `{path}` is airlock's own or a git directory"),
+                    ));
+                }
+                Ok(real.to_owned())
             }
             Ok(_) => Err(Failure(
                 ErrorCode::NotADirectory,
@@ -487,6 +525,16 @@ impl Broker {
         self.scoped_sandbox(scope, true)
     }
 
+    /// The workspace's sandbox as a session with `scope` sees it, for
+    /// paths that are workspace-relative already (a command's changes, a
+    /// plan's): its roots, not its working directory.
+    pub(crate) fn sandbox_of_roots(
+        &self,
+        scope: Option<&Authority>,
+    ) -> Result<SandboxRef<'_>, airlock_fs::FsError> {
+        self.scoped_sandbox(scope, false)
+    }
+
     /// The sandbox an approval of a call made in a durable session is
     /// applied in: that session's roots (closed or not: an apply already
     /// claimed finishes), its plan's paths taken as they are (they are
@@ -529,6 +577,18 @@ impl Broker {
                 });
             }
         };
+        // Made after its session ended (in the moment before another
+        // process's close reached this one): never applied.
+        if row.status != SessionStatus::Open
+            && row
+                .ended_ms
+                .is_some_and(|ended| approval.created_ms >= ended)
+        {
+            return Err(airlock_fs::FsError::Refused {
+                code: ErrorCode::SessionClosed,
+                message: format!("session {id} had ended when this was proposed"),
+            });
+        }
         let authority: Authority =
             serde_json::from_str(&row.authority).map_err(|error| airlock_fs::FsError::Io {
                 context: "the approval's session is unreadable".to_owned(),
@@ -604,6 +664,14 @@ impl Broker {
         let root = self.root.to_string_lossy();
         let mut view = call.clone();
         if let Some(args) = view.args.as_object_mut() {
+            // A command runs in the working directory unless it names
+            // another: its redirections are placed from there.
+            if *tool == BuiltinTool::Exec
+                && !scope.workdir.is_empty()
+                && args.get("cwd").is_none_or(Value::is_null)
+            {
+                args.insert("cwd".to_owned(), Value::String(".".to_owned()));
+            }
             for param in tool.path_params() {
                 let Some(Value::String(path)) = args.get_mut(*param) else {
                     continue;
@@ -640,8 +708,31 @@ impl Broker {
         on_pending: &dyn Fn(&airlock_store::Approval),
         base: Record,
     ) -> Envelope {
+        let asks = decision.disposition == airlock_core::Disposition::Ask;
+        if asks && tool != BuiltinTool::SessionOpen {
+            // Only an opening can be proposed; the rest answer at once.
+            let envelope = Envelope::failure(
+                Status::Denied,
+                tool.method(),
+                &call.tool,
+                None,
+                ErrorCode::PolicyDenied,
+                "the policy asks a human about this call, and it cannot be proposed",
+            )
+            .with_reason(Some(crate::envelopes::reason_of(
+                "hitl",
+                "cannot_be_proposed",
+                decision,
+            )));
+            return self.observed(
+                envelope,
+                base.event("tool_call")
+                    .text("decision", "deny")
+                    .text("status", "denied"),
+            );
+        }
         let result = match tool {
-            BuiltinTool::SessionOpen => match self.session_open(call) {
+            BuiltinTool::SessionOpen => match self.session_open(call, asks) {
                 Ok(Opening::Asks(plan)) => {
                     return self.propose_session(call, decision, *plan, mode, on_pending, base);
                 }
@@ -741,17 +832,23 @@ impl Broker {
         )
     }
 
-    fn session_open(&self, call: &ToolCall) -> Result<Opening, Failure> {
+    /// `session_open`: opened at once, or (`asks`: the policy asks; or it
+    /// asks for more than the profile's allowance) proposed.
+    fn session_open(&self, call: &ToolCall, asks: bool) -> Result<Opening, Failure> {
         let request = OpenRequest::parse(&call.args, &self.root.to_string_lossy())
             .map_err(|error| Failure(error.code, error.message))?;
         let clamped = self.clamp_request(call.profile.as_deref(), &request)?;
+        let mut beyond = clamped.excess.reasons;
+        if asks {
+            beyond.push("the policy asks about opening sessions".to_owned());
+        }
         let plan = SessionPlan {
             session_id: new_id(),
             authority: clamped.authority,
             labels: request.labels,
             env_dropped: clamped.env_dropped,
             profile: call.profile.clone(),
-            beyond: clamped.excess.reasons,
+            beyond,
         };
         if !plan.beyond.is_empty() {
             // Beyond the profile's allowance: a human sees the authority
@@ -1177,7 +1274,9 @@ impl Broker {
                 ));
             }
         };
-        self.live_session(&id, &call.principal, false)?;
+        // The endpoint's bound session is its callers' to signal.
+        let trusted = call.sessions.bound.as_deref() == Some(id.as_str());
+        self.live_session(&id, &call.principal, call.profile.as_deref(), trusted)?;
         let signalled = match self.sessions.running.lock() {
             Ok(running) => running.get(&id).cloned(),
             Err(_) => None,
@@ -1239,16 +1338,52 @@ impl Broker {
                 .value("user", row.user.clone().map(Value::String))
                 .value("agent", row.agent.clone().map(Value::String)),
         );
-        let why = match status {
+        self.cancel_pending_of(&ended);
+        Some(ended)
+    }
+
+    /// Ends every open session whose time is up, and lets go of the
+    /// sessions another process ended: their commands here are stopped and
+    /// their approvals made meanwhile cancelled.
+    pub fn end_overdue_sessions(&self) -> Result<usize, BrokerError> {
+        let overdue = self.store.overdue_sessions(self.now_ms())?;
+        let ended = overdue
+            .iter()
+            .filter_map(|row| self.end_session(row, SessionStatus::Expired, Some("ttl")))
+            .count();
+        let mut known: Vec<String> = Vec::new();
+        if let Ok(running) = self.sessions.running.lock() {
+            known.extend(running.keys().cloned());
+        }
+        if let Ok(live) = self.sessions.live.lock() {
+            known.extend(live.keys().cloned());
+        }
+        known.sort();
+        known.dedup();
+        for id in known {
+            if let Some(row) = self.store.session(&id)?
+                && row.status != SessionStatus::Open
+            {
+                if let Some(cancel) = self.sessions.forget(&id) {
+                    cancel.cancel();
+                }
+                self.cancel_pending_of(&row);
+            }
+        }
+        Ok(ended)
+    }
+
+    /// Cancels every pending approval made in session `row` (ended).
+    fn cancel_pending_of(&self, row: &SessionRow) {
+        let why = match row.status {
             SessionStatus::Expired => "its session expired: cancelled",
             _ => "its session was closed: cancelled",
         };
         match self.store.pending(Some(&row.id), 0) {
+            // Every approval made in it (a bound endpoint's callers' too:
+            // the session was checked when each was made).
             Ok(pending) => {
-                for approval in pending
-                    .iter()
-                    .filter(|approval| approval.owner.as_deref() == Some(row.owner.as_str()))
-                {
+                for approval in &pending {
                     self.cancel_because(&approval.id, why);
                 }
             }
@@ -1257,16 +1392,6 @@ impl Broker {
                 row.id
             ),
         }
-        Some(ended)
-    }
-
-    /// Ends every open session whose time is up.
-    pub fn end_overdue_sessions(&self) -> Result<usize, BrokerError> {
-        let overdue = self.store.overdue_sessions(self.now_ms())?;
-        Ok(overdue
-            .iter()
-            .filter_map(|row| self.end_session(row, SessionStatus::Expired, Some("ttl")))
-            .count())
     }
 
     /// When the next open session ends by itself, if one is open.

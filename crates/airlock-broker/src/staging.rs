@@ -226,6 +226,38 @@ impl Broker {
         text
     }
 
+    /// The policy's decision on a patch's files as `plan` placed them.
+    fn patch_decision(
+        &self,
+        call: &ToolCall,
+        plan: &airlock_core::ChangePlan,
+    ) -> airlock_core::Decision {
+        let resolved = airlock_core::policy::ResolvedPaths {
+            arguments: Vec::new(),
+            patch: Some(
+                plan.changes
+                    .iter()
+                    .map(|change| change.resolved_path.clone())
+                    .collect(),
+            ),
+        };
+        let now = self.now_ms();
+        let grants = airlock_core::policy::LazyGrants::new(|| self.live_grants(now));
+        airlock_core::policy::evaluate_resolved(&self.policy, call, &grants, &resolved)
+    }
+
+    /// Whether the patch's files as placed are denied where its text's
+    /// were not.
+    fn patch_denied(
+        &self,
+        call: &ToolCall,
+        plan: &airlock_core::ChangePlan,
+        decision: &airlock_core::Decision,
+    ) -> bool {
+        decision.disposition != Disposition::Deny
+            && self.patch_decision(call, plan).disposition == Disposition::Deny
+    }
+
     fn stage_write(&self, call: &ToolCall, staging: &Staging) -> Envelope {
         let decision = self.decide_only(call);
         let base = Record::for_call(call, &decision);
@@ -255,6 +287,15 @@ impl Broker {
             }
         };
         let plan = match self.plan_in(&sandbox, call) {
+            // A patch's files, where the plan placed them (through symlinks,
+            // from a session's working directory), decided on too.
+            Ok(Planned::Plan(plan) | Planned::DryRun(plan))
+                if call.tool == BuiltinTool::ApplyPatch.name()
+                    && self.patch_denied(call, &plan, &decision) =>
+            {
+                let real = self.patch_decision(call, &plan);
+                return self.denied_by_policy(call, &real, Record::for_call(call, &real));
+            }
             Ok(Planned::Plan(plan)) => plan,
             Ok(Planned::DryRun(plan)) => return self.dry_run(call, &decision, &plan, base),
             Ok(_) => return self.invalid(call, path, "not a write tool", base),
@@ -411,16 +452,17 @@ impl Broker {
         }
         let envelope = self.read(sandbox, call, &decision, base);
         // A file read from the disk joins the read set: the run's changes
-        // are applied only if it still holds what the script saw.
+        // are applied only if it still holds what the script saw. The read
+        // answers with the path as its caller sees it (from a session's
+        // working directory); the set keeps it root-relative.
         let from_disk = |path: &str| {
+            let target = sandbox
+                .resolve("path", path, airlock_fs::Access::Read)
+                .ok()?;
             // Nothing staged: from the disk without asking the overlay.
-            overlay_empty
-                || sandbox
-                    .resolve("path", path, airlock_fs::Access::Read)
-                    .is_ok_and(|target| target.staged().is_none())
+            (overlay_empty || target.staged().is_none()).then(|| target.requested().to_owned())
         };
         let data = envelope.data.as_ref();
-        // The path as the tool normalized it (root-relative).
         let read_path = data
             .and_then(|data| data.get("path"))
             .and_then(Value::as_str);
@@ -429,12 +471,12 @@ impl Broker {
             .and_then(Value::as_str);
         if envelope.status == Status::Allowed
             && let (Some(path), Some(hash)) = (read_path, hash)
-            && from_disk(path)
+            && let Some(path) = from_disk(path)
         {
             staging
                 .state()
                 .reads
-                .entry(path.to_owned())
+                .entry(path)
                 .or_insert_with(|| Some(hash.to_owned()));
         }
         envelope

@@ -407,26 +407,41 @@ fn a_session_without_network_cannot_connect() {
 }
 
 /// A session's variables reach its commands only where the configuration
-/// allows them; the others are dropped and named.
+/// allows them (the others are dropped and named), and choosing them asks
+/// a human once: they reach every command, where a call's own `env` asks
+/// each time.
 #[test]
-fn a_sessions_environment_is_filtered() {
+fn a_sessions_environment_is_filtered_and_asked_for() {
     let ws = Workspace::new("sessions:\n  env_allow: [AIRLOCK_SESSION_VAR]\n");
     tree(&ws);
     let run = ws.run(&[
         "session",
         "open",
-        "--json",
         "--args",
         r#"{"roots": ["a"], "env": {"AIRLOCK_SESSION_VAR": "hello", "LD_PRELOAD": "/tmp/evil.so"}}"#,
     ]);
-    let envelope: Value = serde_json::from_str(&run.stdout).unwrap();
-    assert_eq!(
-        envelope["data"]["env"],
-        json!(["AIRLOCK_SESSION_VAR"]),
-        "{envelope:#}"
+    let asked: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(asked["status"], json!("hitl_required"), "{asked:#}");
+    assert!(
+        asked["hitl"]["summary"]
+            .as_str()
+            .unwrap()
+            .contains("sets AIRLOCK_SESSION_VAR for every command"),
+        "{asked:#}"
     );
-    assert_eq!(envelope["data"]["env_dropped"], json!(["LD_PRELOAD"]));
-    let id = envelope["data"]["session_id"].as_str().unwrap().to_owned();
+    assert!(!asked.to_string().contains("LD_PRELOAD\":"), "{asked:#}");
+    let hitl = asked["hitl"]["hitl_id"].as_str().unwrap().to_owned();
+    assert_eq!(ws.run(&["approve", &hitl]).code, 0);
+    let result: Value = serde_json::from_str(&ws.run(&["show", &hitl, "--json"]).stdout).unwrap();
+    let listed: Value =
+        serde_json::from_str(&ws.run(&["session", "list", "--json"]).stdout).unwrap();
+    let session = &listed[0];
+    assert_eq!(
+        session["env"],
+        json!(["AIRLOCK_SESSION_VAR"]),
+        "{listed:#} {result:#}"
+    );
+    let id = session["session_id"].as_str().unwrap().to_owned();
     let printed = call(
         &ws,
         "exec",
@@ -438,6 +453,88 @@ fn a_sessions_environment_is_filtered() {
         json!("hello:none\n"),
         "{printed:#}"
     );
+    // The audit keeps the names, never the values.
+    let opened = ws
+        .audit()
+        .into_iter()
+        .find(|record| record["event"] == "session_opened")
+        .unwrap();
+    assert_eq!(
+        opened["authority"]["env"],
+        json!(["AIRLOCK_SESSION_VAR"]),
+        "{opened:#}"
+    );
+}
+
+/// A command's changes in a session land where it made them, once
+/// approved: in the session's root, never a level deeper.
+#[test]
+fn a_commands_changes_in_a_session_land_in_its_root() {
+    let ws = Workspace::new("");
+    tree(&ws);
+    ws.write("a/old.txt", "old\n");
+    let id = open(&ws, json!({"roots": ["a"]}), &[]);
+    let changed = call(
+        &ws,
+        "exec",
+        json!({"argv": ["bash", "-c", "echo changed > x.txt && rm old.txt"]}),
+        &["--session", &id, "--yes"],
+    );
+    assert_eq!(changed["status"], json!("allowed"), "{changed:#}");
+    assert_eq!(ws.read("a/x.txt").as_deref(), Some("changed\n"));
+    assert!(!ws.path("a/old.txt").exists() && !ws.path("a/a").exists());
+    // A change through a link that leads out of the roots is refused.
+    let out = call(
+        &ws,
+        "exec",
+        json!({"argv": ["bash", "-c", "rm link.txt"]}),
+        &["--session", &id, "--yes"],
+    );
+    refused(&out, "denied", "root_not_allowed");
+    assert!(ws.path("a/link.txt").is_symlink());
+    assert_eq!(ws.read("b/secret.txt").as_deref(), Some("sibling\n"));
+}
+
+/// Where the policy asks about opening sessions, an opening is proposed
+/// like any other call that asks; the other session tools are refused.
+#[test]
+fn the_policy_can_make_opening_a_session_ask() {
+    let ws = Workspace::new(
+        "security:\n  hitl:\n    rules:\n      - {tools: [session_open, session_list], require_approval: true}\n",
+    );
+    tree(&ws);
+    let run = ws.run(&["session", "open", "--args", r#"{"roots": ["a"]}"#]);
+    let asked: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(asked["status"], json!("hitl_required"), "{asked:#}");
+    assert_eq!(
+        ws.run(&["session", "list"]).stdout.trim(),
+        "no open sessions"
+    );
+    refused(
+        &call(&ws, "session_list", json!({}), &[]),
+        "denied",
+        "policy_denied",
+    );
+}
+
+/// Roots are never airlock's own state, its configuration or a git
+/// directory.
+#[test]
+fn protected_directories_are_no_roots() {
+    let ws = Workspace::new("");
+    tree(&ws);
+    std::fs::create_dir_all(ws.path(".git/hooks")).unwrap();
+    std::fs::create_dir_all(ws.path("a/.git")).unwrap();
+    for root in [".git", ".git/hooks", ".airlock", "a/.git"] {
+        let run = ws.run(&[
+            "session",
+            "open",
+            "--args",
+            &json!({"roots": [root]}).to_string(),
+        ]);
+        let envelope: Value = serde_json::from_str(&run.stdout).unwrap();
+        refused(&envelope, "denied", "root_not_allowed");
+    }
 }
 
 /// A session narrows the configuration's limits and never raises them.

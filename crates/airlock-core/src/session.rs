@@ -850,7 +850,15 @@ pub fn clamp(
         idle_ttl_ms,
         worktree: None,
     };
-    let excess = excess_over_auto(config, profile, &authority);
+    let mut excess = excess_over_auto(config, profile, &authority);
+    // A session's variables reach every command it runs, where a call's
+    // own `env` asks each time: choosing them asks a human once.
+    if !authority.env.is_empty() {
+        excess.reasons.push(format!(
+            "sets {} for every command",
+            authority.env.keys().cloned().collect::<Vec<_>>().join(", ")
+        ));
+    }
     Ok(Clamped {
         authority,
         env_dropped,

@@ -172,7 +172,7 @@ pub fn read_file(sandbox: &Sandbox, params: &ReadParams) -> Result<ReadData, FsE
             returned.truncate(error.valid_up_to());
         } else {
             return Err(FsError::InvalidUtf8 {
-                path: path.requested().to_owned(),
+                path: sandbox.shown(path.requested()).into_owned(),
             });
         }
     }
@@ -185,13 +185,13 @@ pub fn read_file(sandbox: &Sandbox, params: &ReadParams) -> Result<ReadData, FsE
     let next_start_line = scan.start_line + count_newlines(&returned);
     let content = match params.encoding {
         Encoding::Utf8 => String::from_utf8(returned).map_err(|_| FsError::InvalidUtf8 {
-            path: path.requested().to_owned(),
+            path: sandbox.shown(path.requested()).into_owned(),
         })?,
         Encoding::Bytes => base64(&returned),
     };
     let (content, blob) = shape_output(sandbox, content, params.output_mode)?.into_fields();
     Ok(ReadData {
-        path: path.requested().to_owned(),
+        path: sandbox.shown(path.requested()).into_owned(),
         content,
         blob,
         returned_range: LineRange {
