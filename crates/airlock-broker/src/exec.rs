@@ -388,7 +388,11 @@ impl Broker {
             Err(error) => return fail(ErrorCode::InvalidInput, error.to_string()),
         };
         // Approved: it runs to its end or its timeout, whoever waits, under
-        // the authority of the session it was proposed in.
+        // the authority of the session it was proposed in (never when it
+        // was proposed after that session ended).
+        if let Err(error) = self.apply_sandbox(approval) {
+            return fail(error.code(), error.to_string());
+        }
         let scope = plan.scope.as_ref();
         let place = match self.exec_place(scope) {
             Ok(place) => place,
