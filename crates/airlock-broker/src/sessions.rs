@@ -161,6 +161,18 @@ impl Broker {
     /// else the implicit default: the call as it is), checked (owner, open,
     /// not overdue) and its authority attached. `Err`: the call's answer.
     pub(crate) fn in_session(&self, call: &ToolCall) -> Result<Option<ToolCall>, Box<Envelope>> {
+        self.resolve_session(call).map_err(|refused| {
+            let (call, failure) = *refused;
+            Box::new(self.session_failure(&call, failure))
+        })
+    }
+
+    /// [`Broker::in_session`] without an answer or a record: the call as
+    /// it was refused, and why.
+    fn resolve_session(
+        &self,
+        call: &ToolCall,
+    ) -> Result<Option<ToolCall>, Box<(ToolCall, Failure)>> {
         let session_tool = matches!(&call.origin, airlock_core::ToolOrigin::Builtin(tool) if tool.is_session_tool());
         if session_tool {
             return Ok(None);
@@ -173,8 +185,8 @@ impl Broker {
             None | Some(Value::Null) => None,
             Some(Value::String(id)) => Some(id.clone()),
             Some(_) => {
-                return Err(Box::new(self.session_failure(
-                    call,
+                return Err(Box::new((
+                    call.clone(),
                     Failure(
                         ErrorCode::InvalidInput,
                         "session_id must be a string".to_owned(),
@@ -203,14 +215,14 @@ impl Broker {
         if let Some(template) = template {
             let authority = self
                 .template_authority(call.profile.as_deref().unwrap_or_default(), template)
-                .map_err(|failure| Box::new(self.session_failure(&call, failure)))?;
+                .map_err(|failure| Box::new((call.clone(), failure)))?;
             call.scope = Some(authority);
             return Ok(Some(call));
         }
         let id = match (&call.sessions.bound, &explicit) {
             (Some(bound), Some(named)) if bound != named => {
-                return Err(Box::new(self.session_failure(
-                    &call,
+                return Err(Box::new((
+                    call.clone(),
                     Failure(
                         ErrorCode::SessionMismatch,
                         format!("this endpoint is bound to another session than {named}"),
@@ -228,10 +240,36 @@ impl Broker {
         let trusted = call.sessions.bound.as_deref() == Some(id.as_str());
         let authority = self
             .live_session(&id, &call.principal, call.profile.as_deref(), trusted)
-            .map_err(|failure| Box::new(self.session_failure(&call, failure)))?;
+            .map_err(|failure| Box::new((call.clone(), failure)))?;
         call.session = Some(id);
         call.scope = Some(authority);
         Ok(Some(call))
+    }
+
+    /// The roots (absolute directories) of the session `call` runs in, for
+    /// an upstream's `roots/list`; `None` for the implicit default session.
+    /// A session that cannot be used has none.
+    pub fn session_roots(&self, call: &ToolCall) -> Option<Vec<std::path::PathBuf>> {
+        let scoped = match self.resolve_session(call) {
+            Ok(Some(scoped)) => scoped,
+            Ok(None) => return call.scope.as_deref().map(|scope| self.roots_of(scope)),
+            Err(_) => return Some(Vec::new()),
+        };
+        scoped.scope.as_deref().map(|scope| self.roots_of(scope))
+    }
+
+    fn roots_of(&self, scope: &Authority) -> Vec<std::path::PathBuf> {
+        scope
+            .roots
+            .iter()
+            .map(|root| {
+                if root.path.is_empty() {
+                    self.root.clone()
+                } else {
+                    self.root.join(&root.path)
+                }
+            })
+            .collect()
     }
 
     /// The open session `id` of `principal` (opened on an endpoint of the

@@ -2748,6 +2748,13 @@ fn everything_an_upstream_offers_reaches_the_client_through_wrap_and_serve() {
     // denied to the resource rules.
     let config = "security:\n  hitl:\n    rules:\n      - {tools: [\"sampling:every\"], risk: low}\n      - {tools: [\"every__*\"], risk: low}\n      - {tools: [\"resource:every:demo://resource/static/document/features.md\"], decision: deny}\n";
     let ws = Ws::new(config);
+    // A root inside the workspace: through airlock a client's roots are
+    // answered as they lie inside it (DESIGN §5.3), so this one passes
+    // unchanged.
+    let project = format!(
+        "file://{}/project",
+        std::fs::canonicalize(ws.path(".")).unwrap().display()
+    );
     let client_args = |rest: &[&str]| -> Vec<String> {
         let mut args: Vec<String> = [
             "--elicitation",
@@ -2755,7 +2762,7 @@ fn everything_an_upstream_offers_reaches_the_client_through_wrap_and_serve() {
             "--sampling",
             "sampled!",
             "--root",
-            "file:///srv/project",
+            project.as_str(),
         ]
         .iter()
         .map(|arg| (*arg).to_owned())
@@ -2855,11 +2862,24 @@ fn everything_an_upstream_offers_reaches_the_client_through_wrap_and_serve() {
 
     // serve with the server as an upstream: its tools are every__<tool>,
     // its resources keep their URIs.
-    let served_ws = Ws::new(&format!(
-        "{config}upstreams:\n  - name: every\n    command: node\n    args: [{everything:?}, stdio]\n"
-    ));
-    let mut served = served_ws.client(
-        &client_args(&["--stdio", "--", &airlock, "serve", "--stdio"]),
+    // (In the same workspace, with a configuration of its own: the
+    // client's root lies inside it, so it is answered as it is.)
+    ws.write(
+        "serve.yaml",
+        format!(
+            "{config}upstreams:\n  - name: every\n    command: node\n    args: [{everything:?}, stdio]\n"
+        ),
+    );
+    let mut served = ws.client(
+        &client_args(&[
+            "--stdio",
+            "--",
+            &airlock,
+            "--config",
+            "serve.yaml",
+            "serve",
+            "--stdio",
+        ]),
         "tester",
     );
     let seen = gateway_probe(&mut served, |name| format!("every__{name}"));
@@ -3140,6 +3160,12 @@ fn roots_changes_resource_updates_and_unapproved_sampling_through_wrap() {
     // so it asks, and with nobody to ask it is refused.
     let ws =
         Ws::new("security:\n  hitl:\n    rules:\n      - {tools: [\"every__*\"], risk: low}\n");
+    let root = std::fs::canonicalize(ws.path("."))
+        .unwrap()
+        .display()
+        .to_string();
+    let first = format!("file://{root}/first");
+    let second = format!("file://{root}/second");
     let mut client = ws.stdio_client(
         &[
             "--elicitation",
@@ -3147,7 +3173,11 @@ fn roots_changes_resource_updates_and_unapproved_sampling_through_wrap() {
             "--sampling",
             "never sent",
             "--root",
-            "file:///srv/first",
+            first.as_str(),
+            "--root",
+            "file:///srv/outside",
+            "--root",
+            "file:///",
         ],
         &[
             "wrap",
@@ -3166,20 +3196,25 @@ fn roots_changes_resource_updates_and_unapproved_sampling_through_wrap() {
             .to_owned()
     };
 
-    // The client's roots, then its new roots once it says they changed.
-    let roots = client.call("get-roots-list", json!({}));
-    assert!(text(&roots).contains("file:///srv/first"), "{roots}");
-    client.send(json!({"op": "set_roots", "roots": ["file:///srv/second"]}));
+    // The client's roots as they lie inside the workspace (one beside it
+    // left out, one above it the workspace itself), then its new roots
+    // once it says they changed.
+    let roots = text(&client.call("get-roots-list", json!({})));
+    assert!(roots.contains(&first), "{roots}");
+    // `file:///` is above the workspace: it is answered as the workspace.
+    assert_eq!(roots.matches("file://").count(), 2, "{roots}");
+    assert!(!roots.contains("/srv/outside"), "{roots}");
+    client.send(json!({"op": "set_roots", "roots": [second]}));
     let mut seen = String::new();
     for _ in 0..50 {
         seen = text(&client.call("get-roots-list", json!({})));
-        if seen.contains("file:///srv/second") {
+        if seen.contains(&second) {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
-    assert!(seen.contains("file:///srv/second"), "{seen}");
-    assert!(!seen.contains("file:///srv/first"), "{seen}");
+    assert!(seen.contains(&second), "{seen}");
+    assert!(!seen.contains(&first), "{seen}");
 
     // A subscribed resource's updates reach the client.
     let uri = "demo://resource/dynamic/text/1";

@@ -912,3 +912,57 @@ fn a_script_runs_in_its_session() {
         "{ran:#}"
     );
 }
+
+/// MCP roots are hints, never grants (DESIGN §5.3): an upstream that asks
+/// for the roots while a call runs is told the client's roots as they lie
+/// inside the workspace, and, for a call in a session, that session's.
+#[test]
+fn an_upstream_is_told_the_roots_of_the_calling_session() {
+    if !require(
+        "an_upstream_is_told_the_roots_of_the_calling_session",
+        &[Peer::PythonMcp],
+    ) {
+        return;
+    }
+    let python = airlock_testkit::peers::tools_dir().join("venv/bin/python");
+    let server = airlock_testkit::repo().join("tests/mcp/roots_upstream.py");
+    let ws = Workspace::new(&format!(
+        "upstreams:\n  - name: r\n    command: {python:?}\n    args: [{server:?}]\nsecurity:\n  hitl:\n    rules:\n      - {{tools: [\"r__*\"], risk: low}}\n"
+    ));
+    tree(&ws);
+    let root = std::fs::canonicalize(ws.path("."))
+        .unwrap()
+        .display()
+        .to_string();
+    let inside = format!("file://{root}/a");
+    let mut client = Driver::stdio(
+        &ws,
+        &[
+            "--elicitation",
+            "none",
+            "--root",
+            &inside,
+            "--root",
+            "file:///srv/elsewhere",
+        ],
+        &["serve", "--stdio"],
+    );
+    let text = |result: &Value| {
+        result["content"][0]["text"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned()
+    };
+    let implicit = text(&client.call("r__roots", json!({})));
+    assert_eq!(implicit, inside, "{implicit}");
+    client.call(
+        "session_open",
+        json!({"roots": ["b", {"path": "a", "mode": "ro"}]}),
+    );
+    let scoped = text(&client.call("r__roots", json!({})));
+    assert_eq!(
+        scoped,
+        format!("file://{root}/b\nfile://{root}/a"),
+        "{scoped}"
+    );
+}

@@ -77,24 +77,133 @@ pub(crate) async fn elicit(
     }
 }
 
-/// `roots/list`: the calling client's roots.
-pub(crate) async fn roots(caller: Caller) -> Result<ListRootsResult, ErrorData> {
+/// `roots/list` (DESIGN §5.3): a client's roots are hints, never grants.
+/// A call in a session is answered with the session's roots; any other
+/// with the calling client's roots inside the `workspace` (a root above
+/// it becomes the workspace; one beside it, or not a file, is left out).
+pub(crate) async fn roots(
+    caller: Caller,
+    workspace: Option<std::path::PathBuf>,
+) -> Result<ListRootsResult, ErrorData> {
+    if let Some(roots) = &caller.session_roots {
+        return Ok(roots_result(roots.iter().map(|root| (root.clone(), None))));
+    }
     let capabilities = caller.client.capabilities().unwrap_or_default();
     if capabilities.roots.is_none() {
         return Err(not_offered("roots"));
     }
-    match put(
+    let asked = match put(
         &caller,
         ServerRequest::ListRootsRequest(ListRootsRequest::default()),
     )
     .await?
     {
-        ClientResult::ListRootsResult(result) => Ok(result),
-        _ => Err(ErrorData::internal_error(
-            "the client answered roots/list with something else",
-            None,
-        )),
+        ClientResult::ListRootsResult(result) => result,
+        _ => {
+            return Err(ErrorData::internal_error(
+                "the client answered roots/list with something else",
+                None,
+            ));
+        }
+    };
+    let Some(workspace) = workspace else {
+        return Ok(roots_result(std::iter::empty()));
+    };
+    let mut kept = Vec::new();
+    for root in asked.roots {
+        let Some(path) = root
+            .uri
+            .strip_prefix("file://")
+            .and_then(percent_decoded)
+            .map(std::path::PathBuf::from)
+            .filter(|path| path.is_absolute())
+        else {
+            continue;
+        };
+        let path = normalized(&path);
+        let placed = if path.starts_with(&workspace) {
+            path
+        } else if workspace.starts_with(&path) {
+            workspace.clone()
+        } else {
+            continue;
+        };
+        if !kept
+            .iter()
+            .any(|(known, _): &(std::path::PathBuf, Option<String>)| *known == placed)
+        {
+            kept.push((placed, root.name.clone()));
+        }
     }
+    Ok(roots_result(kept.into_iter()))
+}
+
+/// `path` with `.` and `..` taken out lexically (`..` at `/` stays there).
+fn normalized(path: &std::path::Path) -> std::path::PathBuf {
+    let mut out = std::path::PathBuf::from("/");
+    for part in path.components() {
+        match part {
+            std::path::Component::Normal(name) => out.push(name),
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// A `file://` path with its `%XX` escapes decoded; `None` when it is not
+/// UTF-8 once decoded or holds a NUL.
+fn percent_decoded(path: &str) -> Option<String> {
+    let bytes = path.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut at = 0;
+    while at < bytes.len() {
+        if bytes[at] == b'%' {
+            if at + 2 >= bytes.len() {
+                return None;
+            }
+            let hex = std::str::from_utf8(&bytes[at + 1..at + 3]).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            at += 3;
+        } else {
+            out.push(bytes[at]);
+            at += 1;
+        }
+    }
+    let text = String::from_utf8(out).ok()?;
+    (!text.contains('\0')).then_some(text)
+}
+
+/// A path as a `file://` URI's path: bytes other than unreserved ones
+/// and `/` as `%XX`.
+fn percent_encoded(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for byte in path.bytes() {
+        if byte.is_ascii_alphanumeric() || b"/-._~".contains(&byte) {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+fn roots_result(
+    roots: impl Iterator<Item = (std::path::PathBuf, Option<String>)>,
+) -> ListRootsResult {
+    let roots: Vec<Value> = roots
+        .map(|(path, name)| {
+            let mut root =
+                json!({"uri": format!("file://{}", percent_encoded(&path.to_string_lossy()))});
+            if let Some(name) = name {
+                root["name"] = json!(name);
+            }
+            root
+        })
+        .collect();
+    serde_json::from_value(json!({"roots": roots})).unwrap_or_default()
 }
 
 /// `sampling/createMessage` from `upstream`: decided by the policy as

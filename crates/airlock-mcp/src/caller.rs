@@ -30,6 +30,11 @@ pub(crate) struct Caller {
     pub progress_token: Option<ProgressToken>,
     /// Cancelled when the client cancels its request.
     pub cancelled: CancellationToken,
+    /// The roots of the session the call runs in (absolute directories),
+    /// which an upstream's `roots/list` is answered with; `None`: the
+    /// implicit default session, whose roots are the client's inside the
+    /// workspace.
+    pub session_roots: Option<Vec<std::path::PathBuf>>,
 }
 
 thread_local! {

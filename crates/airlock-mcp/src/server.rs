@@ -184,6 +184,7 @@ impl Session {
             request: Some(id),
             progress_token: None,
             cancelled,
+            session_roots: self.face.broker().session_roots(call),
         };
         let envelope = self.carry_out(now, caller).await;
         self.result_of(call, &envelope)
@@ -510,7 +511,7 @@ impl Session {
             runtime: tokio::runtime::Handle::current(),
             running: Mutex::new(None),
         };
-        let caller = self.caller(context);
+        let caller = self.caller(context, call);
         // The client's `notifications/cancelled` (or its going away) kills
         // a command the call runs.
         let cancel = airlock_broker::Cancel::new();
@@ -546,8 +547,13 @@ impl Session {
     }
 
     /// This session as the client behind the request of `context`.
-    fn caller(&self, context: &RequestContext<RoleServer>) -> crate::caller::Caller {
+    fn caller(
+        &self,
+        context: &RequestContext<RoleServer>,
+        call: &ToolCall,
+    ) -> crate::caller::Caller {
         crate::caller::Caller {
+            session_roots: self.face.broker().session_roots(call),
             client: crate::hub::Client {
                 session: self.id.clone(),
                 peer: context.peer.clone(),
@@ -572,7 +578,7 @@ impl Session {
             return None;
         }
         let now = self.face.broker().forward_now(call, &Mode::Client(ask))?;
-        Some(self.carry_out(now, self.caller(context)).await)
+        Some(self.carry_out(now, self.caller(context, call)).await)
     }
 
     /// Forwards what the policy let through at once, for `caller`, and

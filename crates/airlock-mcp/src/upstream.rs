@@ -170,7 +170,12 @@ impl ClientHandler for UpstreamClient {
         context: RequestContext<RoleClient>,
     ) -> Result<rmcp::model::ListRootsResult, ErrorData> {
         let caller = self.upstream.caller_of(&context)?;
-        crate::asks::roots(caller).await
+        let workspace = self
+            .upstream
+            .hub
+            .broker()
+            .map(|broker| broker.root().to_path_buf());
+        crate::asks::roots(caller, workspace).await
     }
 }
 
@@ -735,6 +740,7 @@ impl Upstream {
                 request: None,
                 progress_token: None,
                 cancelled: tokio_util::sync::CancellationToken::new(),
+                session_roots: None,
             });
         }
         Err(ErrorData::invalid_request(
