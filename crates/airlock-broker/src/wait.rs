@@ -98,7 +98,7 @@ impl Broker {
     pub fn wait(&self, id: &str) -> Envelope {
         let _waiting = Waiting::enter(id);
         // The call waiting for a person (or whoever applies it).
-        let _decide = crate::telemetry::child("decide");
+        let mut decide = Some(crate::telemetry::child("decide"));
         let mut last_recovery = std::time::Instant::now();
         // A shared store that is away for a moment (a database restart) is
         // waited out, up to the approval's expiry as last seen.
@@ -128,7 +128,12 @@ impl Broker {
                         continue;
                     }
                 }
-                ApprovalStatus::Approved if self.can_apply(&approval) => return self.settle(id),
+                ApprovalStatus::Approved if self.can_apply(&approval) => {
+                    // Decided: the wait is over, and the apply is a step
+                    // of the call of its own, whichever process wins it.
+                    drop(decide.take());
+                    return self.settle(id);
+                }
                 ApprovalStatus::Approved => {
                     // Only the process holding the upstream connection can carry
                     // this out; if it is gone, nobody can.
