@@ -192,12 +192,24 @@ impl Events {
                         if let Some(last) = read.last() {
                             cursor = last.seq;
                         }
-                        queue.extend(read.into_iter().filter(|change| match &only {
-                            None => true,
-                            Some(principal) => {
-                                change.kind.is_approval() && principal.owns(change.owner.as_deref())
-                            }
-                        }));
+                        // The approvals' stream: a session's opening and
+                        // end are not on it (`/v1/sessions` shows them).
+                        queue.extend(
+                            read.into_iter()
+                                .filter(|change| {
+                                    !matches!(
+                                        change.kind,
+                                        EventKind::SessionOpened | EventKind::SessionEnded
+                                    )
+                                })
+                                .filter(|change| match &only {
+                                    None => true,
+                                    Some(principal) => {
+                                        change.kind.is_approval()
+                                            && principal.owns(change.owner.as_deref())
+                                    }
+                                }),
+                        );
                     };
                     let event = Event::default()
                         .id(change.seq.to_string())
