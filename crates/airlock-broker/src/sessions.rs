@@ -121,6 +121,19 @@ struct Owner {
 struct Failure(ErrorCode, String);
 
 impl Failure {
+    /// Malformed input and failures of airlock's own are errors; a refusal
+    /// (of a session, a root, a limit) is a denial.
+    fn status(&self) -> Status {
+        match self.0 {
+            ErrorCode::InvalidInput
+            | ErrorCode::IoError
+            | ErrorCode::StoreUnavailable
+            | ErrorCode::NotFound
+            | ErrorCode::NotADirectory => Status::Error,
+            _ => Status::Denied,
+        }
+    }
+
     fn not_found(id: &str) -> Failure {
         Failure(
             ErrorCode::SessionNotFound,
@@ -795,15 +808,9 @@ impl Broker {
                     .text("status", "allowed");
                 self.audited(envelope, record)
             }
-            Err(Failure(code, message)) => {
-                let status = match code {
-                    ErrorCode::InvalidInput
-                    | ErrorCode::IoError
-                    | ErrorCode::StoreUnavailable
-                    | ErrorCode::NotFound
-                    | ErrorCode::NotADirectory => Status::Error,
-                    _ => Status::Denied,
-                };
+            Err(failure) => {
+                let status = failure.status();
+                let Failure(code, message) = failure;
                 let envelope = Envelope::failure(status, method, &call.tool, None, code, &message)
                     .with_reason(Some(ErrorReason::new(
                         "session",
@@ -813,14 +820,7 @@ impl Broker {
                 self.observed(
                     envelope,
                     base.event("tool_call")
-                        .text(
-                            "status",
-                            if status == Status::Denied {
-                                "denied"
-                            } else {
-                                "error"
-                            },
-                        )
+                        .text("status", status.as_str())
                         .text("code", code.as_str()),
                 )
             }
@@ -828,13 +828,9 @@ impl Broker {
     }
 
     /// The answer of a call whose session cannot be used.
-    fn session_failure(&self, call: &ToolCall, Failure(code, message): Failure) -> Envelope {
-        let status = match code {
-            ErrorCode::InvalidInput | ErrorCode::IoError | ErrorCode::StoreUnavailable => {
-                Status::Error
-            }
-            _ => Status::Denied,
-        };
+    fn session_failure(&self, call: &ToolCall, failure: Failure) -> Envelope {
+        let status = failure.status();
+        let Failure(code, message) = failure;
         let envelope = Envelope::failure(
             status,
             crate::envelopes::method_of(&call.tool),
@@ -858,14 +854,7 @@ impl Broker {
                 )
                 .value("user", call.principal.user.clone().map(Value::String))
                 .value("agent", call.principal.agent.clone().map(Value::String))
-                .text(
-                    "status",
-                    if status == Status::Denied {
-                        "denied"
-                    } else {
-                        "error"
-                    },
-                )
+                .text("status", status.as_str())
                 .text("code", code.as_str()),
         )
     }
